@@ -1,0 +1,322 @@
+//! Cluster and server configuration files.
+//!
+//! `cluster.toml` describes a cluster to clients and servers alike:
+//!
+//! ```toml
+//! secret = "64 hex digits"        # the file is mode 0600
+//! timeout_ms = 10000              # optional, client and server I/O timeout
+//! [meta]
+//! addr = "127.0.0.1:7000"
+//! [[data]]                        # data server ids are their order here: 0, 1, ...
+//! addr = "127.0.0.1:7100"
+//! [defaults]                      # optional
+//! stripe_size = "1M"
+//! stripe_count = 0                # 0 = all data servers
+//! ```
+//!
+//! A server's own file (`stripefs serve meta|data --config FILE`) names the cluster file
+//! and what is local to the server; relative paths are relative to the server file.
+//!
+//! ```toml
+//! cluster = "cluster.toml"
+//! id = 0                          # data servers: index into [[data]]
+//! listen = "0.0.0.0:7100"         # optional, default: the address in cluster.toml
+//! targets = ["/disk0/stripefs", "/disk1/stripefs"]   # data servers
+//! throttle = "25MiB"              # optional, per target
+//! db = "meta.redb"                # metadata server
+//! ```
+
+use crate::auth::Secret;
+use crate::units::{parse_rate, parse_size};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub secret: Secret,
+    pub timeout_ms: u64,
+    pub meta_addr: String,
+    pub data: Vec<DataServerEntry>,
+    pub defaults: Defaults,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataServerEntry {
+    pub addr: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Defaults {
+    pub stripe_size_bytes: u32,
+    /// 0 = all data servers.
+    pub stripe_count: u32,
+}
+
+impl Default for Defaults {
+    fn default() -> Defaults {
+        Defaults {
+            stripe_size_bytes: 1 << 20,
+            stripe_count: 0,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    secret: Option<String>,
+    timeout_ms: Option<u64>,
+    meta: RawMeta,
+    #[serde(default)]
+    data: Vec<RawData>,
+    defaults: Option<RawDefaults>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMeta {
+    addr: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawData {
+    addr: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    stripe_size: Option<String>,
+    stripe_count: Option<u32>,
+}
+
+fn check_addr(addr: &str, what: &str) -> Result<(), String> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()
+        .map(|_| ())
+        .map_err(|e| format!("{what} address {addr:?} is not host:port: {e}"))
+}
+
+impl ClusterConfig {
+    /// Reads and checks a cluster file; the message names the file and the problem.
+    pub fn load(path: &Path) -> Result<ClusterConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read cluster file {}: {e}", path.display()))?;
+        ClusterConfig::parse(&text).map_err(|e| format!("cluster file {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<ClusterConfig, String> {
+        let raw: RawCluster = toml::from_str(text).map_err(|e| e.to_string())?;
+        let secret = raw
+            .secret
+            .ok_or("no `secret`: every connection authenticates with the cluster secret")?;
+        let secret = Secret::from_hex(&secret)?;
+        check_addr(&raw.meta.addr, "metadata server")?;
+        for (i, d) in raw.data.iter().enumerate() {
+            check_addr(&d.addr, &format!("data server {i}"))?;
+        }
+        if raw.data.is_empty() {
+            return Err("no [[data]] servers".into());
+        }
+        let mut defaults = Defaults::default();
+        if let Some(d) = raw.defaults {
+            if let Some(s) = d.stripe_size {
+                let b = parse_size(&s)?;
+                if b == 0 || b % 4096 != 0 || b > 16 << 20 {
+                    return Err(format!(
+                        "default stripe_size {s} must be a multiple of 4K up to 16M"
+                    ));
+                }
+                defaults.stripe_size_bytes = b as u32;
+            }
+            if let Some(c) = d.stripe_count {
+                defaults.stripe_count = c;
+            }
+        }
+        let timeout_ms = raw.timeout_ms.unwrap_or(crate::DEFAULT_TIMEOUT_MS);
+        if timeout_ms == 0 {
+            return Err("timeout_ms must be above zero".into());
+        }
+        Ok(ClusterConfig {
+            secret,
+            timeout_ms,
+            meta_addr: raw.meta.addr,
+            data: raw.data.into_iter().map(|d| DataServerEntry { addr: d.addr }).collect(),
+            defaults,
+        })
+    }
+
+    pub fn to_toml(&self) -> String {
+        let raw = RawCluster {
+            secret: Some(self.secret.to_hex()),
+            timeout_ms: Some(self.timeout_ms),
+            meta: RawMeta {
+                addr: self.meta_addr.clone(),
+            },
+            data: self
+                .data
+                .iter()
+                .map(|d| RawData {
+                    addr: d.addr.clone(),
+                })
+                .collect(),
+            defaults: Some(RawDefaults {
+                stripe_size: Some(self.defaults.stripe_size_bytes.to_string()),
+                stripe_count: Some(self.defaults.stripe_count),
+            }),
+        };
+        toml::to_string(&raw).expect("cluster config serializes")
+    }
+
+    /// Writes the file with mode 0600 (it holds the secret), atomically.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        write_private(path, self.to_toml().as_bytes())
+    }
+}
+
+/// Writes `bytes` to `path` with mode 0600 through a temporary file and a rename, and
+/// syncs both the file and its directory.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// One server's own configuration.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub cluster_path: PathBuf,
+    pub cluster: ClusterConfig,
+    pub id: Option<u32>,
+    pub listen: Option<String>,
+    pub targets: Vec<PathBuf>,
+    pub throttle_bytes_s: Option<u64>,
+    pub db: Option<PathBuf>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    cluster: String,
+    id: Option<u32>,
+    listen: Option<String>,
+    #[serde(default)]
+    targets: Vec<String>,
+    throttle: Option<String>,
+    db: Option<String>,
+}
+
+impl ServerConfig {
+    pub fn load(path: &Path) -> Result<ServerConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read server config {}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        ServerConfig::parse(&text, base)
+            .map_err(|e| format!("server config {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str, base: &Path) -> Result<ServerConfig, String> {
+        let raw: RawServer = toml::from_str(text).map_err(|e| e.to_string())?;
+        let cluster_path = base.join(&raw.cluster);
+        let cluster = ClusterConfig::load(&cluster_path)?;
+        if let Some(l) = &raw.listen {
+            check_addr(l, "listen")?;
+        }
+        let throttle_bytes_s = raw.throttle.as_deref().map(parse_rate).transpose()?;
+        Ok(ServerConfig {
+            cluster_path,
+            cluster,
+            id: raw.id,
+            listen: raw.listen,
+            targets: raw.targets.iter().map(|t| base.join(t)).collect(),
+            throttle_bytes_s,
+            db: raw.db.map(|d| base.join(d)),
+        })
+    }
+
+    /// The data server id, checked against the cluster file.
+    pub fn data_id(&self) -> Result<u32, String> {
+        let id = self.id.ok_or("a data server needs `id` (its index in [[data]])")?;
+        if id as usize >= self.cluster.data.len() {
+            return Err(format!(
+                "id {id} but the cluster file lists {} data servers",
+                self.cluster.data.len()
+            ));
+        }
+        if self.targets.is_empty() {
+            return Err("a data server needs at least one entry in `targets`".into());
+        }
+        Ok(id)
+    }
+
+    /// The address to listen on.
+    pub fn listen_addr(&self, role: stripefs_wire::Role) -> Result<String, String> {
+        if let Some(l) = &self.listen {
+            return Ok(l.clone());
+        }
+        match role {
+            stripefs_wire::Role::Meta => Ok(self.cluster.meta_addr.clone()),
+            stripefs_wire::Role::Data => {
+                Ok(self.cluster.data[self.data_id()? as usize].addr.clone())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> String {
+        format!(
+            "secret = \"{}\"\n[meta]\naddr = \"127.0.0.1:7000\"\n[[data]]\naddr = \"127.0.0.1:7100\"\n",
+            Secret::generate().to_hex()
+        )
+    }
+
+    #[test]
+    fn parse_and_round_trip() {
+        let c = ClusterConfig::parse(&sample()).unwrap();
+        assert_eq!(c.data.len(), 1);
+        assert_eq!(c.defaults, Defaults::default());
+        let again = ClusterConfig::parse(&c.to_toml()).unwrap();
+        assert_eq!(again.secret, c.secret);
+        assert_eq!(again.data, c.data);
+    }
+
+    #[test]
+    fn clear_errors() {
+        let no_secret = "[meta]\naddr = \"127.0.0.1:7000\"\n[[data]]\naddr = \"127.0.0.1:7100\"\n";
+        assert!(ClusterConfig::parse(no_secret).unwrap_err().contains("secret"));
+        let bad_addr = sample().replace("127.0.0.1:7000", "nowhere");
+        assert!(ClusterConfig::parse(&bad_addr).unwrap_err().contains("metadata server"));
+        let unknown = format!("{}bogus = 1\n", sample());
+        assert!(ClusterConfig::parse(&unknown).is_err());
+    }
+
+    #[test]
+    fn saved_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cluster.toml");
+        ClusterConfig::parse(&sample()).unwrap().save(&p).unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(ClusterConfig::load(&p).is_ok());
+    }
+}

@@ -1,0 +1,212 @@
+//! The client side of one connection.
+
+use crate::auth::{proofs_equal, random_nonce, Secret};
+use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+use stripefs_wire::{
+    decode_response, encode_request, Cred, Envelope, ErrorCode, Request, Response, WireError,
+};
+
+/// Default timeout for connecting and for each read and write, in milliseconds.
+pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+
+/// One authenticated connection to a server. One request is in flight at a time.
+/// After any transport or frame error the connection is *broken*: callers drop it.
+pub struct Conn {
+    stream: TcpStream,
+    addr: String,
+    next_id: u64,
+    broken: bool,
+    body_buf: Vec<u8>,
+}
+
+impl Conn {
+    /// Connects to `addr` and authenticates with `secret`. Every error names `addr`.
+    pub fn connect(addr: &str, secret: &Secret, timeout: Duration) -> Result<Conn, WireError> {
+        let unreachable = |why: String| {
+            WireError::new(ErrorCode::Unreachable, format!("server {addr} unreachable: {why}"))
+        };
+        let sockaddrs: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| unreachable(format!("bad address: {e}")))?
+            .collect();
+        let sa = sockaddrs
+            .first()
+            .ok_or_else(|| unreachable("address resolves to nothing".into()))?;
+        let stream = TcpStream::connect_timeout(sa, timeout).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                WireError::new(
+                    ErrorCode::Timeout,
+                    format!("server {addr} did not answer within {} ms", timeout.as_millis()),
+                )
+            } else {
+                unreachable(e.to_string())
+            }
+        })?;
+        stream
+            .set_nodelay(true)
+            .and_then(|_| stream.set_read_timeout(Some(timeout)))
+            .and_then(|_| stream.set_write_timeout(Some(timeout)))
+            .map_err(|e| unreachable(e.to_string()))?;
+        let mut conn = Conn {
+            stream,
+            addr: addr.to_string(),
+            next_id: 1,
+            broken: false,
+            body_buf: Vec::new(),
+        };
+        conn.authenticate(secret)?;
+        Ok(conn)
+    }
+
+    fn authenticate(&mut self, secret: &Secret) -> Result<(), WireError> {
+        let nonce_c = random_nonce();
+        let cred = Cred::root();
+        let resp = self.call(&cred, Request::Hello { nonce: nonce_c }, &[], &mut [])?;
+        let Response::Challenge { nonce, proof } = resp.0 else {
+            return Err(self.fail(ErrorCode::UnexpectedMessage, "answered Hello without a challenge"));
+        };
+        if !proofs_equal(&proof, &secret.server_proof(&nonce_c, &nonce)) {
+            return Err(self.fail(
+                ErrorCode::AuthFailed,
+                "authentication failed: the server does not know this cluster's secret (check cluster.toml)",
+            ));
+        }
+        let proof = secret.client_proof(&nonce, &nonce_c);
+        match self.call(&cred, Request::Auth { proof }, &[], &mut []) {
+            Ok((Response::Done, _)) => Ok(()),
+            Ok(_) => Err(self.fail(ErrorCode::UnexpectedMessage, "answered Auth oddly")),
+            Err(e) if e.code == ErrorCode::AuthFailed => Err(WireError::new(
+                ErrorCode::AuthFailed,
+                format!(
+                    "server {} refused our credentials: wrong cluster secret (check cluster.toml)",
+                    self.addr
+                ),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn fail(&mut self, code: ErrorCode, what: &str) -> WireError {
+        self.broken = true;
+        WireError::new(code, format!("server {}: {what}", self.addr))
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// Changes the read/write timeout (for example to wait for a long server operation).
+    pub fn set_timeout(&self, timeout: Duration) {
+        let _ = self.stream.set_read_timeout(Some(timeout));
+        let _ = self.stream.set_write_timeout(Some(timeout));
+    }
+
+    /// Sends `req` with bulk `data` and waits for the response. Bulk data in the response
+    /// is read into `recv`, and its length returned; a response with more data than
+    /// `recv` holds is a protocol error. Server errors come back as `Err` with the
+    /// server's code; transport errors mark the connection broken.
+    pub fn call(
+        &mut self,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError> {
+        if self.broken {
+            return Err(WireError::new(
+                ErrorCode::Io,
+                format!("connection to {} is broken", self.addr),
+            ));
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let opcode = req.opcode();
+        let env = Envelope {
+            cred: cred.clone(),
+            req,
+        };
+        let frame = encode_request(id, &env, data.len() as u32);
+        if let Err(e) = write_all_parts(&mut self.stream, &[&frame, data]) {
+            return Err(self.transport(format!("sending {}", opcode.name()), e.into()));
+        }
+        let header = match read_header(&mut self.stream) {
+            Ok(h) => h,
+            Err(e) => return Err(self.transport(format!("waiting for {}", opcode.name()), e)),
+        };
+        if header.request_id != id || header.opcode != opcode as u16 {
+            return Err(self.fail(
+                ErrorCode::UnexpectedMessage,
+                &format!(
+                    "answered request {id} ({}) with request {} opcode {}",
+                    opcode.name(),
+                    header.request_id,
+                    header.opcode
+                ),
+            ));
+        }
+        self.body_buf.resize(header.body_len as usize, 0);
+        let mut body = std::mem::take(&mut self.body_buf);
+        let r = read_exact(&mut self.stream, &mut body);
+        let decoded = r.and_then(|_| decode_response(&header, &body).map_err(ReadError::Frame));
+        self.body_buf = body;
+        let result = match decoded {
+            Ok(r) => r,
+            Err(e) => return Err(self.transport(format!("reading {}", opcode.name()), e)),
+        };
+        let n = header.data_len as usize;
+        if n > recv.len() {
+            let _ = skip(&mut self.stream, n as u64);
+            return Err(self.fail(
+                ErrorCode::UnexpectedMessage,
+                &format!("sent {n} bytes of data where {} were expected", recv.len()),
+            ));
+        }
+        if let Err(e) = read_exact(&mut self.stream, &mut recv[..n]) {
+            return Err(self.transport(format!("reading data of {}", opcode.name()), e));
+        }
+        match result {
+            Ok(resp) => Ok((resp, n)),
+            Err(mut err) => {
+                if !err.message.contains(&self.addr) {
+                    err.message = format!("{} (from server {})", err.message, self.addr);
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn transport(&mut self, what: String, e: ReadError) -> WireError {
+        self.broken = true;
+        let code = match &e {
+            ReadError::Io(io) if is_timeout(io) => ErrorCode::Timeout,
+            ReadError::Idle => ErrorCode::Timeout,
+            ReadError::Frame(f) => f.code(),
+            _ => ErrorCode::Unreachable,
+        };
+        let why = match code {
+            ErrorCode::Timeout => "no answer before the timeout".to_string(),
+            _ => e.to_string(),
+        };
+        WireError::new(code, format!("server {}: {what}: {why}", self.addr))
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+impl From<std::io::Error> for ReadError {
+    fn from(e: std::io::Error) -> ReadError {
+        ReadError::Io(e)
+    }
+}
+

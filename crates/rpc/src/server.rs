@@ -1,0 +1,281 @@
+//! The server loop: a thread per connection.
+
+use crate::auth::{proofs_equal, random_nonce, Secret};
+use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stripefs_wire::{
+    decode_request, encode_response, Envelope, ErrorCode, FrameError, Header, Opcode, Request,
+    Response, WireError,
+};
+
+/// Most connections a server serves at once; more are refused with `Busy`.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// How long a peer may take to authenticate, and to send the rest of a frame it started.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often an idle connection thread checks for shutdown.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// Bulk data of a response.
+pub enum Payload {
+    None,
+    Bytes(Vec<u8>),
+}
+
+impl Payload {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::None => &[],
+            Payload::Bytes(b) => b,
+        }
+    }
+}
+
+/// A handler's answer.
+pub struct Reply {
+    pub result: Result<Response, WireError>,
+    pub data: Payload,
+}
+
+impl Reply {
+    pub fn ok(resp: Response) -> Reply {
+        Reply {
+            result: Ok(resp),
+            data: Payload::None,
+        }
+    }
+
+    pub fn err(err: WireError) -> Reply {
+        Reply {
+            result: Err(err),
+            data: Payload::None,
+        }
+    }
+
+    pub fn from_result(r: Result<Response, WireError>) -> Reply {
+        Reply {
+            result: r,
+            data: Payload::None,
+        }
+    }
+}
+
+/// Facts about the connection a request came on.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+}
+
+/// A server's request handler. Requests arrive decoded, authenticated and validated
+/// (`Request::validate`); `data` is the bulk data that followed the request.
+pub trait Service: Send + Sync + 'static {
+    fn handle(&self, conn: &ConnInfo, env: Envelope, data: Vec<u8>) -> Reply;
+}
+
+/// Serves `listener` until `shutdown` is set. Blocks the calling thread.
+pub fn serve(
+    listener: TcpListener,
+    secret: Secret,
+    service: Arc<dyn Service>,
+    shutdown: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let active = Arc::new(AtomicUsize::new(0));
+    let secret = Arc::new(secret);
+    listener.set_nonblocking(true)?;
+    while !shutdown.load(Ordering::Relaxed) {
+        let (stream, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            tracing::warn!("refusing connection from {peer}: {MAX_CONNECTIONS} connections open");
+            continue;
+        }
+        active.fetch_add(1, Ordering::Relaxed);
+        let (secret, service, shutdown, active) =
+            (secret.clone(), service.clone(), shutdown.clone(), active.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("conn-{peer}"))
+            .spawn(move || {
+                if let Err(why) = connection(stream, peer, &secret, &*service, &shutdown) {
+                    tracing::info!("connection from {peer} closed: {why}");
+                }
+                active.fetch_sub(1, Ordering::Relaxed);
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start a thread for {peer}: {e}");
+        }
+    }
+    Ok(())
+}
+
+fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    secret: &Secret,
+    service: &dyn Service,
+    shutdown: &AtomicBool,
+) -> Result<(), String> {
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(PEER_TIMEOUT))
+        .and_then(|_| stream.set_write_timeout(Some(PEER_TIMEOUT)))
+        .map_err(|e| e.to_string())?;
+    handshake(&mut stream, peer, secret)?;
+    let info = ConnInfo { peer };
+    let mut body = Vec::new();
+    loop {
+        stream.set_read_timeout(Some(IDLE_POLL)).map_err(|e| e.to_string())?;
+        let header = match read_header(&mut stream) {
+            Ok(h) => h,
+            Err(ReadError::Idle) if !shutdown.load(Ordering::Relaxed) => continue,
+            Err(ReadError::Idle) | Err(ReadError::Closed) => return Ok(()),
+            Err(ReadError::Frame(f)) => return Err(refuse(&mut stream, peer, 0, None, &f)),
+            Err(e) => return Err(e.to_string()),
+        };
+        stream.set_read_timeout(Some(PEER_TIMEOUT)).map_err(|e| e.to_string())?;
+        let (env, data) = match read_request(&mut stream, &header, &mut body) {
+            Ok(x) => x,
+            Err(ReadError::Frame(f)) => {
+                let op = Opcode::from_u16(header.opcode);
+                return Err(refuse(&mut stream, peer, header.request_id, op, &f));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let opcode = env.req.opcode();
+        let reply = match env.req.validate(header.data_len) {
+            Err(e) => Reply::err(e),
+            Ok(()) if matches!(env.req, Request::Hello { .. } | Request::Auth { .. }) => {
+                Reply::err(WireError::new(
+                    ErrorCode::UnexpectedMessage,
+                    "already authenticated",
+                ))
+            }
+            Ok(()) => service.handle(&info, env, data),
+        };
+        send_reply(&mut stream, header.request_id, opcode, reply).map_err(|e| e.to_string())?;
+    }
+}
+
+fn read_request(
+    stream: &mut TcpStream,
+    header: &Header,
+    body: &mut Vec<u8>,
+) -> Result<(Envelope, Vec<u8>), ReadError> {
+    body.resize(header.body_len as usize, 0);
+    read_exact(stream, body)?;
+    let env = match decode_request(header, body) {
+        Ok(env) => env,
+        Err(f) => {
+            // Consume the bulk data so the error response is read in order by the peer.
+            skip(stream, header.data_len as u64)?;
+            return Err(ReadError::Frame(f));
+        }
+    };
+    let mut data = vec![0u8; header.data_len as usize];
+    read_exact(stream, &mut data)?;
+    Ok((env, data))
+}
+
+fn send_reply(
+    stream: &mut TcpStream,
+    request_id: u64,
+    opcode: Opcode,
+    reply: Reply,
+) -> std::io::Result<()> {
+    let (result, data) = match reply.result {
+        Ok(r) => (Ok(r), reply.data),
+        Err(e) => (Err(e), Payload::None),
+    };
+    let frame = encode_response(request_id, opcode, &result, data.as_slice().len() as u32);
+    write_all_parts(stream, &[&frame, data.as_slice()])
+}
+
+/// Answers a bad frame with an error naming the reason and logs it; returns the reason
+/// the connection ends.
+fn refuse(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    request_id: u64,
+    opcode: Option<Opcode>,
+    f: &FrameError,
+) -> String {
+    tracing::warn!("bad frame from {peer}: {f} (reason {}); closing", f.number());
+    let err = WireError::new(f.code(), format!("bad frame: {f}"));
+    let frame = encode_response(request_id, opcode.unwrap_or(Opcode::Ping), &Err(err), 0);
+    let _ = write_all_parts(stream, &[&frame]);
+    format!("bad frame: {f}")
+}
+
+fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Result<(), String> {
+    let mut body = Vec::new();
+    let (h, env, _) = read_one(stream, &mut body).map_err(|e| {
+        tracing::warn!("connection from {peer}: no valid Hello: {e}");
+        e
+    })?;
+    let Request::Hello { nonce: nonce_c } = env.req else {
+        return refuse_auth(stream, peer, h.request_id, env.req.opcode(), "first message was not Hello");
+    };
+    let nonce_s = random_nonce();
+    let proof = secret.server_proof(&nonce_c, &nonce_s);
+    let challenge = Reply::ok(Response::Challenge {
+        nonce: nonce_s,
+        proof,
+    });
+    send_reply(stream, h.request_id, Opcode::Hello, challenge).map_err(|e| e.to_string())?;
+    let (h, env, _) = read_one(stream, &mut body)?;
+    let Request::Auth { proof } = env.req else {
+        return refuse_auth(stream, peer, h.request_id, env.req.opcode(), "second message was not Auth");
+    };
+    if !proofs_equal(&proof, &secret.client_proof(&nonce_s, &nonce_c)) {
+        return refuse_auth(
+            stream,
+            peer,
+            h.request_id,
+            Opcode::Auth,
+            "wrong cluster secret",
+        );
+    }
+    send_reply(stream, h.request_id, Opcode::Auth, Reply::ok(Response::Done))
+        .map_err(|e| e.to_string())
+}
+
+fn read_one(
+    stream: &mut TcpStream,
+    body: &mut Vec<u8>,
+) -> Result<(Header, Envelope, Vec<u8>), String> {
+    let h = read_header(stream).map_err(|e| e.to_string())?;
+    let (env, data) = match read_request(stream, &h, body) {
+        Ok(x) => x,
+        Err(ReadError::Frame(f)) => {
+            let peer = stream.peer_addr().map_err(|e| e.to_string())?;
+            return Err(refuse(stream, peer, h.request_id, Opcode::from_u16(h.opcode), &f));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    Ok((h, env, data))
+}
+
+fn refuse_auth(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    request_id: u64,
+    opcode: Opcode,
+    why: &str,
+) -> Result<(), String> {
+    tracing::warn!("authentication of {peer} failed: {why}");
+    let err = WireError::new(ErrorCode::AuthFailed, format!("authentication failed: {why}"));
+    let _ = send_reply(stream, request_id, opcode, Reply::err(err));
+    Err(format!("authentication failed: {why}"))
+}

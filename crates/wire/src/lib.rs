@@ -1,0 +1,125 @@
+//! The stripefs wire protocol, with no I/O in it.
+//!
+//! Every message is a *frame*: a fixed 40-byte little-endian [`Header`], then a body of
+//! `body_len` bytes (a [`Request`] or [`Response`] encoded with fixed-width little-endian
+//! bincode), then `data_len` bytes of bulk data. Bulk data follows the body so that a
+//! server can send file bytes straight from disk (sendfile) and a receiver can read them
+//! straight into place. The header carries a CRC32C of itself and of the body; bulk data
+//! is covered by per-block CRC32Cs carried in the body (see [`BLOCK_BYTES`]), which the
+//! data server stores at write time so that integrity is end-to-end.
+//!
+//! Fault model: every byte that arrives from the network is untrusted. [`Header::decode`]
+//! and [`Header::validate`] return the reason a frame is bad; [`decode_body`] bounds every
+//! allocation by the frame limits. Nothing here panics on bad input.
+
+mod error;
+mod header;
+mod msg;
+
+pub use error::{ErrorCode, WireError};
+pub use header::{FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, VERSION};
+pub use msg::*;
+
+/// Largest encoded body (requests and responses without bulk data), in bytes.
+pub const MAX_BODY_BYTES: u32 = 4 << 20;
+/// Largest bulk data payload of one frame, in bytes.
+pub const MAX_DATA_BYTES: u32 = 16 << 20;
+/// Data integrity block: one CRC32C per block of this many bytes of an object.
+pub const BLOCK_BYTES: u32 = 4096;
+/// Longest name of a directory entry, in bytes (as POSIX NAME_MAX).
+pub const MAX_NAME_BYTES: usize = 255;
+/// Longest path or symlink target, in bytes (as POSIX PATH_MAX - 1).
+pub const MAX_PATH_BYTES: usize = 4095;
+/// Most entries returned by one ReadDir.
+pub const MAX_READDIR_ENTRIES: u32 = 4096;
+
+/// CRC32C of `bytes`, the checksum used everywhere in stripefs.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc32c::crc32c(bytes)
+}
+
+/// The per-block CRC list of `data`, which starts at a block boundary. A short last block
+/// is checksummed as if padded with zeros to a full block, the form in which the data
+/// server stores it.
+pub fn block_crcs(data: &[u8]) -> Vec<u32> {
+    data.chunks(BLOCK_BYTES as usize).map(padded_block_crc).collect()
+}
+
+/// CRC32C of one block, zero-padded to [`BLOCK_BYTES`].
+pub fn padded_block_crc(block: &[u8]) -> u32 {
+    assert!(block.len() <= BLOCK_BYTES as usize);
+    let crc = crc32c::crc32c(block);
+    let pad = BLOCK_BYTES as usize - block.len();
+    if pad == 0 {
+        crc
+    } else {
+        crc32c::crc32c_append(crc, &ZERO_BLOCK[..pad])
+    }
+}
+
+static ZERO_BLOCK: [u8; BLOCK_BYTES as usize] = [0; BLOCK_BYTES as usize];
+
+/// Checks a file or directory name: non-empty, not `.` or `..`, no `/` or NUL, at most
+/// [`MAX_NAME_BYTES`]. Returns the reason it is bad.
+pub fn validate_name(name: &str) -> Result<(), WireError> {
+    if name.is_empty() {
+        return Err(WireError::new(ErrorCode::InvalidArgument, "empty name"));
+    }
+    if name == "." || name == ".." {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!("name {name:?} is reserved"),
+        ));
+    }
+    if name.contains('/') {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!("name {name:?} contains '/'"),
+        ));
+    }
+    if name.contains('\0') {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            "name contains a NUL byte",
+        ));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(WireError::new(
+            ErrorCode::NameTooLong,
+            format!("name is {} bytes, the limit is {MAX_NAME_BYTES}", name.len()),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(validate_name("a").is_ok());
+        assert!(validate_name(&"x".repeat(255)).is_ok());
+        assert_eq!(
+            validate_name(&"x".repeat(256)).unwrap_err().code,
+            ErrorCode::NameTooLong
+        );
+        for bad in ["", ".", "..", "a/b", "a\0b", "/"] {
+            assert_eq!(
+                validate_name(bad).unwrap_err().code,
+                ErrorCode::InvalidArgument,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn padded_crc_equals_crc_of_padded_block() {
+        let mut full = vec![0u8; BLOCK_BYTES as usize];
+        full[..5].copy_from_slice(b"hello");
+        assert_eq!(padded_block_crc(b"hello"), crc32c(&full));
+        assert_eq!(block_crcs(&full), vec![crc32c(&full)]);
+        assert_eq!(block_crcs(&[]), Vec::<u32>::new());
+        assert_eq!(block_crcs(&vec![1u8; 4097]).len(), 2);
+    }
+}

@@ -1,0 +1,639 @@
+//! Messages: one enum variant per operation, numbered by the `requests!` table below.
+//! Adding an operation means adding one line to that table (and a handler and a test on
+//! the server side); the opcode, its name and the dispatch match all derive from it.
+
+use crate::{ErrorCode, FrameError, Header, WireError, BLOCK_BYTES, FLAG_RESPONSE, VERSION};
+use crate::{MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_PATH_BYTES, MAX_READDIR_ENTRIES};
+use bincode::Options;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+/// An inode number. The root directory is [`InodeId::ROOT`]; 0 is never used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct InodeId(pub u64);
+
+impl InodeId {
+    pub const ROOT: InodeId = InodeId(1);
+}
+
+impl std::fmt::Display for InodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "inode {}", self.0)
+    }
+}
+
+/// A data server's number: its index in the cluster description's list of data servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServerId(pub u32);
+
+/// Who is asking: checked against owner, group and mode bits by the metadata server.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Cred {
+    pub fn root() -> Cred {
+        Cred::default()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FileType {
+    File,
+    Dir,
+    Symlink,
+    Fifo,
+}
+
+/// Where a file's bytes live: striped round-robin in units of `stripe_size_bytes` over
+/// `servers` in this order (the stripe count is `servers.len()`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    pub stripe_size_bytes: u32,
+    pub servers: Vec<ServerId>,
+}
+
+/// A requested layout; unset fields are inherited (directory default, then cluster default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LayoutHint {
+    pub stripe_size_bytes: Option<u32>,
+    /// `Some(0)` means "all data servers".
+    pub stripe_count: Option<u32>,
+}
+
+/// Attributes of an inode. Times are nanoseconds since the Unix epoch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub ino: InodeId,
+    pub ftype: FileType,
+    /// Permission bits (07777), without the file type.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    /// Layout of a regular file.
+    pub layout: Option<Layout>,
+    /// Default layout a directory gives to new files in it.
+    pub dir_layout: LayoutHint,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: InodeId,
+    pub ftype: FileType,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SetTime {
+    Now,
+    AtNs(i64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SetAttrs {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// Only recorded by the metadata server; the client truncates the data objects first.
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetStatus {
+    pub path: String,
+    pub bytes_used: u64,
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    /// Emulated disk rate, bytes per second, if throttled.
+    pub throttle_bytes_s: Option<u64>,
+}
+
+/// Counters a server keeps since it started.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Counters {
+    pub requests: u64,
+    pub errors: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    Meta,
+    Data,
+}
+
+macro_rules! requests {
+    ($($num:literal => $name:ident { $($field:ident : $ty:ty),* $(,)? },)*) => {
+        /// A request. The variant determines the opcode.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub enum Request {
+            $($name { $($field: $ty),* },)*
+        }
+
+        /// Numbered operations. The numbers are part of the protocol: never reuse one.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum Opcode {
+            $($name = $num,)*
+        }
+
+        impl Opcode {
+            pub const ALL: &'static [Opcode] = &[$(Opcode::$name,)*];
+
+            pub fn from_u16(n: u16) -> Option<Opcode> {
+                match n {
+                    $($num => Some(Opcode::$name),)*
+                    _ => None,
+                }
+            }
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Opcode::$name => stringify!($name),)*
+                }
+            }
+        }
+
+        impl Request {
+            pub fn opcode(&self) -> Opcode {
+                match self {
+                    $(Request::$name { .. } => Opcode::$name,)*
+                }
+            }
+        }
+    };
+}
+
+requests! {
+    // Session (1-9).
+    1 => Hello { nonce: [u8; 32] },
+    2 => Auth { proof: [u8; 32] },
+    3 => Ping {},
+    // Metadata server (10-59).
+    10 => Lookup { parent: InodeId, name: String },
+    11 => GetAttr { ino: InodeId },
+    12 => Resolve { path: String, follow: bool },
+    13 => Mkdir { parent: InodeId, name: String, mode: u32 },
+    14 => Create { parent: InodeId, name: String, mode: u32, exclusive: bool, layout: LayoutHint },
+    15 => Mknod { parent: InodeId, name: String, mode: u32, ftype: FileType },
+    16 => Symlink { parent: InodeId, name: String, target: String },
+    17 => Readlink { ino: InodeId },
+    18 => Link { ino: InodeId, parent: InodeId, name: String },
+    19 => Unlink { parent: InodeId, name: String },
+    20 => Rmdir { parent: InodeId, name: String },
+    21 => Rename { src_parent: InodeId, src_name: String, dst_parent: InodeId, dst_name: String, noreplace: bool },
+    22 => SetAttr { ino: InodeId, attrs: SetAttrs },
+    23 => ReadDir { ino: InodeId, after: String, limit: u32 },
+    24 => Open { ino: InodeId, session: u64, read: bool, write: bool },
+    25 => Close { ino: InodeId, session: u64 },
+    26 => ExtendSize { ino: InodeId, size: u64, mtime_ns: i64 },
+    27 => SetLayout { ino: InodeId, hint: LayoutHint },
+    28 => MetaStatus {},
+    29 => Access { ino: InodeId, mask: u32 },
+    // Data server (60-99). Offsets and lengths are in the server's local byte space of
+    // the file (see stripefs-layout); `unit` is the file's stripe size.
+    60 => Write { fid: InodeId, unit: u32, offset: u64, crcs: Vec<u32> },
+    61 => Read { fid: InodeId, unit: u32, offset: u64, len: u32 },
+    62 => Truncate { fid: InodeId, unit: u32, local_size: u64 },
+    63 => Remove { fid: InodeId },
+    64 => Fsync { fid: InodeId },
+    65 => DataStatus {},
+}
+
+/// Responses. The response frame's opcode echoes the request's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// Success with nothing to say.
+    Done,
+    /// Answer to Hello: the server's nonce and its proof of the secret.
+    Challenge { nonce: [u8; 32], proof: [u8; 32] },
+    Pong { role: Role, server_id: Option<ServerId>, version: String },
+    Attr(Attr),
+    Target(String),
+    Entries { entries: Vec<DirEntry>, done: bool },
+    MetaStatus { inodes: u64, files: u64, dirs: u64, open_files: u64, counters: Counters },
+    /// Answer to Read: the stored CRC of each block of the returned data, which follows.
+    ReadData { crcs: Vec<u32> },
+    DataStatus { server_id: ServerId, targets: Vec<TargetStatus>, counters: Counters },
+}
+
+/// What a request body holds: the caller's credentials and the request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub cred: Cred,
+    pub req: Request,
+}
+
+fn codec() -> impl bincode::Options {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_little_endian()
+        .with_limit(MAX_BODY_BYTES as u64)
+        .reject_trailing_bytes()
+}
+
+fn encode_body<T: Serialize>(value: &T) -> Vec<u8> {
+    // Encoding our own in-memory values cannot fail except by exceeding the limit, which
+    // is a programming error (callers bound names, lists and batches).
+    let body = codec().serialize(value).expect("message exceeds MAX_BODY_BYTES");
+    assert!(body.len() <= MAX_BODY_BYTES as usize);
+    body
+}
+
+fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
+    codec()
+        .deserialize(body)
+        .map_err(|e| FrameError::BadBody(e.to_string()))
+}
+
+/// Encodes a request frame's header and body; `data_len` bytes of bulk data follow.
+pub fn encode_request(request_id: u64, env: &Envelope, data_len: u32) -> Vec<u8> {
+    assert!(data_len <= MAX_DATA_BYTES);
+    let body = encode_body(env);
+    let header = Header {
+        version: VERSION,
+        opcode: env.req.opcode() as u16,
+        flags: 0,
+        request_id,
+        status: 0,
+        body_len: body.len() as u32,
+        data_len,
+        body_crc: crate::crc32c(&body),
+    };
+    let mut frame = Vec::with_capacity(crate::HEADER_LEN + body.len());
+    frame.extend_from_slice(&header.encode());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Decodes a request body that arrived under `header`, checking checksum, opcode and the
+/// bulk data length the request implies.
+pub fn decode_request(header: &Header, body: &[u8]) -> Result<Envelope, FrameError> {
+    if header.is_response() {
+        return Err(FrameError::BadFlags(header.flags));
+    }
+    header.check_body(body)?;
+    let env: Envelope = decode_body(body)?;
+    let op = env.req.opcode() as u16;
+    if op != header.opcode {
+        return Err(FrameError::OpcodeMismatch {
+            header: header.opcode,
+            body: op,
+        });
+    }
+    let expected = match &env.req {
+        Request::Write { .. } => header.data_len,
+        _ => 0,
+    };
+    if header.data_len != expected {
+        return Err(FrameError::DataLength {
+            got: header.data_len,
+            expected,
+        });
+    }
+    Ok(env)
+}
+
+/// Encodes a response frame's header and body; `data_len` bytes of bulk data follow.
+pub fn encode_response(
+    request_id: u64,
+    opcode: Opcode,
+    result: &Result<Response, WireError>,
+    data_len: u32,
+) -> Vec<u8> {
+    assert!(data_len <= MAX_DATA_BYTES);
+    let (status, body) = match result {
+        Ok(resp) => (0, encode_body(resp)),
+        Err(err) => {
+            assert!(data_len == 0, "an error response carries no data");
+            // Error messages are bounded so that the frame always fits.
+            let mut e = err.clone();
+            if e.message.len() > 4096 {
+                let mut cut = 4096;
+                while !e.message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                e.message.truncate(cut);
+            }
+            (e.code as u32, encode_body(&e))
+        }
+    };
+    let header = Header {
+        version: VERSION,
+        opcode: opcode as u16,
+        flags: FLAG_RESPONSE,
+        request_id,
+        status,
+        body_len: body.len() as u32,
+        data_len,
+        body_crc: crate::crc32c(&body),
+    };
+    let mut frame = Vec::with_capacity(crate::HEADER_LEN + body.len());
+    frame.extend_from_slice(&header.encode());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Decodes a response body. The outer `Result` is a bad frame (close the connection); the
+/// inner one is the server's answer.
+pub fn decode_response(
+    header: &Header,
+    body: &[u8],
+) -> Result<Result<Response, WireError>, FrameError> {
+    if !header.is_response() {
+        return Err(FrameError::BadFlags(header.flags));
+    }
+    header.check_body(body)?;
+    if header.status != 0 {
+        let err: WireError = decode_body(body)?;
+        if err.code as u32 != header.status || header.data_len != 0 {
+            return Err(FrameError::BadBody(
+                "error body disagrees with header".into(),
+            ));
+        }
+        return Ok(Err(err));
+    }
+    Ok(Ok(decode_body(body)?))
+}
+
+/// Splits `len` bytes starting at local offset `offset` at block boundaries; returns the
+/// length of each piece. Write requests carry one plain CRC32C per piece.
+pub fn pieces(offset: u64, len: usize) -> impl Iterator<Item = usize> {
+    let block = BLOCK_BYTES as u64;
+    let mut pos = offset;
+    let end = offset + len as u64;
+    std::iter::from_fn(move || {
+        if pos >= end {
+            return None;
+        }
+        let next = ((pos / block) + 1) * block;
+        let piece = next.min(end) - pos;
+        pos += piece;
+        Some(piece as usize)
+    })
+}
+
+/// The CRC32C of each block-bounded piece of `data`, written at local offset `offset`.
+pub fn piece_crcs(offset: u64, data: &[u8]) -> Vec<u32> {
+    let mut crcs = Vec::with_capacity(data.len() / BLOCK_BYTES as usize + 2);
+    let mut at = 0;
+    for len in pieces(offset, data.len()) {
+        crcs.push(crate::crc32c(&data[at..at + len]));
+        at += len;
+    }
+    crcs
+}
+
+fn check_path(path: &str) -> Result<(), WireError> {
+    if path.len() > MAX_PATH_BYTES {
+        return Err(WireError::new(
+            ErrorCode::NameTooLong,
+            format!("path is {} bytes, the limit is {MAX_PATH_BYTES}", path.len()),
+        ));
+    }
+    if path.contains('\0') {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            "path contains a NUL byte",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a layout hint: a stripe size that is a positive multiple of [`BLOCK_BYTES`] and
+/// at most [`MAX_DATA_BYTES`].
+pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
+    if let Some(s) = hint.stripe_size_bytes {
+        if s == 0 || s % BLOCK_BYTES != 0 || s > MAX_DATA_BYTES {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "stripe size {s} must be a multiple of {BLOCK_BYTES} between {BLOCK_BYTES} and {MAX_DATA_BYTES}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_unit(unit: u32) -> Result<(), WireError> {
+    validate_hint(&LayoutHint {
+        stripe_size_bytes: Some(unit),
+        stripe_count: None,
+    })
+}
+
+impl Request {
+    /// Semantic checks that need no server state: names, paths, limits, alignment and
+    /// that a write's CRC list matches its data. Returns the reason the request is bad.
+    pub fn validate(&self, data_len: u32) -> Result<(), WireError> {
+        use crate::validate_name as name_ok;
+        match self {
+            Request::Lookup { name, .. } => name_ok(name),
+            Request::Resolve { path, .. } => check_path(path),
+            Request::Mkdir { name, .. }
+            | Request::Mknod { name, .. }
+            | Request::Link { name, .. }
+            | Request::Unlink { name, .. }
+            | Request::Rmdir { name, .. } => name_ok(name),
+            Request::Create { name, layout, .. } => name_ok(name).and(validate_hint(layout)),
+            Request::Symlink { name, target, .. } => {
+                name_ok(name)?;
+                check_path(target)?;
+                if target.is_empty() {
+                    return Err(WireError::new(ErrorCode::NotFound, "empty symlink target"));
+                }
+                Ok(())
+            }
+            Request::Rename {
+                src_name, dst_name, ..
+            } => name_ok(src_name).and(name_ok(dst_name)),
+            Request::ReadDir { after, limit, .. } => {
+                if !after.is_empty() {
+                    name_ok(after)?;
+                }
+                if *limit == 0 || *limit > MAX_READDIR_ENTRIES {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("readdir limit {limit} not in 1..={MAX_READDIR_ENTRIES}"),
+                    ));
+                }
+                Ok(())
+            }
+            Request::SetLayout { hint, .. } => validate_hint(hint),
+            Request::Write {
+                unit, offset, crcs, ..
+            } => {
+                check_unit(*unit)?;
+                let n = pieces(*offset, data_len as usize).count();
+                if crcs.len() != n {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("write of {data_len} bytes has {} checksums, needs {n}", crcs.len()),
+                    ));
+                }
+                offset.checked_add(data_len as u64).map(|_| ()).ok_or_else(|| {
+                    WireError::new(ErrorCode::FileTooBig, "write beyond the largest offset")
+                })
+            }
+            Request::Read {
+                unit, offset, len, ..
+            } => {
+                check_unit(*unit)?;
+                if offset % BLOCK_BYTES as u64 != 0 || len % BLOCK_BYTES != 0 {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("read at {offset} of {len} bytes is not block-aligned"),
+                    ));
+                }
+                if *len > MAX_DATA_BYTES {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("read of {len} bytes exceeds {MAX_DATA_BYTES}"),
+                    ));
+                }
+                offset.checked_add(*len as u64).map(|_| ()).ok_or_else(|| {
+                    WireError::new(ErrorCode::FileTooBig, "read beyond the largest offset")
+                })
+            }
+            Request::Truncate { unit, .. } => check_unit(*unit),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HEADER_LEN;
+
+    fn env(req: Request) -> Envelope {
+        Envelope {
+            cred: Cred {
+                uid: 1000,
+                gid: 100,
+                groups: vec![4, 27],
+            },
+            req,
+        }
+    }
+
+    #[test]
+    fn opcodes_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for &op in Opcode::ALL {
+            assert!(seen.insert(op as u16));
+            assert_eq!(Opcode::from_u16(op as u16), Some(op));
+        }
+    }
+
+    #[test]
+    fn request_round_trip() {
+        let e = env(Request::Create {
+            parent: InodeId::ROOT,
+            name: "f".into(),
+            mode: 0o644,
+            exclusive: true,
+            layout: LayoutHint {
+                stripe_size_bytes: Some(1 << 20),
+                stripe_count: Some(4),
+            },
+        });
+        let frame = encode_request(7, &e, 0);
+        let h = Header::decode(&frame).unwrap();
+        assert_eq!(h.request_id, 7);
+        assert_eq!(decode_request(&h, &frame[HEADER_LEN..]).unwrap(), e);
+    }
+
+    #[test]
+    fn response_round_trip_ok_and_error() {
+        let ok: Result<Response, WireError> = Ok(Response::ReadData { crcs: vec![1, 2] });
+        let frame = encode_response(9, Opcode::Read, &ok, 8192);
+        let h = Header::decode(&frame).unwrap();
+        assert_eq!(h.data_len, 8192);
+        assert_eq!(decode_response(&h, &frame[HEADER_LEN..]).unwrap(), ok);
+
+        let err: Result<Response, WireError> =
+            Err(WireError::new(ErrorCode::NotFound, "no \"x\" in /"));
+        let frame = encode_response(9, Opcode::Lookup, &err, 0);
+        let h = Header::decode(&frame).unwrap();
+        assert_eq!(h.status, ErrorCode::NotFound as u32);
+        assert_eq!(decode_response(&h, &frame[HEADER_LEN..]).unwrap(), err);
+    }
+
+    #[test]
+    fn opcode_mismatch_and_data_length_are_refused() {
+        let frame = encode_request(1, &env(Request::Ping {}), 0);
+        let mut h = Header::decode(&frame).unwrap();
+        h.opcode = Opcode::GetAttr as u16;
+        assert!(matches!(
+            decode_request(&h, &frame[HEADER_LEN..]),
+            Err(FrameError::OpcodeMismatch { .. })
+        ));
+        h.opcode = Opcode::Ping as u16;
+        h.data_len = 5;
+        assert!(matches!(
+            decode_request(&h, &frame[HEADER_LEN..]),
+            Err(FrameError::DataLength { .. })
+        ));
+    }
+
+    #[test]
+    fn huge_length_prefix_does_not_allocate() {
+        // A body claiming a 2^60-byte name must fail fast with a clear reason.
+        let mut body = encode_body(&env(Request::Lookup {
+            parent: InodeId::ROOT,
+            name: "a".into(),
+        }));
+        let name_len_at = body.len() - 1 - 8;
+        body[name_len_at..name_len_at + 8].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        assert!(decode_body::<Envelope>(&body).is_err());
+    }
+
+    #[test]
+    fn pieces_split_at_block_boundaries() {
+        assert_eq!(pieces(0, 0).count(), 0);
+        assert_eq!(pieces(0, 4096).collect::<Vec<_>>(), vec![4096]);
+        assert_eq!(pieces(100, 4096).collect::<Vec<_>>(), vec![3996, 100]);
+        assert_eq!(pieces(4095, 2).collect::<Vec<_>>(), vec![1, 1]);
+        assert_eq!(pieces(8192, 10000).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
+    }
+
+    #[test]
+    fn write_validation() {
+        let data = vec![7u8; 5000];
+        let good = Request::Write {
+            fid: InodeId(5),
+            unit: 65536,
+            offset: 10,
+            crcs: piece_crcs(10, &data),
+        };
+        assert!(good.validate(5000).is_ok());
+        assert!(good.validate(9000).is_err());
+        let bad_unit = Request::Write {
+            fid: InodeId(5),
+            unit: 1000,
+            offset: 0,
+            crcs: vec![],
+        };
+        assert!(bad_unit.validate(0).is_err());
+        let unaligned = Request::Read {
+            fid: InodeId(5),
+            unit: 65536,
+            offset: 1,
+            len: 4096,
+        };
+        assert!(unaligned.validate(0).is_err());
+    }
+}

@@ -222,7 +222,8 @@ pub enum Response {
     Attr(Attr),
     Target(String),
     Entries { entries: Vec<DirEntry>, done: bool },
-    MetaStatus { inodes: u64, files: u64, dirs: u64, open_files: u64, counters: Counters },
+    /// `db_bytes`: size of the metadata store on disk.
+    MetaStatus { inodes: u64, files: u64, dirs: u64, open_files: u64, db_bytes: u64, counters: Counters },
     /// Answer to Read: the stored CRC of each block of the returned data, which follows.
     ReadData { crcs: Vec<u32> },
     DataStatus { server_id: ServerId, targets: Vec<TargetStatus>, counters: Counters },

@@ -1,0 +1,202 @@
+//! `stripefs cluster up|down|status`.
+
+use anyhow::{anyhow, Result};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::Duration;
+use stripefs_rpc::units::{format_size, parse_rate, parse_size};
+use stripefs_rpc::{ClusterConfig, Conn, Defaults};
+use stripefs_wire::{Cred, Request, Response};
+
+#[derive(Subcommand)]
+pub enum ClusterCmd {
+    /// Start a metadata server and N data servers here in the background (or restart the
+    /// stopped cluster in DIR on its existing data), and wait until all serve.
+    Up(UpArgs),
+    /// Stop exactly the server processes of the cluster in DIR.
+    Down {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// List the servers with their health and counters.
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+pub struct UpArgs {
+    /// Directory for configuration, data, logs and pid files.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Number of data servers.
+    #[arg(long, default_value_t = 4)]
+    servers: u32,
+    /// Storage targets (directories, one per emulated disk) per data server.
+    #[arg(long, default_value_t = 1)]
+    targets: u32,
+    /// Emulate a commodity disk: limit each target to RATE (e.g. 25MiB) for reads and writes.
+    #[arg(long, value_parser = parse_rate)]
+    throttle: Option<u64>,
+    /// Default stripe size of new files.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    stripe_size: u64,
+    /// Default stripe count of new files (0 = all data servers).
+    #[arg(long, default_value_t = 0)]
+    stripe_count: u32,
+    /// Address the servers listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Cluster description file.
+    #[arg(long, env = "STRIPEFS_CLUSTER")]
+    cluster: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: ClusterCmd) -> Result<()> {
+    match cmd {
+        ClusterCmd::Up(a) => up(a),
+        ClusterCmd::Down { dir } => down(dir),
+        ClusterCmd::Status(a) => status(a),
+    }
+}
+
+fn up(a: UpArgs) -> Result<()> {
+    if a.stripe_size == 0 || a.stripe_size % 4096 != 0 || a.stripe_size > 16 << 20 {
+        return Err(anyhow!("--stripe-size must be a multiple of 4K up to 16M"));
+    }
+    let opts = stripefs_launch::UpOptions {
+        dir: a.dir,
+        servers: a.servers,
+        targets: a.targets,
+        throttle_bytes_s: a.throttle,
+        defaults: Defaults {
+            stripe_size_bytes: a.stripe_size as u32,
+            stripe_count: a.stripe_count,
+        },
+        host: a.host,
+        exe: crate::exe(),
+    };
+    let up = stripefs_launch::up(&opts)?;
+    let verb = if up.restarted { "restarted" } else { "started" };
+    let data = up.servers.len() - 1;
+    println!(
+        "{verb} stripefs cluster: 1 metadata server, {data} data servers{}",
+        if up.already_running > 0 {
+            format!(" ({} were already running)", up.already_running)
+        } else {
+            String::new()
+        }
+    );
+    println!("  cluster file: {}", up.cluster_file.display());
+    if let Some(first) = up.servers.first() {
+        if let Some(logs) = first.log.parent() {
+            println!("  logs:         {}/{{meta,data0..}}.log", logs.display());
+        }
+    }
+    println!("use it with:  export STRIPEFS_CLUSTER={}", up.cluster_file.display());
+    Ok(())
+}
+
+fn down(dir: PathBuf) -> Result<()> {
+    let d = stripefs_launch::down(&dir)?;
+    if !d.stopped.is_empty() {
+        println!("stopped: {}", d.stopped.join(" "));
+    }
+    if !d.killed.is_empty() {
+        println!("killed after {} s: {}", stripefs_launch::STOP_TIMEOUT.as_secs(), d.killed.join(" "));
+    }
+    if !d.not_running.is_empty() {
+        println!("not running: {}", d.not_running.join(" "));
+    }
+    Ok(())
+}
+
+fn status(a: StatusArgs) -> Result<()> {
+    let cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
+    let timeout = Duration::from_millis(cluster.timeout_ms.min(5000));
+    let mut servers = vec![meta_status(&cluster, timeout)];
+    for d in &cluster.data {
+        servers.push(data_status(&cluster, &d.addr, timeout));
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&json!({ "servers": servers }))?);
+        return Ok(());
+    }
+    println!("{:<5} {:<22} {:<8} {:>12} {:>10} {:>12}", "ROLE", "ADDRESS", "HEALTH", "USED", "REQUESTS", "ERRORS");
+    for s in &servers {
+        let used = s["bytes_used"].as_u64().map(format_size).unwrap_or("-".into());
+        println!(
+            "{:<5} {:<22} {:<8} {:>12} {:>10} {:>12}",
+            s["role"].as_str().unwrap_or("?"),
+            s["addr"].as_str().unwrap_or("?"),
+            if s["healthy"].as_bool() == Some(true) { "ok" } else { "DOWN" },
+            used,
+            s["requests"].as_u64().map(|n| n.to_string()).unwrap_or("-".into()),
+            s["errors"].as_u64().map(|n| n.to_string()).unwrap_or("-".into()),
+        );
+        if let Some(targets) = s["targets"].as_array() {
+            for t in targets {
+                println!(
+                    "        target {:<40} {:>12}",
+                    t["path"].as_str().unwrap_or("?"),
+                    t["bytes_used"].as_u64().map(format_size).unwrap_or_default()
+                );
+            }
+        }
+        if let Some(e) = s["error"].as_str() {
+            println!("        {e}");
+        }
+    }
+    Ok(())
+}
+
+fn call(cluster: &ClusterConfig, addr: &str, timeout: Duration, req: Request) -> Result<Response> {
+    let mut c = Conn::connect(addr, &cluster.secret, timeout)?;
+    Ok(c.call(&Cred::root(), req, &[], &mut [])?.0)
+}
+
+fn meta_status(cluster: &ClusterConfig, timeout: Duration) -> serde_json::Value {
+    let addr = &cluster.meta_addr;
+    match call(cluster, addr, timeout, Request::MetaStatus {}) {
+        Ok(Response::MetaStatus { inodes, files, dirs, open_files, db_bytes, counters }) => json!({
+            "role": "meta", "addr": addr, "healthy": true, "bytes_used": db_bytes,
+            "inodes": inodes, "files": files, "dirs": dirs, "open_files": open_files,
+            "requests": counters.requests, "errors": counters.errors,
+        }),
+        Ok(other) => unhealthy("meta", addr, format!("unexpected answer {other:?}")),
+        Err(e) => unhealthy("meta", addr, format!("{e:#}")),
+    }
+}
+
+fn data_status(cluster: &ClusterConfig, addr: &str, timeout: Duration) -> serde_json::Value {
+    match call(cluster, addr, timeout, Request::DataStatus {}) {
+        Ok(Response::DataStatus { server_id, targets, counters }) => {
+            let used: u64 = targets.iter().map(|t| t.bytes_used).sum();
+            let t: Vec<_> = targets
+                .iter()
+                .map(|t| json!({
+                    "path": t.path, "bytes_used": t.bytes_used, "bytes_total": t.bytes_total,
+                    "bytes_free": t.bytes_free, "throttle_bytes_s": t.throttle_bytes_s,
+                }))
+                .collect();
+            json!({
+                "role": "data", "id": server_id.0, "addr": addr, "healthy": true,
+                "bytes_used": used, "targets": t,
+                "requests": counters.requests, "errors": counters.errors,
+                "bytes_read": counters.bytes_read, "bytes_written": counters.bytes_written,
+            })
+        }
+        Ok(other) => unhealthy("data", addr, format!("unexpected answer {other:?}")),
+        Err(e) => unhealthy("data", addr, format!("{e:#}")),
+    }
+}
+
+fn unhealthy(role: &str, addr: &str, error: String) -> serde_json::Value {
+    json!({ "role": role, "addr": addr, "healthy": false, "bytes_used": null, "error": error })
+}

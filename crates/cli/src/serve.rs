@@ -1,0 +1,83 @@
+//! `stripefs serve meta|data --config FILE`: one server in the foreground.
+
+use anyhow::{anyhow, Result};
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Role {
+    Meta,
+    Data,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Which server to run.
+    role: Role,
+    /// The server's config file (names the cluster file, targets, throttle, database).
+    #[arg(long)]
+    config: PathBuf,
+    /// Append logs to this file instead of standard error.
+    #[arg(long)]
+    log: Option<PathBuf>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    init_logging(a.log.as_ref())?;
+    let cfg = stripefs_rpc::ServerConfig::load(&a.config).map_err(|e| anyhow!(e))?;
+    let shutdown = Arc::new(AtomicBool::new(false));
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
+    let flag = shutdown.clone();
+    std::thread::spawn(move || loop {
+        if STOP.load(Ordering::SeqCst) {
+            tracing::info!("signal received, shutting down");
+            flag.store(true, Ordering::SeqCst);
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    });
+    let r = match a.role {
+        Role::Meta => stripefs_meta::run(&cfg, shutdown),
+        Role::Data => stripefs_data::run(&cfg, shutdown),
+    };
+    match r {
+        Ok(()) => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            Err(anyhow!(e))
+        }
+    }
+}
+
+fn init_logging(log: Option<&PathBuf>) -> Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("STRIPEFS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    match log {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .map_err(|e| anyhow!("cannot open log file {}: {e}", p.display()))?;
+            builder.with_writer(std::sync::Mutex::new(f)).init();
+        }
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}

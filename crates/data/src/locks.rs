@@ -1,0 +1,110 @@
+//! Block-range locks per object, so that a block's data and its stored CRC always change
+//! together, while writers to disjoint blocks of one object run in parallel.
+//!
+//! The table is striped by object over [`LOCK_STRIPES`] mutexes; each stripe holds the
+//! ranges currently locked in its objects. Waiting is on a condition variable per stripe.
+//! Never sleep in the throttle while holding a range.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Number of independent stripes of the lock table.
+pub const LOCK_STRIPES: usize = 64;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Shared,
+    Exclusive,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Held {
+    fid: u64,
+    target: u32,
+    /// Blocks `[start, end)`.
+    start: u64,
+    end: u64,
+    mode: Mode,
+}
+
+impl Held {
+    fn conflicts(&self, other: &Held) -> bool {
+        self.fid == other.fid
+            && self.target == other.target
+            && self.start < other.end
+            && other.start < self.end
+            && (self.mode == Mode::Exclusive || other.mode == Mode::Exclusive)
+    }
+}
+
+struct Stripe {
+    held: Mutex<Vec<Held>>,
+    freed: Condvar,
+}
+
+pub struct RangeLocks {
+    stripes: Vec<Stripe>,
+}
+
+/// A locked block range; unlocks on drop.
+pub struct RangeGuard<'a> {
+    stripe: &'a Stripe,
+    held: Held,
+}
+
+fn lock(m: &Mutex<Vec<Held>>) -> MutexGuard<'_, Vec<Held>> {
+    // The list is only pushed to and removed from; a panicking holder leaves it valid.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RangeLocks {
+    pub fn new() -> RangeLocks {
+        RangeLocks {
+            stripes: (0..LOCK_STRIPES)
+                .map(|_| Stripe {
+                    held: Mutex::new(Vec::new()),
+                    freed: Condvar::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Locks blocks `[start, end)` of object (`fid`, `target`), waiting for conflicting
+    /// holders to finish.
+    pub fn lock(&self, fid: u64, target: u32, start: u64, end: u64, mode: Mode) -> RangeGuard<'_> {
+        assert!(start < end, "empty block range {start}..{end}");
+        let hash = fid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ target as u64;
+        let stripe = &self.stripes[(hash >> 32) as usize % LOCK_STRIPES];
+        let want = Held {
+            fid,
+            target,
+            start,
+            end,
+            mode,
+        };
+        let mut held = lock(&stripe.held);
+        while held.iter().any(|h| h.conflicts(&want)) {
+            held = stripe.freed.wait(held).unwrap_or_else(|p| p.into_inner());
+        }
+        held.push(want);
+        RangeGuard { stripe, held: want }
+    }
+}
+
+impl Default for RangeLocks {
+    fn default() -> RangeLocks {
+        RangeLocks::new()
+    }
+}
+
+impl Drop for RangeGuard<'_> {
+    fn drop(&mut self) {
+        let mut held = lock(&self.stripe.held);
+        let at = held.iter().position(|h| *h == self.held);
+        assert!(at.is_some(), "released a range that was not held");
+        if let Some(i) = at {
+            held.swap_remove(i);
+        }
+        drop(held);
+        self.stripe.freed.notify_all();
+    }
+}

@@ -1,0 +1,153 @@
+//! Where object bytes live: a small trait over object files, so that the server core runs
+//! unchanged on the real file system and on the in-memory, fault-injecting
+//! [`crate::MemStore`] used by tests.
+
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+/// One open object file (data or checksum sidecar), read and written by offset so that
+/// many threads can share it without a seek position.
+pub trait ObjectFile: Send + Sync {
+    /// Reads up to `buf.len()` bytes at `offset`; returns fewer only at end of file.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`, extending the file if needed.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data durable.
+    fn sync_data(&self) -> io::Result<()>;
+}
+
+/// Space on one target.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes allocated to object files (data and sidecars) under the target.
+    pub used: u64,
+    pub total: u64,
+    pub free: u64,
+}
+
+/// A place that holds object files by path.
+pub trait Storage: Send + Sync + 'static {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Opens the file at `path`, creating it if `create`; `None` if it is absent and not
+    /// to be created.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Option<Arc<dyn ObjectFile>>>;
+    /// Deletes the file at `path`; success if it is absent.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Makes the entries of directory `dir` durable (after files were created in it).
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Space used by files under `root` and left on its device.
+    fn usage(&self, root: &Path) -> io::Result<Usage>;
+}
+
+/// The real file system.
+#[derive(Debug, Default)]
+pub struct FsStore;
+
+struct FsFile(std::fs::File);
+
+impl ObjectFile for FsFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.0.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl Storage for FsStore {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn open(&self, path: &Path, create: bool) -> io::Result<Option<Arc<dyn ObjectFile>>> {
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .mode(0o600)
+            .open(path);
+        match opened {
+            Ok(f) => Ok(Some(Arc::new(FsFile(f)))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::File::open(dir)?.sync_all()
+    }
+
+    fn usage(&self, root: &Path) -> io::Result<Usage> {
+        let (total, free) = statvfs(root)?;
+        Ok(Usage {
+            used: allocated_under(root)?,
+            total,
+            free,
+        })
+    }
+}
+
+/// Bytes allocated (st_blocks) to regular files under `dir`, recursively.
+fn allocated_under(dir: &Path) -> io::Result<u64> {
+    let mut sum = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            sum += allocated_under(&entry.path())?;
+        } else if meta.is_file() {
+            sum += meta.blocks() * 512;
+        }
+    }
+    Ok(sum)
+}
+
+fn statvfs(path: &Path) -> io::Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    // SAFETY: `c` is a valid NUL-terminated string and `st` a properly sized out-parameter
+    // that statvfs fully initialises when it returns 0.
+    let st = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        st
+    };
+    let frsize = st.f_frsize as u64;
+    Ok((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+}

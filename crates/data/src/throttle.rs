@@ -1,0 +1,68 @@
+//! Emulated commodity disks: a per-target rate limit on reads and writes.
+//!
+//! Each I/O of `n` bytes reserves the next `n / rate` seconds of the target's time,
+//! starting when the previous reservation ends (or now, if the target is idle), and its
+//! caller sleeps until its reservation ends. Reservations are taken in arrival order
+//! under a mutex, so service is FIFO-fair, and the long-run rate is exact: the only slack
+//! is [`THROTTLE_BURST_BYTES`] of credit an idle target may bank, so that small I/O is not
+//! charged a full round trip of waiting.
+
+use crate::clock::Clock;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Credit an idle target accumulates, in bytes.
+pub const THROTTLE_BURST_BYTES: u64 = 256 << 10;
+
+/// A token bucket kept as virtual time: the instant the target is next free.
+pub struct Throttle {
+    rate_bytes_s: u64,
+    burst: Duration,
+    next_free: Mutex<Duration>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Throttle {
+    pub fn new(rate_bytes_s: u64, clock: Arc<dyn Clock>) -> Throttle {
+        assert!(rate_bytes_s > 0, "a throttle rate must be positive");
+        Throttle {
+            rate_bytes_s,
+            burst: transfer_time(THROTTLE_BURST_BYTES, rate_bytes_s),
+            next_free: Mutex::new(Duration::ZERO),
+            clock,
+        }
+    }
+
+    pub fn rate_bytes_s(&self) -> u64 {
+        self.rate_bytes_s
+    }
+
+    /// Reserves the target for `bytes` and returns when the reservation ends. The caller
+    /// must sleep until then (see [`Throttle::wait`]) without holding any lock.
+    pub fn reserve(&self, bytes: u64) -> Duration {
+        let now = self.clock.now();
+        // A poisoned mutex only means another thread panicked between two plain stores;
+        // the value is still a valid instant.
+        let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
+        let start = (*next).max(now.saturating_sub(self.burst));
+        let end = start + transfer_time(bytes, self.rate_bytes_s);
+        *next = end;
+        end
+    }
+
+    /// Sleeps until `deadline`, typically the latest of several reservations.
+    pub fn wait(&self, deadline: Duration) {
+        self.clock.sleep_until(deadline);
+    }
+
+    /// Reserves and waits.
+    pub fn acquire(&self, bytes: u64) {
+        let end = self.reserve(bytes);
+        self.wait(end);
+    }
+}
+
+fn transfer_time(bytes: u64, rate_bytes_s: u64) -> Duration {
+    let ns = bytes as u128 * 1_000_000_000 / rate_bytes_s as u128;
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,417 @@
+//! The local cluster launcher behind `stripefs cluster up/down`.
+//!
+//! A cluster directory holds everything of one cluster:
+//!
+//! ```text
+//! DIR/cluster.toml           what clients read (mode 0600: it holds the secret)
+//! DIR/layout.toml            how many data servers and targets, the throttle
+//! DIR/meta/server.toml       the metadata server's config; DIR/meta/meta.redb its store
+//! DIR/dataN/server.toml      data server N's config; DIR/dataN/tK its targets
+//! DIR/logs/NAME.log          each server's log
+//! DIR/run/NAME.pid           each running server's process id
+//! ```
+//!
+//! `up` on a directory that already holds a cluster restarts the stopped servers on their
+//! existing data. `down` stops exactly the processes recorded in `run/`, after checking
+//! that each pid still belongs to a stripefs server of this directory.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use stripefs_rpc::{ClusterConfig, Conn, Defaults, Secret};
+use stripefs_wire::{Cred, Request, Response};
+
+/// How long `up` waits for all servers to serve.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long `down` waits after SIGTERM before SIGKILL.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most data servers one `up` starts.
+pub const MAX_SERVERS: u32 = 256;
+/// Most targets per data server.
+pub const MAX_TARGETS: u32 = 64;
+
+/// What `up` is asked for.
+#[derive(Clone, Debug)]
+pub struct UpOptions {
+    pub dir: PathBuf,
+    pub servers: u32,
+    pub targets: u32,
+    pub throttle_bytes_s: Option<u64>,
+    pub defaults: Defaults,
+    /// Address to bind every server to.
+    pub host: String,
+    /// The stripefs executable to start servers with.
+    pub exe: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Shape {
+    servers: u32,
+    targets: u32,
+    throttle_bytes_s: Option<u64>,
+}
+
+/// One server of a local cluster.
+#[derive(Clone, Debug)]
+pub struct ServerProc {
+    pub name: String,
+    pub role: &'static str,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    pub pid_file: PathBuf,
+}
+
+/// The result of `up`.
+pub struct Up {
+    pub cluster_file: PathBuf,
+    pub servers: Vec<ServerProc>,
+    pub restarted: bool,
+    pub already_running: usize,
+}
+
+fn servers_of(dir: &Path, shape: &Shape) -> Vec<ServerProc> {
+    let mut v = vec![server(dir, "meta", "meta")];
+    for i in 0..shape.servers {
+        v.push(server(dir, &format!("data{i}"), "data"));
+    }
+    v
+}
+
+fn server(dir: &Path, name: &str, role: &'static str) -> ServerProc {
+    ServerProc {
+        name: name.to_string(),
+        role,
+        config: dir.join(name).join("server.toml"),
+        log: dir.join("logs").join(format!("{name}.log")),
+        pid_file: dir.join("run").join(format!("{name}.pid")),
+    }
+}
+
+/// Starts a cluster in `opts.dir`, or restarts the one there, and waits until it serves.
+pub fn up(opts: &UpOptions) -> Result<Up> {
+    let dir = absolute(&opts.dir)?;
+    let cluster_file = dir.join("cluster.toml");
+    let restarted = cluster_file.exists();
+    let shape = if restarted {
+        let s = load_shape(&dir)?;
+        if s.servers != opts.servers || s.targets != opts.targets || s.throttle_bytes_s != opts.throttle_bytes_s {
+            eprintln!(
+                "note: {} already holds a cluster of {} data servers x {} targets; restarting it as it was",
+                dir.display(),
+                s.servers,
+                s.targets
+            );
+        }
+        s
+    } else {
+        create(&dir, opts)?
+    };
+    let cluster = ClusterConfig::load(&cluster_file).map_err(|e| anyhow!(e))?;
+    let servers = servers_of(&dir, &shape);
+    let mut started = Vec::new();
+    let mut already_running = 0;
+    for s in &servers {
+        if running_pid(s, &dir).is_some() {
+            already_running += 1;
+            continue;
+        }
+        match spawn(&opts.exe, s) {
+            Ok(pid) => started.push((s.clone(), pid)),
+            Err(e) => {
+                stop_started(&started);
+                return Err(e);
+            }
+        }
+    }
+    if let Err(e) = wait_serving(&cluster, &started) {
+        stop_started(&started);
+        return Err(e);
+    }
+    Ok(Up {
+        cluster_file,
+        servers,
+        restarted,
+        already_running,
+    })
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(p).with_context(|| format!("cannot create {}", p.display()))?;
+    p.canonicalize()
+        .with_context(|| format!("cannot resolve {}", p.display()))
+}
+
+fn load_shape(dir: &Path) -> Result<Shape> {
+    let p = dir.join("layout.toml");
+    let text = std::fs::read_to_string(&p).with_context(|| {
+        format!(
+            "{} has a cluster.toml but no layout.toml: not a cluster made by `stripefs cluster up`",
+            dir.display()
+        )
+    })?;
+    toml::from_str(&text).with_context(|| format!("bad {}", p.display()))
+}
+
+/// Picks free TCP ports on `host` by binding port 0.
+fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let l = std::net::TcpListener::bind((host, 0))
+            .with_context(|| format!("cannot bind a port on {host}"))?;
+        held.push(l);
+    }
+    held.iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
+}
+
+fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
+    if opts.servers == 0 || opts.servers > MAX_SERVERS {
+        bail!("--servers must be between 1 and {MAX_SERVERS}");
+    }
+    if opts.targets == 0 || opts.targets > MAX_TARGETS {
+        bail!("--targets must be between 1 and {MAX_TARGETS}");
+    }
+    let shape = Shape {
+        servers: opts.servers,
+        targets: opts.targets,
+        throttle_bytes_s: opts.throttle_bytes_s,
+    };
+    let ports = free_ports(&opts.host, opts.servers as usize + 1)?;
+    let addr = |p: u16| format!("{}:{p}", opts.host);
+    let cluster = ClusterConfig {
+        secret: Secret::generate(),
+        timeout_ms: stripefs_rpc::DEFAULT_TIMEOUT_MS,
+        meta_addr: addr(ports[0]),
+        data: ports[1..]
+            .iter()
+            .map(|&p| stripefs_rpc::DataServerEntry { addr: addr(p) })
+            .collect(),
+        defaults: opts.defaults,
+    };
+    for sub in ["logs", "run", "meta"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
+    write(&dir.join("meta/server.toml"), "cluster = \"../cluster.toml\"\ndb = \"meta.redb\"\n")?;
+    for i in 0..opts.servers {
+        let d = dir.join(format!("data{i}"));
+        std::fs::create_dir_all(&d)?;
+        let targets: Vec<String> = (0..opts.targets).map(|t| format!("\"t{t}\"")).collect();
+        let mut text = format!(
+            "cluster = \"../cluster.toml\"\nid = {i}\ntargets = [{}]\n",
+            targets.join(", ")
+        );
+        if let Some(r) = opts.throttle_bytes_s {
+            text.push_str(&format!("throttle = \"{r}\"\n"));
+        }
+        write(&d.join("server.toml"), &text)?;
+    }
+    write(&dir.join("layout.toml"), &toml::to_string(&shape)?)?;
+    // Written last: its presence marks a complete cluster directory.
+    cluster
+        .save(&dir.join("cluster.toml"))
+        .with_context(|| format!("cannot write {}/cluster.toml", dir.display()))?;
+    Ok(shape)
+}
+
+fn write(p: &Path, text: &str) -> Result<()> {
+    std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))
+}
+
+fn spawn(exe: &Path, s: &ServerProc) -> Result<u32> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&s.log)
+        .with_context(|| format!("cannot open log {}", s.log.display()))?;
+    let child = Command::new(exe)
+        .arg("serve")
+        .arg(s.role)
+        .arg("--config")
+        .arg(&s.config)
+        .arg("--log")
+        .arg(&s.log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        // Own process group: the server outlives the launcher and ignores its ^C.
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("cannot start {} ({})", s.name, exe.display()))?;
+    // The child runs on in the background; `down` stops it by pid.
+    let pid = child.id();
+    write(&s.pid_file, &format!("{pid}\n"))?;
+    Ok(pid)
+}
+
+/// The pid in `s.pid_file` if that process is alive and is this server.
+fn running_pid(s: &ServerProc, _dir: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(&s.pid_file).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    let ours = cmdline.contains(" serve ") && cmdline.contains(&*s.config.to_string_lossy());
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|st| st.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .unwrap_or(true);
+    (ours && !zombie).then_some(pid)
+}
+
+fn alive(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
+    match stat {
+        Ok(st) => !st.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+fn addr_of(cluster: &ClusterConfig, s: &ServerProc) -> String {
+    match s.name.strip_prefix("data") {
+        Some(i) => cluster.data[i.parse::<usize>().unwrap_or(0)].addr.clone(),
+        None => cluster.meta_addr.clone(),
+    }
+}
+
+fn wait_serving(cluster: &ClusterConfig, started: &[(ServerProc, u32)]) -> Result<()> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    for (s, pid) in started {
+        let addr = addr_of(cluster, s);
+        loop {
+            if ping(cluster, &addr, Duration::from_millis(500)).is_ok() {
+                break;
+            }
+            if !alive(*pid) {
+                bail!(
+                    "{} exited during start-up; its log {} ends with:\n{}",
+                    s.name,
+                    s.log.display(),
+                    tail(&s.log, 15)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{} did not serve on {addr} within {} s; see {}",
+                    s.name,
+                    START_TIMEOUT.as_secs(),
+                    s.log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(())
+}
+
+/// Connects, authenticates and pings one server.
+pub fn ping(cluster: &ClusterConfig, addr: &str, timeout: Duration) -> Result<Response> {
+    let mut c = Conn::connect(addr, &cluster.secret, timeout)?;
+    let (r, _) = c.call(&Cred::root(), Request::Ping {}, &[], &mut [])?;
+    Ok(r)
+}
+
+/// The last `n` lines of a file.
+pub fn tail(p: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn stop_started(started: &[(ServerProc, u32)]) {
+    for (s, pid) in started {
+        stop_pid(*pid, STOP_TIMEOUT);
+        let _ = std::fs::remove_file(&s.pid_file);
+    }
+}
+
+/// SIGTERM, wait, then SIGKILL. Returns whether the process had to be killed.
+fn stop_pid(pid: u32, grace: Duration) -> bool {
+    // SAFETY: kill(2) with a pid we started and checked; no memory is touched.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        reap(pid);
+        if !alive(pid) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    reap(pid);
+    true
+}
+
+/// Collects the exit status of our own child, if it is one, so that it does not linger
+/// as a zombie while the launcher lives on (tests, benchmarks).
+fn reap(pid: u32) {
+    let mut status = 0;
+    // SAFETY: waitpid on a specific pid with WNOHANG; fails harmlessly if not our child.
+    unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+}
+
+/// What `down` did.
+pub struct Down {
+    pub stopped: Vec<String>,
+    pub killed: Vec<String>,
+    pub not_running: Vec<String>,
+}
+
+/// Stops exactly the servers of the cluster in `dir`.
+pub fn down(dir: &Path) -> Result<Down> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("no cluster directory {}", dir.display()))?;
+    let shape = load_shape(&dir)?;
+    let mut out = Down {
+        stopped: vec![],
+        killed: vec![],
+        not_running: vec![],
+    };
+    for s in servers_of(&dir, &shape) {
+        match running_pid(&s, &dir) {
+            Some(pid) => {
+                if stop_pid(pid, STOP_TIMEOUT) {
+                    out.killed.push(s.name.clone());
+                } else {
+                    out.stopped.push(s.name.clone());
+                }
+            }
+            None => out.not_running.push(s.name.clone()),
+        }
+        let _ = std::fs::remove_file(&s.pid_file);
+    }
+    Ok(out)
+}
+
+/// The servers of the cluster in `dir`, with their pids if running.
+pub fn processes(dir: &Path) -> Result<Vec<(ServerProc, Option<u32>)>> {
+    let dir = dir.canonicalize()?;
+    let shape = load_shape(&dir)?;
+    Ok(servers_of(&dir, &shape)
+        .into_iter()
+        .map(|s| {
+            let pid = running_pid(&s, &dir);
+            (s, pid)
+        })
+        .collect())
+}
+
+/// Kills one server with SIGKILL (fault-injection tests). Returns its pid.
+pub fn kill9(dir: &Path, name: &str) -> Result<u32> {
+    let (s, pid) = processes(dir)?
+        .into_iter()
+        .find(|(s, _)| s.name == name)
+        .ok_or_else(|| anyhow!("no server {name} in {}", dir.display()))?;
+    let pid = pid.ok_or_else(|| anyhow!("{name} is not running"))?;
+    // SAFETY: a pid verified to be this cluster's server.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while alive(pid) && Instant::now() < deadline {
+        reap(pid);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(&s.pid_file);
+    Ok(pid)
+}

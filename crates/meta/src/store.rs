@@ -1,0 +1,407 @@
+//! The on-disk schema: redb tables, the inode record and typed access to both.
+//!
+//! Every value read from disk is decoded with bounded allocations and checked; a record
+//! that does not decode is reported as `Internal` naming the inode, never unwrapped.
+//! Storage failures are reported as `Io`; the writer treats `Io` and `Internal` as fatal
+//! for the whole batch (see `writer.rs`), so an operation may fail half-way through its
+//! writes only with one of those two codes.
+
+use bincode::Options;
+use redb::{
+    ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
+    WriteTransaction,
+};
+use serde::{Deserialize, Serialize};
+use stripefs_wire::{
+    Attr, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, WireError,
+};
+
+/// inode number -> encoded [`Inode`].
+pub const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
+/// (parent inode, name) -> (child inode, file type code).
+pub const DIRENTS: TableDefinition<(u64, &str), (u64, u8)> = TableDefinition::new("dirents");
+/// Named counters, see the `META_*` keys.
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Files whose data objects must be removed: inode number -> encoded [`Layout`].
+pub const PURGE: TableDefinition<u64, &[u8]> = TableDefinition::new("purge");
+/// Inodes with no links left that are kept because a client had them open.
+pub const ORPHANS: TableDefinition<u64, ()> = TableDefinition::new("orphans");
+
+/// Next inode number to hand out; inode numbers are never reused.
+pub const META_NEXT_INO: &str = "next_ino";
+/// Data server where the next new file's stripes start (rotates for an even spread).
+pub const META_NEXT_SERVER: &str = "next_server";
+/// Number of live regular files and of directories, kept for MetaStatus.
+pub const META_FILES: &str = "files";
+pub const META_DIRS: &str = "dirs";
+
+/// Leading byte of an encoded inode record, so that the format can evolve.
+const RECORD_VERSION: u8 = 1;
+/// Largest encoded record we accept from disk (a layout of many servers plus a target).
+const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+/// Everything the server knows about one inode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inode {
+    pub ftype: FileType,
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub layout: Option<Layout>,
+    pub dir_layout: LayoutHint,
+    pub target: Option<String>,
+    /// For directories, the one directory that holds their entry (root: itself); it
+    /// answers `..` and the "into its own subtree" rename check. 0 for other types.
+    pub parent: u64,
+}
+
+impl Inode {
+    pub fn attr(&self, ino: u64) -> Attr {
+        Attr {
+            ino: InodeId(ino),
+            ftype: self.ftype,
+            mode: self.mode,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            size: self.size,
+            atime_ns: self.atime_ns,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            layout: self.layout.clone(),
+            dir_layout: self.dir_layout,
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.ftype == FileType::Dir
+    }
+}
+
+fn codec() -> impl Options {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_little_endian()
+        .with_limit(MAX_RECORD_BYTES)
+        .reject_trailing_bytes()
+}
+
+pub fn encode_inode(inode: &Inode) -> Vec<u8> {
+    let mut out = vec![RECORD_VERSION];
+    // Serializing an in-memory record only fails beyond the size limit, which names and
+    // paths are far below: a failure is a programming error.
+    codec()
+        .serialize_into(&mut out, inode)
+        .expect("inode record exceeds MAX_RECORD_BYTES");
+    out
+}
+
+pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
+    let corrupt = |why: String| {
+        WireError::new(ErrorCode::Internal, format!("inode {ino} record is corrupt: {why}"))
+    };
+    match bytes.split_first() {
+        Some((&RECORD_VERSION, rest)) => codec().deserialize(rest).map_err(|e| corrupt(e.to_string())),
+        Some((v, _)) => Err(corrupt(format!("unknown record version {v}"))),
+        None => Err(corrupt("empty record".into())),
+    }
+}
+
+pub fn encode_layout(layout: &Layout) -> Vec<u8> {
+    codec().serialize(layout).expect("layout exceeds MAX_RECORD_BYTES")
+}
+
+pub fn decode_layout(ino: u64, bytes: &[u8]) -> Result<Layout, WireError> {
+    codec().deserialize(bytes).map_err(|e| {
+        WireError::new(ErrorCode::Internal, format!("purge entry of inode {ino} is corrupt: {e}"))
+    })
+}
+
+pub fn type_code(t: FileType) -> u8 {
+    match t {
+        FileType::File => 0,
+        FileType::Dir => 1,
+        FileType::Symlink => 2,
+        FileType::Fifo => 3,
+    }
+}
+
+pub fn type_from_code(parent: u64, name: &str, code: u8) -> Result<FileType, WireError> {
+    Ok(match code {
+        0 => FileType::File,
+        1 => FileType::Dir,
+        2 => FileType::Symlink,
+        3 => FileType::Fifo,
+        _ => {
+            return Err(WireError::new(
+                ErrorCode::Internal,
+                format!("entry {name:?} in inode {parent} has unknown type code {code}"),
+            ))
+        }
+    })
+}
+
+/// Wraps a storage error with what we were doing.
+pub fn io(what: impl std::fmt::Display, e: impl std::fmt::Display) -> WireError {
+    WireError::new(ErrorCode::Io, format!("metadata store: {what}: {e}"))
+}
+
+/// True for errors after which a write transaction cannot be trusted.
+pub fn is_fatal(e: &WireError) -> bool {
+    matches!(e.code, ErrorCode::Io | ErrorCode::Internal)
+}
+
+/// Read access shared by read and write transactions, so that every lookup rule is
+/// written once.
+pub trait Tables {
+    fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError>;
+    fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError>;
+    /// Up to `limit` entries of `parent` named after `after`, and whether that was all.
+    fn entries(&self, parent: u64, after: &str, limit: usize)
+        -> Result<(Vec<DirEntry>, bool), WireError>;
+    fn counter(&self, key: &str) -> Result<u64, WireError>;
+}
+
+fn get_inode<T: ReadableTable<u64, &'static [u8]>>(
+    t: &T,
+    ino: u64,
+) -> Result<Option<Inode>, WireError> {
+    match t.get(ino).map_err(|e| io(format!("reading inode {ino}"), e))? {
+        Some(v) => Ok(Some(decode_inode(ino, v.value())?)),
+        None => Ok(None),
+    }
+}
+
+fn get_entry<T: ReadableTable<(u64, &'static str), (u64, u8)>>(
+    t: &T,
+    parent: u64,
+    name: &str,
+) -> Result<Option<(u64, FileType)>, WireError> {
+    let got = t
+        .get((parent, name))
+        .map_err(|e| io(format!("looking up {name:?} in inode {parent}"), e))?;
+    match got {
+        Some(v) => {
+            let (child, code) = v.value();
+            Ok(Some((child, type_from_code(parent, name, code)?)))
+        }
+        None => Ok(None),
+    }
+}
+
+fn list_entries<T: ReadableTable<(u64, &'static str), (u64, u8)>>(
+    t: &T,
+    parent: u64,
+    after: &str,
+    limit: usize,
+) -> Result<(Vec<DirEntry>, bool), WireError> {
+    use std::ops::Bound::{Excluded, Unbounded};
+    let what = || format!("listing inode {parent}");
+    // (parent, "") sorts before every real name, and (parent + 1, "") after all of them.
+    let upper = match parent.checked_add(1) {
+        Some(next) => Excluded((next, "")),
+        None => Unbounded,
+    };
+    let range = t
+        .range::<(u64, &str)>((Excluded((parent, after)), upper))
+        .map_err(|e| io(what(), e))?;
+    let mut out = Vec::new();
+    for item in range {
+        let (k, v) = item.map_err(|e| io(what(), e))?;
+        if out.len() == limit {
+            return Ok((out, false));
+        }
+        let (_, name) = k.value();
+        let (child, code) = v.value();
+        out.push(DirEntry {
+            name: name.to_string(),
+            ino: InodeId(child),
+            ftype: type_from_code(parent, name, code)?,
+        });
+    }
+    Ok((out, true))
+}
+
+fn get_counter<T: ReadableTable<&'static str, u64>>(t: &T, key: &str) -> Result<u64, WireError> {
+    let v = t.get(key).map_err(|e| io(format!("reading counter {key}"), e))?;
+    Ok(v.map(|v| v.value()).unwrap_or(0))
+}
+
+/// The tables of a read transaction.
+pub struct Rd {
+    pub inodes: ReadOnlyTable<u64, &'static [u8]>,
+    pub dirents: ReadOnlyTable<(u64, &'static str), (u64, u8)>,
+    pub meta: ReadOnlyTable<&'static str, u64>,
+    pub purge: ReadOnlyTable<u64, &'static [u8]>,
+    pub orphans: ReadOnlyTable<u64, ()>,
+}
+
+impl Rd {
+    pub fn open(txn: &ReadTransaction) -> Result<Rd, WireError> {
+        let e = |e| io("opening tables for reading", e);
+        Ok(Rd {
+            inodes: txn.open_table(INODES).map_err(e)?,
+            dirents: txn.open_table(DIRENTS).map_err(e)?,
+            meta: txn.open_table(META).map_err(e)?,
+            purge: txn.open_table(PURGE).map_err(e)?,
+            orphans: txn.open_table(ORPHANS).map_err(e)?,
+        })
+    }
+
+    pub fn inode_count(&self) -> Result<u64, WireError> {
+        self.inodes.len().map_err(|e| io("counting inodes", e))
+    }
+}
+
+impl Tables for Rd {
+    fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError> {
+        get_inode(&self.inodes, ino)
+    }
+    fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError> {
+        get_entry(&self.dirents, parent, name)
+    }
+    fn entries(
+        &self,
+        parent: u64,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, bool), WireError> {
+        list_entries(&self.dirents, parent, after, limit)
+    }
+    fn counter(&self, key: &str) -> Result<u64, WireError> {
+        get_counter(&self.meta, key)
+    }
+}
+
+/// The tables of a write transaction, opened once per batch.
+pub struct Wr<'t> {
+    pub inodes: Table<'t, u64, &'static [u8]>,
+    pub dirents: Table<'t, (u64, &'static str), (u64, u8)>,
+    pub meta: Table<'t, &'static str, u64>,
+    pub purge: Table<'t, u64, &'static [u8]>,
+    pub orphans: Table<'t, u64, ()>,
+}
+
+impl<'t> Wr<'t> {
+    pub fn open(txn: &'t WriteTransaction) -> Result<Wr<'t>, WireError> {
+        let e = |e| io("opening tables for writing", e);
+        Ok(Wr {
+            inodes: txn.open_table(INODES).map_err(e)?,
+            dirents: txn.open_table(DIRENTS).map_err(e)?,
+            meta: txn.open_table(META).map_err(e)?,
+            purge: txn.open_table(PURGE).map_err(e)?,
+            orphans: txn.open_table(ORPHANS).map_err(e)?,
+        })
+    }
+
+    pub fn put_inode(&mut self, ino: u64, inode: &Inode) -> Result<(), WireError> {
+        assert!(ino != 0, "inode 0 is never used");
+        self.inodes
+            .insert(ino, encode_inode(inode).as_slice())
+            .map_err(|e| io(format!("writing inode {ino}"), e))?;
+        Ok(())
+    }
+
+    pub fn del_inode(&mut self, ino: u64) -> Result<(), WireError> {
+        assert!(ino != InodeId::ROOT.0, "the root directory is never deleted");
+        self.inodes
+            .remove(ino)
+            .map_err(|e| io(format!("deleting inode {ino}"), e))?;
+        Ok(())
+    }
+
+    pub fn put_entry(
+        &mut self,
+        parent: u64,
+        name: &str,
+        child: u64,
+        t: FileType,
+    ) -> Result<(), WireError> {
+        self.dirents
+            .insert((parent, name), (child, type_code(t)))
+            .map_err(|e| io(format!("adding {name:?} to inode {parent}"), e))?;
+        Ok(())
+    }
+
+    pub fn del_entry(&mut self, parent: u64, name: &str) -> Result<(), WireError> {
+        self.dirents
+            .remove((parent, name))
+            .map_err(|e| io(format!("removing {name:?} from inode {parent}"), e))?;
+        Ok(())
+    }
+
+    pub fn set_counter(&mut self, key: &str, v: u64) -> Result<(), WireError> {
+        self.meta
+            .insert(key, v)
+            .map_err(|e| io(format!("writing counter {key}"), e))?;
+        Ok(())
+    }
+
+    /// Adds `delta` to a counter; counters never go below zero.
+    pub fn bump(&mut self, key: &str, delta: i64) -> Result<(), WireError> {
+        let v = self.counter(key)?;
+        let next = v.checked_add_signed(delta).unwrap_or(0);
+        self.set_counter(key, next)
+    }
+
+    pub fn enqueue_purge(&mut self, ino: u64, layout: &Layout) -> Result<(), WireError> {
+        self.purge
+            .insert(ino, encode_layout(layout).as_slice())
+            .map_err(|e| io(format!("queueing inode {ino} for purge"), e))?;
+        Ok(())
+    }
+
+    pub fn set_orphan(&mut self, ino: u64, orphan: bool) -> Result<(), WireError> {
+        let r = if orphan {
+            self.orphans.insert(ino, ()).map(|_| ())
+        } else {
+            self.orphans.remove(ino).map(|_| ())
+        };
+        r.map_err(|e| io(format!("updating orphan mark of inode {ino}"), e))
+    }
+}
+
+impl Tables for Wr<'_> {
+    fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError> {
+        get_inode(&self.inodes, ino)
+    }
+    fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError> {
+        get_entry(&self.dirents, parent, name)
+    }
+    fn entries(
+        &self,
+        parent: u64,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, bool), WireError> {
+        list_entries(&self.dirents, parent, after, limit)
+    }
+    fn counter(&self, key: &str) -> Result<u64, WireError> {
+        get_counter(&self.meta, key)
+    }
+}
+
+/// The inode `ino`, or `StaleHandle` naming it (inode numbers come from clients that
+/// may hold them after the inode was removed).
+pub fn need<T: Tables>(t: &T, ino: u64) -> Result<Inode, WireError> {
+    t.inode(ino)?.ok_or_else(|| {
+        WireError::new(ErrorCode::StaleHandle, format!("inode {ino} does not exist"))
+    })
+}
+
+/// The directory `ino`, or `StaleHandle` / `NotDir`.
+pub fn need_dir<T: Tables>(t: &T, ino: u64) -> Result<Inode, WireError> {
+    let inode = need(t, ino)?;
+    if !inode.is_dir() {
+        return Err(WireError::new(
+            ErrorCode::NotDir,
+            format!("inode {ino} is not a directory"),
+        ));
+    }
+    Ok(inode)
+}

@@ -1,1 +1,76 @@
+//! The stripefs data server: it stores this server's share of each file (a contiguous
+//! *local* byte space per file, see stripefs-layout) striped RAID-0 style over its
+//! storage targets, in units of the file's stripe size. Each target keeps one object file
+//! per file (created on first write) and a checksum sidecar with a CRC32C per 4096-byte
+//! block, recorded at write time and returned with every read, so that integrity is
+//! end-to-end and the server never needs to look at the bytes it sends.
+//!
+//! Invariants: a written block's stored CRC matches its bytes whenever no range lock
+//! covers it (data and CRC change under one block-range lock); a hole reads as zeros
+//! with the CRC of a zero block; the stripe mapping is the pure one of stripefs-layout.
+//!
+//! Fault model: request data is verified against the client's CRCs before anything is
+//! written (corruption in transit is refused); a partial-block write verifies the block
+//! it merges into, so corruption on disk is never blessed with a fresh CRC; torn writes
+//! after a crash show up as checksum mismatches or as old holes, never as silently wrong
+//! bytes. A disk error fails only the request that met it, with a numbered code
+//! (Io, NoSpace, Checksum) and a message naming server, file and target. Optional
+//! per-target throttles emulate slow commodity disks. Storage and time are traits, with
+//! in-memory and virtual implementations for tests.
 
+mod cache;
+mod clock;
+mod locks;
+mod memstore;
+mod object;
+mod service;
+mod store;
+mod throttle;
+
+#[cfg(test)]
+mod tests;
+
+pub use cache::MAX_OPEN_OBJECTS;
+pub use clock::{Clock, SystemClock, VirtualClock};
+pub use locks::LOCK_STRIPES;
+pub use memstore::{MemStore, SECTOR_BYTES};
+pub use service::DataService;
+pub use store::{FsStore, ObjectFile, Storage, Usage};
+pub use throttle::{Throttle, THROTTLE_BURST_BYTES};
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use stripefs_wire::{Role, ServerId};
+
+/// Binds `cfg.listen_addr(Role::Data)`, opens `cfg.targets` with `cfg.throttle_bytes_s`
+/// and serves until `shutdown` is set.
+pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Result<(), String> {
+    let id = cfg.data_id()?;
+    let addr = cfg.listen_addr(Role::Data)?;
+    let service = DataService::open(ServerId(id), &cfg.targets, cfg.throttle_bytes_s)?;
+    raise_open_file_limit();
+    let listener = std::net::TcpListener::bind(&addr)
+        .map_err(|e| format!("data server {id}: cannot listen on {addr}: {e}"))?;
+    let targets: Vec<String> = cfg.targets.iter().map(|t| t.display().to_string()).collect();
+    tracing::info!(
+        "data server {id} listening on {addr}, targets {targets:?}, throttle {:?} bytes/s per target",
+        cfg.throttle_bytes_s
+    );
+    stripefs_rpc::serve(listener, cfg.cluster.secret.clone(), service, shutdown)
+        .map_err(|e| format!("data server {id} on {addr}: {e}"))
+}
+
+/// Raises the soft limit on open files to the hard limit: the server keeps up to
+/// 2 * MAX_OPEN_OBJECTS object descriptors plus one per connection.
+fn raise_open_file_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed to them.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                tracing::warn!("cannot raise the open file limit: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
+}

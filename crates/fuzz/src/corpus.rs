@@ -287,6 +287,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             files: rng.gen(),
             dirs: rng.gen(),
             open_files: rng.gen(),
+            db_bytes: rng.gen(),
             counters: counters(rng),
         },
         Opcode::Read => {

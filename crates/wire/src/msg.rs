@@ -373,12 +373,14 @@ pub fn decode_response(
 pub fn pieces(offset: u64, len: usize) -> impl Iterator<Item = usize> {
     let block = BLOCK_BYTES as u64;
     let mut pos = offset;
-    let end = offset + len as u64;
+    // Saturating: offsets come from the network, and a range running past u64::MAX must
+    // not panic here (Request::validate refuses it with FileTooBig).
+    let end = offset.saturating_add(len as u64);
     std::iter::from_fn(move || {
         if pos >= end {
             return None;
         }
-        let next = ((pos / block) + 1) * block;
+        let next = (pos / block + 1).saturating_mul(block);
         let piece = next.min(end) - pos;
         pos += piece;
         Some(piece as usize)
@@ -477,6 +479,12 @@ impl Request {
                 unit, offset, crcs, ..
             } => {
                 check_unit(*unit)?;
+                if offset.checked_add(data_len as u64).is_none() {
+                    return Err(WireError::new(
+                        ErrorCode::FileTooBig,
+                        "write beyond the largest offset",
+                    ));
+                }
                 let n = pieces(*offset, data_len as usize).count();
                 if crcs.len() != n {
                     return Err(WireError::new(
@@ -484,9 +492,7 @@ impl Request {
                         format!("write of {data_len} bytes has {} checksums, needs {n}", crcs.len()),
                     ));
                 }
-                offset.checked_add(data_len as u64).map(|_| ()).ok_or_else(|| {
-                    WireError::new(ErrorCode::FileTooBig, "write beyond the largest offset")
-                })
+                Ok(())
             }
             Request::Read {
                 unit, offset, len, ..

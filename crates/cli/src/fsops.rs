@@ -1,0 +1,508 @@
+//! File commands: put, get, ls, stat, mkdir, rm, mv, setstripe, getstripe.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use stripefs_client::{Client, OpenOptions};
+use stripefs_rpc::units::{format_size, parse_size};
+use stripefs_rpc::ClusterConfig;
+use stripefs_wire::{Attr, ErrorCode, FileType, LayoutHint};
+
+/// Bytes moved per call by put and get; several stripes, so that all servers work at once.
+const COPY_CHUNK_BYTES: usize = 8 << 20;
+
+#[derive(Args)]
+pub struct ClusterArg {
+    /// Cluster description file (default: $STRIPEFS_CLUSTER).
+    #[arg(long, env = "STRIPEFS_CLUSTER", global = true)]
+    cluster: Option<PathBuf>,
+}
+
+impl ClusterArg {
+    fn connect(&self) -> Result<Client> {
+        let path = self.cluster.as_ref().ok_or_else(|| {
+            anyhow!("no cluster given: pass --cluster FILE or set STRIPEFS_CLUSTER (cluster up prints it)")
+        })?;
+        let cfg = ClusterConfig::load(path).map_err(|e| anyhow!(e))?;
+        Ok(Client::connect(&cfg)?)
+    }
+}
+
+#[derive(Args)]
+pub struct PathArgs {
+    /// Path in stripefs (absolute).
+    path: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+#[derive(Args)]
+pub struct PutArgs {
+    /// Local file to copy.
+    local: PathBuf,
+    /// Destination path in stripefs (a directory keeps the local name).
+    path: String,
+    /// Stripe size of the new file (e.g. 1M).
+    #[arg(long, value_parser = parse_size)]
+    stripe_size: Option<u64>,
+    /// Stripe count of the new file (0 = all data servers).
+    #[arg(long)]
+    stripe_count: Option<u32>,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    /// Path in stripefs.
+    path: String,
+    /// Local destination file, or - for standard output.
+    local: PathBuf,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    /// Directory (default /).
+    #[arg(default_value = "/")]
+    path: String,
+    /// Long listing: type, mode, links, owner, size, name.
+    #[arg(short, long)]
+    long: bool,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+#[derive(Args)]
+pub struct MkdirArgs {
+    path: String,
+    /// Create missing parents; no error if it exists.
+    #[arg(short, long)]
+    parents: bool,
+    /// Permission bits, octal.
+    #[arg(long, default_value = "755")]
+    mode: String,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+#[derive(Args)]
+pub struct RmArgs {
+    #[arg(required = true)]
+    paths: Vec<String>,
+    /// Remove directories and their contents.
+    #[arg(short, long)]
+    recursive: bool,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+#[derive(Args)]
+pub struct MvArgs {
+    from: String,
+    to: String,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+#[derive(Args)]
+pub struct SetstripeArgs {
+    path: String,
+    /// Stripe size, a multiple of 4K (e.g. 64K, 1M).
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Stripe count (0 = all data servers).
+    #[arg(long)]
+    count: Option<u32>,
+    #[command(flatten)]
+    c: ClusterArg,
+}
+
+fn hint(size: Option<u64>, count: Option<u32>) -> Result<LayoutHint> {
+    let stripe_size_bytes = match size {
+        Some(s) if s == 0 || s % 4096 != 0 || s > 16 << 20 => {
+            bail!("stripe size {s} must be a multiple of 4K between 4K and 16M")
+        }
+        Some(s) => Some(s as u32),
+        None => None,
+    };
+    Ok(LayoutHint {
+        stripe_size_bytes,
+        stripe_count: count,
+    })
+}
+
+fn bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("[{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    pb
+}
+
+fn join(dir: &str, name: &str) -> String {
+    format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+pub fn put(a: PutArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    let mut src = std::fs::File::open(&a.local)
+        .with_context(|| format!("cannot open {}", a.local.display()))?;
+    let len = src.metadata()?.len();
+    let mut dest = a.path.clone();
+    if dest.ends_with('/') || matches!(client.stat(&dest), Ok(attr) if attr.ftype == FileType::Dir) {
+        let name = a
+            .local
+            .file_name()
+            .ok_or_else(|| anyhow!("{} has no file name", a.local.display()))?;
+        dest = join(&dest, &name.to_string_lossy());
+    }
+    let opts = OpenOptions {
+        layout: hint(a.stripe_size, a.stripe_count)?,
+        ..OpenOptions::create_truncate(0o644)
+    };
+    let file = client.open(&dest, &opts).with_context(|| format!("cannot create {dest}"))?;
+    let pb = bar(len);
+    let start = Instant::now();
+    let mut buf = vec![0u8; COPY_CHUNK_BYTES];
+    let mut off = 0u64;
+    loop {
+        let n = read_full(&mut src, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        file.write_at(off, &buf[..n])
+            .with_context(|| format!("writing {dest} at offset {off}"))?;
+        off += n as u64;
+        pb.set_position(off);
+    }
+    file.fsync().with_context(|| format!("syncing {dest}"))?;
+    file.close().with_context(|| format!("closing {dest}"))?;
+    pb.finish_and_clear();
+    report("put", &dest, off, start);
+    Ok(())
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(got)
+}
+
+fn report(verb: &str, path: &str, bytes: u64, start: Instant) {
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "{verb} {path}: {} in {secs:.2} s ({:.0} MiB/s)",
+        format_size(bytes),
+        bytes as f64 / (1u64 << 20) as f64 / secs.max(1e-9)
+    );
+}
+
+pub fn get(a: GetArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    let file = client
+        .open(&a.path, &OpenOptions::read_only())
+        .with_context(|| format!("cannot open {}", a.path))?;
+    let len = file.attr().size;
+    let to_stdout = a.local.as_os_str() == "-";
+    let (mut out, tmp): (Box<dyn Write>, Option<PathBuf>) = if to_stdout {
+        (Box::new(std::io::stdout().lock()), None)
+    } else {
+        // Written beside the destination and renamed into place when complete, so that an
+        // error never leaves a half-written file under the requested name.
+        let tmp = temp_beside(&a.local);
+        let f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        (Box::new(std::io::BufWriter::with_capacity(1 << 20, f)), Some(tmp))
+    };
+    let result = copy_out(&file, len, &mut out, &a.path);
+    let result = result.and_then(|n| {
+        out.flush()?;
+        drop(out);
+        Ok(n)
+    });
+    let _ = file.close();
+    match (result, tmp) {
+        (Ok(_), Some(tmp)) => {
+            std::fs::rename(&tmp, &a.local)
+                .with_context(|| format!("cannot move {} to {}", tmp.display(), a.local.display()))?;
+            Ok(())
+        }
+        (Ok(_), None) => Ok(()),
+        (Err(e), tmp) => {
+            if let Some(t) = tmp {
+                let _ = std::fs::remove_file(t);
+            }
+            Err(e)
+        }
+    }
+}
+
+fn temp_beside(p: &Path) -> PathBuf {
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    p.with_file_name(format!(".{name}.stripefs-partial-{}", std::process::id()))
+}
+
+fn copy_out(file: &stripefs_client::File, len: u64, out: &mut dyn Write, path: &str) -> Result<u64> {
+    let pb = bar(len);
+    let start = Instant::now();
+    let mut buf = vec![0u8; COPY_CHUNK_BYTES];
+    let mut off = 0u64;
+    loop {
+        let n = file
+            .read_at(off, &mut buf)
+            .with_context(|| format!("reading {path} at offset {off}"))?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        off += n as u64;
+        pb.set_position(off);
+    }
+    pb.finish_and_clear();
+    if off != len {
+        bail!("{path}: read {off} bytes but the file is {len} bytes long");
+    }
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "get {path}: {} in {secs:.2} s ({:.0} MiB/s)",
+        format_size(off),
+        off as f64 / (1u64 << 20) as f64 / secs.max(1e-9)
+    );
+    Ok(off)
+}
+
+fn type_char(t: FileType) -> char {
+    match t {
+        FileType::Dir => 'd',
+        FileType::File => '-',
+        FileType::Symlink => 'l',
+        FileType::Fifo => 'p',
+    }
+}
+
+fn mode_string(attr: &Attr) -> String {
+    let mut s = String::new();
+    s.push(type_char(attr.ftype));
+    for shift in [6, 3, 0] {
+        let bits = (attr.mode >> shift) & 7;
+        s.push(if bits & 4 != 0 { 'r' } else { '-' });
+        s.push(if bits & 2 != 0 { 'w' } else { '-' });
+        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+pub fn ls(a: LsArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    let attr = client.stat(&a.path).with_context(|| format!("cannot access {}", a.path))?;
+    if attr.ftype != FileType::Dir {
+        println!("{}", a.path);
+        return Ok(());
+    }
+    let entries = client.readdir(&a.path).with_context(|| format!("cannot list {}", a.path))?;
+    let mut out = std::io::stdout().lock();
+    for e in entries {
+        if a.long {
+            let p = join(&a.path, &e.name);
+            match client.lstat(&p) {
+                Ok(at) => writeln!(
+                    out,
+                    "{} {:>3} {:>5} {:>5} {:>12} {}",
+                    mode_string(&at),
+                    at.nlink,
+                    at.uid,
+                    at.gid,
+                    at.size,
+                    e.name
+                )?,
+                Err(err) => writeln!(out, "?????????? {} ({err})", e.name)?,
+            }
+        } else {
+            writeln!(out, "{}", e.name)?;
+        }
+    }
+    Ok(())
+}
+
+fn attr_json(a: &Attr) -> serde_json::Value {
+    json!({
+        "ino": a.ino.0,
+        "type": format!("{:?}", a.ftype).to_lowercase(),
+        "mode": format!("{:o}", a.mode),
+        "nlink": a.nlink, "uid": a.uid, "gid": a.gid, "size": a.size,
+        "atime_ns": a.atime_ns, "mtime_ns": a.mtime_ns, "ctime_ns": a.ctime_ns,
+        "stripe_size": a.layout.as_ref().map(|l| l.stripe_size_bytes),
+        "stripe_count": a.layout.as_ref().map(|l| l.servers.len()),
+        "servers": a.layout.as_ref().map(|l| l.servers.iter().map(|s| s.0).collect::<Vec<_>>()),
+    })
+}
+
+pub fn stat(a: PathArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    let at = client.lstat(&a.path).with_context(|| format!("cannot stat {}", a.path))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&attr_json(&at))?);
+        return Ok(());
+    }
+    println!("  path: {}", a.path);
+    println!("  type: {:?}   inode: {}   links: {}", at.ftype, at.ino.0, at.nlink);
+    println!("  size: {} ({} bytes)", format_size(at.size), at.size);
+    println!("  mode: {:04o} ({})   uid: {}   gid: {}", at.mode, mode_string(&at), at.uid, at.gid);
+    println!("  mtime: {}   ctime: {}", fmt_time(at.mtime_ns), fmt_time(at.ctime_ns));
+    if let Some(l) = &at.layout {
+        println!("  stripe: {} x {}", format_size(l.stripe_size_bytes as u64), l.servers.len());
+    }
+    Ok(())
+}
+
+fn fmt_time(ns: i64) -> String {
+    format!("{}.{:09}", ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000))
+}
+
+pub fn mkdir(a: MkdirArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    let mode = u32::from_str_radix(&a.mode, 8).map_err(|_| anyhow!("--mode {} is not octal", a.mode))?;
+    if !a.parents {
+        client.mkdir(&a.path, mode).with_context(|| format!("cannot create directory {}", a.path))?;
+        return Ok(());
+    }
+    let mut cur = String::new();
+    for comp in a.path.split('/').filter(|c| !c.is_empty()) {
+        cur = join(&cur, comp);
+        match client.mkdir(&cur, mode) {
+            Ok(_) => {}
+            Err(e) if e.code == ErrorCode::Exists => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot create directory {cur}")),
+        }
+    }
+    Ok(())
+}
+
+pub fn rm(a: RmArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    for p in &a.paths {
+        let at = client.lstat(p).with_context(|| format!("cannot remove {p}"))?;
+        if at.ftype == FileType::Dir {
+            if !a.recursive {
+                bail!("cannot remove {p}: is a directory (use -r)");
+            }
+            remove_tree(&client, p)?;
+        } else {
+            client.unlink(p).with_context(|| format!("cannot remove {p}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_tree(client: &Client, dir: &str) -> Result<()> {
+    for e in client.readdir(dir).with_context(|| format!("cannot list {dir}"))? {
+        let p = join(dir, &e.name);
+        if e.ftype == FileType::Dir {
+            remove_tree(client, &p)?;
+        } else {
+            client.unlink(&p).with_context(|| format!("cannot remove {p}"))?;
+        }
+    }
+    client.rmdir(dir).with_context(|| format!("cannot remove directory {dir}"))?;
+    Ok(())
+}
+
+pub fn mv(a: MvArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    let mut to = a.to.clone();
+    if matches!(client.stat(&to), Ok(at) if at.ftype == FileType::Dir) {
+        let name = a.from.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+        to = join(&to, name);
+    }
+    client
+        .rename(&a.from, &to)
+        .with_context(|| format!("cannot move {} to {to}", a.from))?;
+    Ok(())
+}
+
+pub fn setstripe(a: SetstripeArgs) -> Result<()> {
+    if a.size.is_none() && a.count.is_none() {
+        bail!("give --size and/or --count");
+    }
+    let client = a.c.connect()?;
+    let h = hint(a.size, a.count)?;
+    match client.lstat(&a.path) {
+        Ok(_) => client.set_stripe(&a.path, h).map(|_| ()),
+        Err(e) if e.code == ErrorCode::NotFound => {
+            // Like `lfs setstripe`: a missing path becomes an empty file with that layout.
+            let opts = OpenOptions {
+                layout: h,
+                ..OpenOptions::create_new(0o644)
+            };
+            client.open(&a.path, &opts).and_then(|f| f.close())
+        }
+        Err(e) => Err(e),
+    }
+    .with_context(|| format!("cannot set the striping of {}", a.path))?;
+    Ok(())
+}
+
+pub fn getstripe(a: PathArgs) -> Result<()> {
+    let client = a.c.connect()?;
+    let at = client.stat(&a.path).with_context(|| format!("cannot stat {}", a.path))?;
+    let (size, count, servers) = match (&at.layout, at.ftype) {
+        (Some(l), _) => (
+            Some(l.stripe_size_bytes as u64),
+            Some(l.servers.len() as u32),
+            Some(l.servers.iter().map(|s| s.0).collect::<Vec<_>>()),
+        ),
+        (None, FileType::Dir) => (
+            at.dir_layout.stripe_size_bytes.map(u64::from),
+            at.dir_layout.stripe_count,
+            None,
+        ),
+        _ => (None, None, None),
+    };
+    if a.json {
+        let v = json!({
+            "path": a.path,
+            "type": format!("{:?}", at.ftype).to_lowercase(),
+            "stripe_size": size,
+            "stripe_count": count,
+            "servers": servers,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("{}", a.path);
+    let dflt = if at.ftype == FileType::Dir { " (inherited by new files)" } else { "" };
+    match size {
+        Some(s) => println!("  stripe_size:  {}{dflt}", format_size(s)),
+        None => println!("  stripe_size:  cluster default{dflt}"),
+    }
+    match count {
+        Some(0) => println!("  stripe_count: all data servers{dflt}"),
+        Some(c) => println!("  stripe_count: {c}{dflt}"),
+        None => println!("  stripe_count: cluster default{dflt}"),
+    }
+    if let Some(s) = servers {
+        let list: Vec<String> = s.iter().map(|x| x.to_string()).collect();
+        println!("  servers:      {}", list.join(" "));
+    }
+    Ok(())
+}

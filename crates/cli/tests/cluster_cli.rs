@@ -1,0 +1,116 @@
+//! The core's user-facing promises, checked with real server processes: put/get of a
+//! striped file, balance over servers and targets, status JSON, getstripe, restart on
+//! existing data, and clear errors for bad input.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+#[test]
+fn put_get_balance_status_getstripe_restart() {
+    let c = Cluster::up(4, 2, &[]);
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src.bin");
+    let data = random_bytes(200 << 20);
+    std::fs::write(&src, &data).unwrap();
+    let src_s = src.display().to_string();
+    c.ok(&["put", &src_s, "/big", "--stripe-size", "1M", "--stripe-count", "4"]);
+    let back = work.path().join("back.bin");
+    let back_s = back.display().to_string();
+    c.ok(&["get", "/big", &back_s]);
+    assert!(std::fs::read(&back).unwrap() == data, "get returned different bytes");
+
+    let status: Value = serde_json::from_str(&c.ok(&["cluster", "status", "--json"])).unwrap();
+    let servers = status["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 5);
+    assert!(servers.iter().all(|s| s["healthy"] == true), "{status}");
+    let data_servers: Vec<&Value> = servers.iter().filter(|s| s["role"] == "data").collect();
+    let total: u64 = data_servers.iter().map(|s| s["bytes_used"].as_u64().unwrap()).sum();
+    assert!(total >= 200 << 20, "{total}");
+    for s in &data_servers {
+        let share = s["bytes_used"].as_u64().unwrap() as f64 / total as f64;
+        assert!((share - 0.25).abs() <= 0.02, "server {} holds {share:.3} of the bytes", s["addr"]);
+        let targets = s["targets"].as_array().unwrap();
+        assert_eq!(targets.len(), 2);
+        for t in targets {
+            assert!(t["bytes_used"].as_u64().unwrap() > 20 << 20, "target unused: {t}");
+        }
+    }
+
+    let gs: Value = serde_json::from_str(&c.ok(&["getstripe", "/big", "--json"])).unwrap();
+    assert_eq!(gs["stripe_size"], 1 << 20);
+    assert_eq!(gs["stripe_count"], 4);
+    let human = c.ok(&["getstripe", "/big"]);
+    assert!(human.contains("1 MiB") && human.contains("stripe_count: 4"), "{human}");
+
+    // A stopped cluster restarts on its existing data.
+    c.down();
+    let st = c.run(&["cluster", "status", "--json"]);
+    let v: Value = serde_json::from_slice(&st.stdout).unwrap_or(Value::Null);
+    assert!(v["servers"].as_array().map(|s| s.iter().all(|s| s["healthy"] == false)).unwrap_or(true));
+    c.restart();
+    std::fs::remove_file(&back).unwrap();
+    c.ok(&["get", "/big", &back_s]);
+    assert!(std::fs::read(&back).unwrap() == data, "data changed across a restart");
+}
+
+#[test]
+fn namespace_commands_and_errors() {
+    let c = Cluster::up(2, 1, &[]);
+    c.ok(&["mkdir", "-p", "/a/b/c"]);
+    c.ok(&["setstripe", "/a", "--size", "64K", "--count", "1"]);
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("f");
+    std::fs::write(&src, b"hello stripefs").unwrap();
+    c.ok(&["put", &src.display().to_string(), "/a/"]);
+    let gs: Value = serde_json::from_str(&c.ok(&["getstripe", "/a/f", "--json"])).unwrap();
+    assert_eq!(gs["stripe_size"], 65536, "directory default not inherited: {gs}");
+    assert_eq!(gs["stripe_count"], 1);
+    c.ok(&["mv", "/a/f", "/a/b/g"]);
+    let ls = c.ok(&["ls", "/a/b"]);
+    assert!(ls.contains('g') && ls.contains('c'), "{ls}");
+    let st: Value = serde_json::from_str(&c.ok(&["stat", "/a/b/g", "--json"])).unwrap();
+    assert_eq!(st["size"], 14);
+    let out = c.run(&["rm", "/a"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("is a directory"), "{}", text(&out));
+    c.ok(&["rm", "-r", "/a"]);
+    assert!(!c.ok(&["ls", "/"]).contains('a'));
+
+    // Bad input gets a clear error and a non-zero exit.
+    let bad = c.run(&["stat", "/no/such"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no such file"), "{}", text(&bad));
+    let bad = c.run(&["setstripe", "/x", "--size", "1000"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("multiple of 4K"), "{}", text(&bad));
+    let bad = c.run(&["mkdir", "/a\u{0}b"]);
+    assert!(!bad.status.success());
+    let missing = std::process::Command::new(exe()).args(["ls", "/"]).env_remove("STRIPEFS_CLUSTER").output().unwrap();
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("STRIPEFS_CLUSTER"), "{}", text(&missing));
+}
+
+#[test]
+fn wrong_secret_is_refused_clearly_and_logged() {
+    let c = Cluster::up(1, 1, &[]);
+    let text_cfg = std::fs::read_to_string(c.cluster_file()).unwrap();
+    let secret_line = text_cfg.lines().find(|l| l.starts_with("secret")).unwrap();
+    let wrong = text_cfg.replace(secret_line, &format!("secret = \"{}\"", "ab".repeat(32)));
+    let bad = c.path().join("wrong.toml");
+    std::fs::write(&bad, wrong).unwrap();
+    let out = std::process::Command::new(exe())
+        .args(["ls", "/", "--cluster"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("secret"), "{err}");
+    // The server is still serving the right clients, and said why it refused.
+    c.ok(&["ls", "/"]);
+    let log = std::fs::read_to_string(c.path().join("logs/meta.log")).unwrap();
+    assert!(log.contains("authentication"), "{log}");
+    // The cluster file holds the secret: only its owner may read it.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(c.cluster_file()).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

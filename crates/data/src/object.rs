@@ -1,0 +1,235 @@
+//! One object on one target: its bytes and its checksum sidecar.
+//!
+//! Sidecar format: entry `i` (8 bytes at offset `8 * i`) describes block `i` (bytes
+//! `[4096 * i, 4096 * (i + 1))`) of the object: u32 LE CRC32C of the block zero-padded to
+//! 4096 bytes, then u32 LE flag, 0 = never written (a hole: reads as zeros whatever the
+//! data file holds) and anything else = written. Entries past the sidecar's end are holes.
+//!
+//! Invariant: outside a range lock, every written block's CRC matches its bytes. Data is
+//! written before its sidecar entries, so a torn write shows up as a checksum mismatch
+//! (written blocks) or as the old hole (new blocks), never as silently wrong bytes.
+//! Callers hold the block-range lock of everything these functions touch.
+
+use crate::cache::Object;
+use std::io;
+use std::path::Path;
+use stripefs_wire::{crc32c, ErrorCode, InodeId, ServerId, WireError, BLOCK_BYTES};
+
+pub const BLOCK: u64 = BLOCK_BYTES as u64;
+const BLOCK_USIZE: usize = BLOCK_BYTES as usize;
+/// Bytes of one sidecar entry.
+pub const ENTRY_BYTES: u64 = 8;
+const FLAG_WRITTEN: u32 = 1;
+
+/// Names what an error is about: server, file and target.
+pub struct Ctx<'a> {
+    pub server: ServerId,
+    pub fid: InodeId,
+    pub target: &'a Path,
+}
+
+impl Ctx<'_> {
+    pub fn io(&self, what: &str, e: &io::Error) -> WireError {
+        WireError::io(
+            format!(
+                "data server {}: {} on target {}: {what}",
+                self.server.0,
+                self.fid,
+                self.target.display()
+            ),
+            e,
+        )
+    }
+
+    fn corrupt(&self, block: u64, stored: u32, actual: u32) -> WireError {
+        WireError::new(
+            ErrorCode::Checksum,
+            format!(
+                "data server {}: {} on target {}: stored block at object offset {} fails its \
+                 checksum (stored {stored:08x}, computed {actual:08x})",
+                self.server.0,
+                self.fid,
+                self.target.display(),
+                block * BLOCK
+            ),
+        )
+    }
+}
+
+pub fn encode_entry(crc: u32) -> [u8; ENTRY_BYTES as usize] {
+    let mut e = [0u8; ENTRY_BYTES as usize];
+    e[..4].copy_from_slice(&crc.to_le_bytes());
+    e[4..].copy_from_slice(&FLAG_WRITTEN.to_le_bytes());
+    e
+}
+
+/// The stored CRC of a written block, `None` for a hole.
+pub fn decode_entry(e: &[u8]) -> Option<u32> {
+    let word = |at: usize| u32::from_le_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]]);
+    (word(4) != 0).then(|| word(0))
+}
+
+fn read_entry(obj: &Object, block: u64) -> io::Result<Option<u32>> {
+    let mut e = [0u8; ENTRY_BYTES as usize];
+    let n = obj.crcs.read_at(&mut e, block * ENTRY_BYTES)?;
+    Ok(if n < e.len() { None } else { decode_entry(&e) })
+}
+
+/// A block being read-modify-written: its current content (zeros for a hole), verified.
+struct Partial {
+    block: u64,
+    buf: [u8; BLOCK_USIZE],
+    /// Bytes of the block present in the data file.
+    on_disk: usize,
+    written: bool,
+}
+
+impl Partial {
+    fn load(c: &Ctx, obj: &Object, block: u64) -> Result<Partial, WireError> {
+        let mut buf = [0u8; BLOCK_USIZE];
+        let at = block * BLOCK;
+        let on_disk = obj
+            .data
+            .read_at(&mut buf, at)
+            .map_err(|e| c.io(&format!("reading block at object offset {at}"), &e))?;
+        let stored = read_entry(obj, block)
+            .map_err(|e| c.io(&format!("reading checksum of block at {at}"), &e))?;
+        match stored {
+            Some(crc) => {
+                let actual = crc32c(&buf);
+                if actual != crc {
+                    return Err(c.corrupt(block, crc, actual));
+                }
+            }
+            // A hole reads as zeros whatever a torn write may have left in the file.
+            None => buf.fill(0),
+        }
+        Ok(Partial {
+            block,
+            buf,
+            on_disk,
+            written: stored.is_some(),
+        })
+    }
+
+    /// Puts `bytes` at `at` in the block, writes what changed and returns the new CRC.
+    fn store(&mut self, c: &Ctx, obj: &Object, at: usize, bytes: &[u8]) -> Result<u32, WireError> {
+        let end = at + bytes.len();
+        assert!(end <= BLOCK_USIZE);
+        self.buf[at..end].copy_from_slice(bytes);
+        // A hole's bytes in the file may be garbage from a torn write: overwrite them.
+        let (lo, hi) = if self.written || self.on_disk == 0 {
+            (at, end)
+        } else {
+            (0, end.max(self.on_disk))
+        };
+        let off = self.block * BLOCK + lo as u64;
+        obj.data
+            .write_at(&self.buf[lo..hi], off)
+            .map_err(|e| c.io(&format!("writing {} bytes at object offset {off}", hi - lo), &e))?;
+        Ok(crc32c(&self.buf))
+    }
+}
+
+/// Writes `data` at object offset `off`. `crcs` holds the verified CRC32C of each
+/// block-bounded piece of `data` (so, for whole blocks, the block CRC to store).
+pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Result<(), WireError> {
+    let len = data.len() as u64;
+    assert!(len > 0);
+    let first = off / BLOCK;
+    let nblocks = ((off + len).div_ceil(BLOCK) - first) as usize;
+    assert_eq!(crcs.len(), nblocks, "one checksum per block piece");
+    let head_len = (BLOCK - off % BLOCK).min(len) as usize;
+    let tail_len = ((off + len) % BLOCK) as usize;
+    let head_partial = head_len != BLOCK_USIZE;
+    let tail_partial = nblocks > 1 && tail_len != 0;
+    // Read and verify both partial blocks before anything changes.
+    let mut head = head_partial.then(|| Partial::load(c, obj, first)).transpose()?;
+    let last = first + nblocks as u64 - 1;
+    let mut tail = tail_partial.then(|| Partial::load(c, obj, last)).transpose()?;
+
+    let mut entries = Vec::with_capacity(nblocks * ENTRY_BYTES as usize);
+    crcs.iter().for_each(|crc| entries.extend_from_slice(&encode_entry(*crc)));
+    if let Some(p) = head.as_mut() {
+        let crc = p.store(c, obj, (off % BLOCK) as usize, &data[..head_len])?;
+        entries[..ENTRY_BYTES as usize].copy_from_slice(&encode_entry(crc));
+    }
+    let mid_start = if head_partial { head_len } else { 0 };
+    let mid_end = data.len() - if tail_partial { tail_len } else { 0 };
+    if mid_start < mid_end {
+        let at = off + mid_start as u64;
+        obj.data
+            .write_at(&data[mid_start..mid_end], at)
+            .map_err(|e| c.io(&format!("writing {} bytes at object offset {at}", mid_end - mid_start), &e))?;
+    }
+    if let Some(p) = tail.as_mut() {
+        let crc = p.store(c, obj, 0, &data[data.len() - tail_len..])?;
+        let at = entries.len() - ENTRY_BYTES as usize;
+        entries[at..].copy_from_slice(&encode_entry(crc));
+    }
+    obj.crcs
+        .write_at(&entries, first * ENTRY_BYTES)
+        .map_err(|e| c.io(&format!("writing checksums of blocks {first}..={last}"), &e))
+}
+
+/// Reads the block-aligned range at object offset `off` into `out` (zeroed by the
+/// caller) and the stored CRC of each block into `crcs`. Holes come back as zeros with
+/// `zero_crc`. Nothing is verified here: the client checks the data against the CRCs.
+pub fn read(
+    c: &Ctx,
+    obj: &Object,
+    off: u64,
+    out: &mut [u8],
+    crcs: &mut [u32],
+    zero_crc: u32,
+) -> Result<(), WireError> {
+    assert!(off % BLOCK == 0 && out.len() % BLOCK_USIZE == 0);
+    assert_eq!(crcs.len(), out.len() / BLOCK_USIZE);
+    let mut entries = vec![0u8; crcs.len() * ENTRY_BYTES as usize];
+    let first = off / BLOCK;
+    obj.crcs
+        .read_at(&mut entries, first * ENTRY_BYTES)
+        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
+    obj.data
+        .read_at(out, off)
+        .map_err(|e| c.io(&format!("reading {} bytes at object offset {off}", out.len()), &e))?;
+    let blocks = out.chunks_mut(BLOCK_USIZE).zip(entries.chunks(ENTRY_BYTES as usize));
+    for ((block, entry), crc) in blocks.zip(crcs.iter_mut()) {
+        match decode_entry(entry) {
+            Some(stored) => *crc = stored,
+            None => {
+                block.fill(0);
+                *crc = zero_crc;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sets the object's length to `new_len`, keeping the CRC of a cut last block right.
+pub fn truncate(c: &Ctx, obj: &Object, new_len: u64) -> Result<(), WireError> {
+    let old_len = obj.data.len().map_err(|e| c.io("reading the object length", &e))?;
+    let keep = (new_len % BLOCK) as usize;
+    let block = new_len / BLOCK;
+    let mut cut_crc = None;
+    if new_len < old_len && keep != 0 {
+        let mut p = Partial::load(c, obj, block)?;
+        if p.written {
+            p.buf[keep..].fill(0);
+            cut_crc = Some(crc32c(&p.buf));
+        }
+    }
+    obj.data
+        .set_len(new_len)
+        .map_err(|e| c.io(&format!("truncating to {new_len} bytes"), &e))?;
+    let entries_len = new_len.div_ceil(BLOCK) * ENTRY_BYTES;
+    obj.crcs
+        .set_len(entries_len)
+        .map_err(|e| c.io(&format!("truncating checksums to {entries_len} bytes"), &e))?;
+    if let Some(crc) = cut_crc {
+        obj.crcs
+            .write_at(&encode_entry(crc), block * ENTRY_BYTES)
+            .map_err(|e| c.io(&format!("writing checksum of block {block}"), &e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,398 @@
+//! The data server's request handlers.
+
+use crate::cache::{Key, Object, ObjectCache};
+use crate::clock::{Clock, SystemClock};
+use crate::locks::{Mode, RangeLocks};
+use crate::object::{self, Ctx, BLOCK};
+use crate::store::{FsStore, Storage};
+use crate::throttle::Throttle;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use stripefs_layout::Stripe;
+use stripefs_rpc::{ConnInfo, Payload, Reply, Service};
+use stripefs_wire::{
+    padded_block_crc, pieces, Counters, ErrorCode, InodeId, Request, Response, Role, ServerId,
+    TargetStatus, WireError, BLOCK_BYTES, MAX_DATA_BYTES,
+};
+
+/// Directory under a target that holds the objects, fanned out over 256 subdirectories.
+const OBJECTS_DIR: &str = "objects";
+/// Suffix of an object's checksum sidecar.
+const SIDECAR_SUFFIX: &str = ".crc";
+/// Number of fan-out subdirectories (the low byte of the file id).
+const FANOUT_DIRS: u64 = 256;
+
+struct Target {
+    root: PathBuf,
+    throttle: Option<Throttle>,
+}
+
+impl Target {
+    fn data_path(&self, fid: InodeId) -> PathBuf {
+        self.root
+            .join(OBJECTS_DIR)
+            .join(format!("{:02x}", fid.0 % FANOUT_DIRS))
+            .join(format!("{:016x}", fid.0))
+    }
+}
+
+#[derive(Default)]
+struct Stats {
+    requests: AtomicU64,
+    errors: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+/// A data server: the pieces of files on this server, striped over its targets.
+pub struct DataService {
+    id: ServerId,
+    targets: Vec<Target>,
+    store: Arc<dyn Storage>,
+    clock: Arc<dyn Clock>,
+    cache: ObjectCache,
+    locks: RangeLocks,
+    stats: Stats,
+    /// CRC of a block of zeros: what a hole reads as.
+    zero_crc: u32,
+}
+
+impl DataService {
+    /// Opens a data server on the real file system; creates target directories if missing.
+    pub fn open(
+        id: ServerId,
+        targets: &[PathBuf],
+        throttle_bytes_s: Option<u64>,
+    ) -> Result<Arc<DataService>, String> {
+        let mut canonical: Vec<PathBuf> = Vec::with_capacity(targets.len());
+        for t in targets {
+            std::fs::create_dir_all(t)
+                .map_err(|e| format!("cannot create target directory {}: {e}", t.display()))?;
+            let c = t
+                .canonicalize()
+                .map_err(|e| format!("cannot resolve target directory {}: {e}", t.display()))?;
+            if canonical.contains(&c) {
+                return Err(format!("target {} is listed twice", t.display()));
+            }
+            canonical.push(c);
+        }
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        DataService::with_store(id, targets, throttle_bytes_s, Arc::new(FsStore), clock)
+    }
+
+    /// Opens a data server on any storage and clock (tests use in-memory ones).
+    pub fn with_store(
+        id: ServerId,
+        targets: &[PathBuf],
+        throttle_bytes_s: Option<u64>,
+        store: Arc<dyn Storage>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<DataService>, String> {
+        if targets.is_empty() {
+            return Err(format!("data server {} has no storage targets", id.0));
+        }
+        if throttle_bytes_s == Some(0) {
+            return Err("a throttle rate must be above zero".into());
+        }
+        let mut ts = Vec::with_capacity(targets.len());
+        for root in targets {
+            for sub in 0..FANOUT_DIRS {
+                let dir = root.join(OBJECTS_DIR).join(format!("{sub:02x}"));
+                store.create_dir_all(&dir).map_err(|e| {
+                    format!("cannot create {} on target {}: {e}", dir.display(), root.display())
+                })?;
+            }
+            ts.push(Target {
+                root: root.clone(),
+                throttle: throttle_bytes_s.map(|r| Throttle::new(r, clock.clone())),
+            });
+        }
+        Ok(Arc::new(DataService {
+            id,
+            targets: ts,
+            store,
+            clock,
+            cache: ObjectCache::default(),
+            locks: RangeLocks::new(),
+            stats: Stats::default(),
+            zero_crc: padded_block_crc(&[]),
+        }))
+    }
+
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    /// The data file and sidecar paths of `fid` on target `t`.
+    pub fn object_paths(&self, t: usize, fid: InodeId) -> (PathBuf, PathBuf) {
+        let data = self.targets[t].data_path(fid);
+        let mut crc = data.clone().into_os_string();
+        crc.push(SIDECAR_SUFFIX);
+        (data, crc.into())
+    }
+
+    /// Open object handles currently cached.
+    pub fn open_objects(&self) -> usize {
+        self.cache.len()
+    }
+
+    fn ctx(&self, t: usize, fid: InodeId) -> Ctx<'_> {
+        Ctx {
+            server: self.id,
+            fid,
+            target: &self.targets[t].root,
+        }
+    }
+
+    fn stripe(&self, unit: u32) -> Result<Stripe, WireError> {
+        Stripe::new(unit as u64, self.targets.len() as u32)
+            .map_err(|e| WireError::new(ErrorCode::InvalidArgument, format!("stripe unit {unit}: {e}")))
+    }
+
+    /// The object of `fid` on target `t`, opened (and created, if `create`) on a miss.
+    fn object(&self, t: usize, fid: InodeId, create: bool) -> Result<Option<Arc<Object>>, WireError> {
+        let key: Key = (t as u32, fid.0);
+        let (data_path, crc_path) = self.object_paths(t, fid);
+        self.cache
+            .get_or_open(key, || {
+                let mut created = false;
+                let data = match self.store.open(&data_path, false)? {
+                    Some(f) => f,
+                    None if create => {
+                        created = true;
+                        match self.store.open(&data_path, true)? {
+                            Some(f) => f,
+                            None => return Ok(None),
+                        }
+                    }
+                    None => return Ok(None),
+                };
+                // A crash can leave a data file without its sidecar: all holes then.
+                let Some(crcs) = self.store.open(&crc_path, true)? else {
+                    return Ok(None);
+                };
+                Ok(Some(Object {
+                    data,
+                    crcs,
+                    dir_unsynced: AtomicBool::new(created),
+                }))
+            })
+            .map_err(|e| self.ctx(t, fid).io("opening the object", &e))
+    }
+
+    /// Charges `len` bytes at local `offset` to the targets' throttles and sleeps until
+    /// the latest reservation ends; the targets work in parallel, as disks would.
+    fn throttle(&self, stripe: &Stripe, offset: u64, len: u64) {
+        if len == 0 || self.targets[0].throttle.is_none() {
+            return;
+        }
+        let mut end = Duration::ZERO;
+        for e in stripe.extents(offset, len) {
+            if let Some(th) = &self.targets[e.place as usize].throttle {
+                end = end.max(th.reserve(e.len));
+            }
+        }
+        self.clock.sleep_until(end);
+    }
+
+    fn write(&self, conn: &ConnInfo, fid: InodeId, unit: u32, offset: u64, crcs: &[u32], data: &[u8]) -> Result<Response, WireError> {
+        verify_transit(conn, fid, offset, crcs, data)?;
+        let stripe = self.stripe(unit)?;
+        self.throttle(&stripe, offset, data.len() as u64);
+        let mut next_crc = 0;
+        for p in stripe.split(offset, data.len() as u64) {
+            assert_eq!(p.global % BLOCK, p.local % BLOCK, "units are whole blocks");
+            let t = p.place as usize;
+            let n = pieces(p.local, p.len as usize).count();
+            let at = (p.global - offset) as usize;
+            let bytes = &data[at..at + p.len as usize];
+            let (first, end) = (p.local / BLOCK, (p.local + p.len).div_ceil(BLOCK));
+            let _g = self.locks.lock(fid.0, p.place, first, end, Mode::Exclusive);
+            let obj = self.object(t, fid, true)?.ok_or_else(|| self.vanished(t, fid))?;
+            object::write(&self.ctx(t, fid), &obj, p.local, bytes, &crcs[next_crc..next_crc + n])?;
+            next_crc += n;
+        }
+        assert_eq!(next_crc, crcs.len());
+        self.stats.bytes_written.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(Response::Done)
+    }
+
+    fn vanished(&self, t: usize, fid: InodeId) -> WireError {
+        WireError::new(
+            ErrorCode::Internal,
+            format!("data server {}: {fid} on target {}: object not created", self.id.0, self.targets[t].root.display()),
+        )
+    }
+
+    fn read(&self, fid: InodeId, unit: u32, offset: u64, len: u32) -> Result<(Vec<u32>, Vec<u8>), WireError> {
+        let stripe = self.stripe(unit)?;
+        self.throttle(&stripe, offset, len as u64);
+        let mut out = vec![0u8; len as usize];
+        let mut crcs = vec![self.zero_crc; (len / BLOCK_BYTES) as usize];
+        for p in stripe.split(offset, len as u64) {
+            let t = p.place as usize;
+            let (first, end) = (p.local / BLOCK, (p.local + p.len) / BLOCK);
+            let _g = self.locks.lock(fid.0, p.place, first, end, Mode::Shared);
+            // A missing object reads as zeros, which `out` and `crcs` already hold.
+            let Some(obj) = self.object(t, fid, false)? else {
+                continue;
+            };
+            let at = (p.global - offset) as usize;
+            let dst = &mut out[at..at + p.len as usize];
+            let c = &mut crcs[at / BLOCK_BYTES as usize..(at + p.len as usize) / BLOCK_BYTES as usize];
+            object::read(&self.ctx(t, fid), &obj, p.local, dst, c, self.zero_crc)?;
+        }
+        self.stats.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
+        Ok((crcs, out))
+    }
+
+    fn truncate(&self, fid: InodeId, unit: u32, local_size: u64) -> Result<Response, WireError> {
+        let stripe = self.stripe(unit)?;
+        for t in 0..self.targets.len() {
+            let new_len = stripe.local_size(local_size, t as u32);
+            let _g = self.locks.lock(fid.0, t as u32, new_len / BLOCK, u64::MAX, Mode::Exclusive);
+            // Growing a missing object needs nothing: it reads as zeros anyway.
+            if let Some(obj) = self.object(t, fid, false)? {
+                object::truncate(&self.ctx(t, fid), &obj, new_len)?;
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    fn remove(&self, fid: InodeId) -> Result<Response, WireError> {
+        for t in 0..self.targets.len() {
+            let _g = self.locks.lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
+            // Every user of the handle takes the range lock first, so none is using it.
+            self.cache.evict((t as u32, fid.0));
+            let (data, crc) = self.object_paths(t, fid);
+            for p in [&data, &crc] {
+                self.store
+                    .remove(p)
+                    .map_err(|e| self.ctx(t, fid).io(&format!("removing {}", p.display()), &e))?;
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    fn fsync(&self, fid: InodeId) -> Result<Response, WireError> {
+        for t in 0..self.targets.len() {
+            let Some(obj) = self.object(t, fid, false)? else {
+                continue;
+            };
+            let c = self.ctx(t, fid);
+            obj.data.sync_data().map_err(|e| c.io("syncing data", &e))?;
+            obj.crcs.sync_data().map_err(|e| c.io("syncing checksums", &e))?;
+            if obj.dir_unsynced.swap(false, Ordering::SeqCst) {
+                let (data, _) = self.object_paths(t, fid);
+                let dir = data.parent().unwrap_or(Path::new("/"));
+                if let Err(e) = self.store.sync_dir(dir) {
+                    obj.dir_unsynced.store(true, Ordering::SeqCst);
+                    return Err(c.io(&format!("syncing directory {}", dir.display()), &e));
+                }
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    fn status(&self) -> Result<Response, WireError> {
+        let mut targets = Vec::with_capacity(self.targets.len());
+        for t in &self.targets {
+            let u = self.store.usage(&t.root).map_err(|e| {
+                WireError::io(format!("data server {}: usage of target {}", self.id.0, t.root.display()), &e)
+            })?;
+            targets.push(TargetStatus {
+                path: t.root.display().to_string(),
+                bytes_used: u.used,
+                bytes_total: u.total,
+                bytes_free: u.free,
+                throttle_bytes_s: t.throttle.as_ref().map(|th| th.rate_bytes_s()),
+            });
+        }
+        let s = &self.stats;
+        let counters = Counters {
+            requests: s.requests.load(Ordering::Relaxed),
+            errors: s.errors.load(Ordering::Relaxed),
+            bytes_read: s.bytes_read.load(Ordering::Relaxed),
+            bytes_written: s.bytes_written.load(Ordering::Relaxed),
+        };
+        Ok(Response::DataStatus {
+            server_id: self.id,
+            targets,
+            counters,
+        })
+    }
+
+    fn dispatch(&self, conn: &ConnInfo, req: Request, data: &[u8]) -> Reply {
+        if data.len() > MAX_DATA_BYTES as usize {
+            let msg = format!("request carries {} bytes, the limit is {MAX_DATA_BYTES}", data.len());
+            return Reply::err(WireError::new(ErrorCode::InvalidArgument, msg));
+        }
+        // The server loop validated already; handlers rely on it, so check again for
+        // callers that come straight here.
+        if let Err(e) = req.validate(data.len() as u32) {
+            return Reply::err(e);
+        }
+        let result = match req {
+            Request::Ping {} => Ok(Response::Pong {
+                role: Role::Data,
+                server_id: Some(self.id),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            }),
+            Request::Write { fid, unit, offset, crcs } => self.write(conn, fid, unit, offset, &crcs, data),
+            Request::Read { fid, unit, offset, len } => {
+                return match self.read(fid, unit, offset, len) {
+                    Ok((crcs, bytes)) => Reply {
+                        result: Ok(Response::ReadData { crcs }),
+                        data: Payload::Bytes(bytes),
+                    },
+                    Err(e) => Reply::err(e),
+                };
+            }
+            Request::Truncate { fid, unit, local_size } => self.truncate(fid, unit, local_size),
+            Request::Remove { fid } => self.remove(fid),
+            Request::Fsync { fid } => self.fsync(fid),
+            Request::DataStatus {} => self.status(),
+            other => Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!("data server {} does not serve {}", self.id.0, other.opcode().name()),
+            )),
+        };
+        Reply::from_result(result)
+    }
+}
+
+/// Checks the data against the per-piece CRCs the client computed before sending.
+fn verify_transit(conn: &ConnInfo, fid: InodeId, offset: u64, crcs: &[u32], data: &[u8]) -> Result<(), WireError> {
+    let mut at = 0;
+    for (i, len) in pieces(offset, data.len()).enumerate() {
+        let actual = stripefs_wire::crc32c(&data[at..at + len]);
+        if crcs.get(i) != Some(&actual) {
+            return Err(WireError::new(
+                ErrorCode::Checksum,
+                format!(
+                    "data corrupted in transit from {}: write to {fid} at local offset {}, \
+                     {len} bytes fail their checksum",
+                    conn.peer,
+                    offset + at as u64
+                ),
+            ));
+        }
+        at += len;
+    }
+    Ok(())
+}
+
+impl Service for DataService {
+    fn handle(&self, conn: &ConnInfo, env: stripefs_wire::Envelope, data: Vec<u8>) -> Reply {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let op = env.req.opcode();
+        let reply = self.dispatch(conn, env.req, &data);
+        if let Err(e) = &reply.result {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("{} from {} failed: {e}", op.name(), conn.peer);
+        }
+        reply
+    }
+}

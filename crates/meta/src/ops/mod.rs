@@ -1,0 +1,122 @@
+//! Namespace operations as pure functions over a transaction: mutations take a [`Ctx`]
+//! holding the batch's write tables, reads take any [`Tables`]. One module per family.
+//!
+//! Every mutation checks everything it can before its first write, so that a refused
+//! operation leaves the shared batch transaction untouched; after the first write it can
+//! only fail with a storage error, which aborts the whole batch (`store::is_fatal`).
+
+pub mod attr;
+pub mod create;
+pub mod read;
+pub mod remove;
+pub mod rename;
+
+use crate::opens::Opens;
+use crate::store::{Inode, Tables, Wr};
+use stripefs_rpc::Defaults;
+use stripefs_wire::{Cred, ErrorCode, Request, Response, WireError};
+
+/// Most links to one inode (and subdirectories of one directory), as ext4.
+pub const MAX_LINKS: u32 = 65_000;
+
+/// What placement needs to know about the cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement {
+    pub data_servers: u32,
+    pub defaults: Defaults,
+}
+
+/// One mutation's view of the batch.
+pub struct Ctx<'a, 't> {
+    pub w: &'a mut Wr<'t>,
+    pub cred: &'a Cred,
+    pub now_ns: i64,
+    pub placement: Placement,
+    pub opens: &'a Opens,
+    /// Set when a file was queued for purge, so the purge thread is woken.
+    pub purged: bool,
+}
+
+/// Applies one mutating request. Reads, Open and Close never come here.
+pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
+    match req {
+        Request::Mkdir { parent, name, mode } => create::mkdir(ctx, parent.0, name, *mode),
+        Request::Create {
+            parent,
+            name,
+            mode,
+            exclusive,
+            layout,
+        } => create::create(ctx, parent.0, name, *mode, *exclusive, *layout),
+        Request::Mknod {
+            parent,
+            name,
+            mode,
+            ftype,
+        } => create::mknod(ctx, parent.0, name, *mode, *ftype),
+        Request::Symlink {
+            parent,
+            name,
+            target,
+        } => create::symlink(ctx, parent.0, name, target),
+        Request::Link { ino, parent, name } => create::link(ctx, ino.0, parent.0, name),
+        Request::Unlink { parent, name } => remove::unlink(ctx, parent.0, name),
+        Request::Rmdir { parent, name } => remove::rmdir(ctx, parent.0, name),
+        Request::Rename {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            noreplace,
+        } => rename::rename(ctx, src_parent.0, src_name, dst_parent.0, dst_name, *noreplace),
+        Request::SetAttr { ino, attrs } => attr::set_attr(ctx, ino.0, attrs),
+        Request::ExtendSize {
+            ino,
+            size,
+            mtime_ns,
+        } => attr::extend_size(ctx, ino.0, *size, *mtime_ns),
+        Request::SetLayout { ino, hint } => attr::set_layout(ctx, ino.0, *hint),
+        other => Err(WireError::new(
+            ErrorCode::Internal,
+            format!("{} is not a mutation", other.opcode().name()),
+        )),
+    }
+}
+
+/// Whether the request changes the namespace (and so goes through the writer).
+pub fn is_mutation(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Mkdir { .. }
+            | Request::Create { .. }
+            | Request::Mknod { .. }
+            | Request::Symlink { .. }
+            | Request::Link { .. }
+            | Request::Unlink { .. }
+            | Request::Rmdir { .. }
+            | Request::Rename { .. }
+            | Request::SetAttr { .. }
+            | Request::ExtendSize { .. }
+            | Request::SetLayout { .. }
+    )
+}
+
+/// Marks a directory's entries as changed.
+pub fn touch_dir(dir: &mut Inode, now_ns: i64) {
+    dir.mtime_ns = now_ns;
+    dir.ctime_ns = now_ns;
+}
+
+/// The entry `name` in directory `parent` and its inode, or `NotFound`.
+pub fn need_entry<T: Tables>(t: &T, parent: u64, name: &str) -> Result<(u64, Inode), WireError> {
+    let (child, _) = t.entry(parent, name)?.ok_or_else(|| {
+        WireError::new(ErrorCode::NotFound, format!("no {name:?} in inode {parent}"))
+    })?;
+    let inode = t.inode(child)?.ok_or_else(|| {
+        WireError::new(
+            ErrorCode::Internal,
+            format!("entry {name:?} in inode {parent} points to missing inode {child}"),
+        )
+    })?;
+    Ok((child, inode))
+}

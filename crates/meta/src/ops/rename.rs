@@ -1,0 +1,168 @@
+//! Rename: moves an entry, atomically replacing an existing destination as POSIX
+//! rename(2) does (a directory only over an empty directory, a non-directory only over a
+//! non-directory), refusing to move a directory into its own subtree.
+
+use super::remove::{check_empty, check_remove, delete_inode, drop_link};
+use super::{need_entry, touch_dir, Ctx, MAX_LINKS};
+use crate::perm;
+use crate::store::{need, need_dir, Inode, Tables};
+use stripefs_wire::{validate_name, ErrorCode, InodeId, Response, WireError};
+
+/// Longest chain of parents walked by the subtree check; deeper means a corrupt cycle.
+const MAX_DEPTH: usize = 1 << 16;
+
+pub fn rename(
+    ctx: &mut Ctx,
+    src_parent: u64,
+    src_name: &str,
+    dst_parent: u64,
+    dst_name: &str,
+    noreplace: bool,
+) -> Result<Response, WireError> {
+    validate_name(src_name)?;
+    validate_name(dst_name)?;
+    let sdir = need_dir(ctx.w, src_parent)?;
+    let ddir = need_dir(ctx.w, dst_parent)?;
+    let (ino, inode) = need_entry(ctx.w, src_parent, src_name)?;
+    check_remove(ctx, src_parent, &sdir, src_name, &inode)?;
+    perm::check_dir_change(ctx.cred, &ddir, dst_parent)?;
+    let dst = match ctx.w.entry(dst_parent, dst_name)? {
+        Some(_) => Some(need_entry(ctx.w, dst_parent, dst_name)?),
+        None => None,
+    };
+    if let Some((dino, dinode)) = &dst {
+        if noreplace {
+            return Err(WireError::new(
+                ErrorCode::Exists,
+                format!("{dst_name:?} already exists in inode {dst_parent}"),
+            ));
+        }
+        if *dino == ino {
+            // Two links to one inode: POSIX says do nothing.
+            return Ok(Response::Done);
+        }
+        check_replace(ctx, &inode, dst_parent, &ddir, dst_name, *dino, dinode)?;
+    }
+    let moves_dir = inode.is_dir() && src_parent != dst_parent;
+    if moves_dir {
+        check_move_dir(ctx, ino, &inode, dst_parent, &ddir)?;
+    }
+    apply(ctx, Move { src_parent, src_name, dst_parent, dst_name, ino, inode, dst })
+}
+
+/// The checks for replacing the existing destination `dino`.
+fn check_replace(
+    ctx: &Ctx,
+    src: &Inode,
+    dst_parent: u64,
+    ddir: &Inode,
+    dst_name: &str,
+    dino: u64,
+    dinode: &Inode,
+) -> Result<(), WireError> {
+    match (src.is_dir(), dinode.is_dir()) {
+        (false, true) => {
+            return Err(WireError::new(
+                ErrorCode::IsDir,
+                format!("cannot replace directory {dst_name:?} in inode {dst_parent} by a non-directory"),
+            ))
+        }
+        (true, false) => {
+            return Err(WireError::new(
+                ErrorCode::NotDir,
+                format!("cannot replace non-directory {dst_name:?} in inode {dst_parent} by a directory"),
+            ))
+        }
+        (true, true) => check_empty(ctx.w, dino)?,
+        (false, false) => {}
+    }
+    perm::check_sticky(ctx.cred, ddir, dst_parent, dinode, dst_name)
+}
+
+/// Moving directory `ino` under `dst_parent`: its `..` changes, so it needs write
+/// permission itself, the new parent gains a link, and it must not land in its own
+/// subtree.
+fn check_move_dir(
+    ctx: &Ctx,
+    ino: u64,
+    inode: &Inode,
+    dst_parent: u64,
+    ddir: &Inode,
+) -> Result<(), WireError> {
+    perm::check(ctx.cred, inode, ino, perm::W)?;
+    if ddir.nlink >= MAX_LINKS {
+        return Err(WireError::new(
+            ErrorCode::TooManyLinks,
+            format!("inode {dst_parent} has {MAX_LINKS} subdirectories"),
+        ));
+    }
+    let mut at = dst_parent;
+    for _ in 0..MAX_DEPTH {
+        if at == ino {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("cannot move directory inode {ino} into its own subtree (inode {dst_parent})"),
+            ));
+        }
+        if at == InodeId::ROOT.0 {
+            return Ok(());
+        }
+        at = need(ctx.w, at)?.parent;
+    }
+    Err(WireError::new(
+        ErrorCode::Internal,
+        format!("parents of inode {dst_parent} do not lead to the root"),
+    ))
+}
+
+struct Move<'n> {
+    src_parent: u64,
+    src_name: &'n str,
+    dst_parent: u64,
+    dst_name: &'n str,
+    ino: u64,
+    inode: Inode,
+    dst: Option<(u64, Inode)>,
+}
+
+/// The writes of a checked rename.
+fn apply(ctx: &mut Ctx, m: Move) -> Result<Response, WireError> {
+    let now = ctx.now_ns;
+    let is_dir = m.inode.is_dir();
+    ctx.w.del_entry(m.src_parent, m.src_name)?;
+    let mut replaced_dir = false;
+    if let Some((dino, dinode)) = m.dst {
+        ctx.w.del_entry(m.dst_parent, m.dst_name)?;
+        if dinode.is_dir() {
+            replaced_dir = true;
+            ctx.opens.lock().dying.insert(dino);
+            delete_inode(ctx, dino, &dinode)?;
+        } else {
+            drop_link(ctx, dino, dinode)?;
+        }
+    }
+    ctx.w.put_entry(m.dst_parent, m.dst_name, m.ino, m.inode.ftype)?;
+    let mut inode = m.inode;
+    inode.ctime_ns = now;
+    if is_dir {
+        inode.parent = m.dst_parent;
+    }
+    ctx.w.put_inode(m.ino, &inode)?;
+    // Parents are re-read: the source and destination may be one directory.
+    let mut sdir = need_dir(ctx.w, m.src_parent)?;
+    if is_dir && m.src_parent != m.dst_parent {
+        sdir.nlink = sdir.nlink.saturating_sub(1).max(2);
+    }
+    touch_dir(&mut sdir, now);
+    ctx.w.put_inode(m.src_parent, &sdir)?;
+    let mut ddir = need_dir(ctx.w, m.dst_parent)?;
+    if is_dir && m.src_parent != m.dst_parent {
+        ddir.nlink += 1;
+    }
+    if replaced_dir {
+        ddir.nlink = ddir.nlink.saturating_sub(1).max(2);
+    }
+    touch_dir(&mut ddir, now);
+    ctx.w.put_inode(m.dst_parent, &ddir)?;
+    Ok(Response::Done)
+}

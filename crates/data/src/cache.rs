@@ -78,7 +78,11 @@ impl ObjectCache {
 impl Inner {
     /// A linear scan, paid only on a miss with a full cache: cheap next to an open(2).
     fn evict_oldest(&mut self) {
-        let oldest = self.map.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k);
+        let oldest = self
+            .map
+            .iter()
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(k, _)| *k);
         if let Some(k) = oldest {
             self.map.remove(&k);
         }

@@ -51,7 +51,11 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
     raise_open_file_limit();
     let listener = std::net::TcpListener::bind(&addr)
         .map_err(|e| format!("data server {id}: cannot listen on {addr}: {e}"))?;
-    let targets: Vec<String> = cfg.targets.iter().map(|t| t.display().to_string()).collect();
+    let targets: Vec<String> = cfg
+        .targets
+        .iter()
+        .map(|t| t.display().to_string())
+        .collect();
     tracing::info!(
         "data server {id} listening on {addr}, targets {targets:?}, throttle {:?} bytes/s per target",
         cfg.throttle_bytes_s
@@ -69,7 +73,10 @@ fn raise_open_file_limit() {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;
             if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                tracing::warn!("cannot raise the open file limit: {}", std::io::Error::last_os_error());
+                tracing::warn!(
+                    "cannot raise the open file limit: {}",
+                    std::io::Error::last_os_error()
+                );
             }
         }
     }

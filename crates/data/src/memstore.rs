@@ -138,10 +138,10 @@ impl ObjectFile for MemFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let failing = self
-            .faults
-            .nospace_writes
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let failing =
+            self.faults
+                .nospace_writes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if failing.is_ok() {
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
@@ -154,7 +154,7 @@ impl ObjectFile for MemFile {
         Ok(())
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         Ok(lock(&self.state).data.len() as u64)
     }
 

@@ -124,9 +124,12 @@ impl Partial {
             (0, end.max(self.on_disk))
         };
         let off = self.block * BLOCK + lo as u64;
-        obj.data
-            .write_at(&self.buf[lo..hi], off)
-            .map_err(|e| c.io(&format!("writing {} bytes at object offset {off}", hi - lo), &e))?;
+        obj.data.write_at(&self.buf[lo..hi], off).map_err(|e| {
+            c.io(
+                &format!("writing {} bytes at object offset {off}", hi - lo),
+                &e,
+            )
+        })?;
         Ok(crc32c(&self.buf))
     }
 }
@@ -144,12 +147,17 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     let head_partial = head_len != BLOCK_USIZE;
     let tail_partial = nblocks > 1 && tail_len != 0;
     // Read and verify both partial blocks before anything changes.
-    let mut head = head_partial.then(|| Partial::load(c, obj, first)).transpose()?;
+    let mut head = head_partial
+        .then(|| Partial::load(c, obj, first))
+        .transpose()?;
     let last = first + nblocks as u64 - 1;
-    let mut tail = tail_partial.then(|| Partial::load(c, obj, last)).transpose()?;
+    let mut tail = tail_partial
+        .then(|| Partial::load(c, obj, last))
+        .transpose()?;
 
     let mut entries = Vec::with_capacity(nblocks * ENTRY_BYTES as usize);
-    crcs.iter().for_each(|crc| entries.extend_from_slice(&encode_entry(*crc)));
+    crcs.iter()
+        .for_each(|crc| entries.extend_from_slice(&encode_entry(*crc)));
     if let Some(p) = head.as_mut() {
         let crc = p.store(c, obj, (off % BLOCK) as usize, &data[..head_len])?;
         entries[..ENTRY_BYTES as usize].copy_from_slice(&encode_entry(crc));
@@ -160,7 +168,15 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
         let at = off + mid_start as u64;
         obj.data
             .write_at(&data[mid_start..mid_end], at)
-            .map_err(|e| c.io(&format!("writing {} bytes at object offset {at}", mid_end - mid_start), &e))?;
+            .map_err(|e| {
+                c.io(
+                    &format!(
+                        "writing {} bytes at object offset {at}",
+                        mid_end - mid_start
+                    ),
+                    &e,
+                )
+            })?;
     }
     if let Some(p) = tail.as_mut() {
         let crc = p.store(c, obj, 0, &data[data.len() - tail_len..])?;
@@ -190,10 +206,15 @@ pub fn read(
     obj.crcs
         .read_at(&mut entries, first * ENTRY_BYTES)
         .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
-    obj.data
-        .read_at(out, off)
-        .map_err(|e| c.io(&format!("reading {} bytes at object offset {off}", out.len()), &e))?;
-    let blocks = out.chunks_mut(BLOCK_USIZE).zip(entries.chunks(ENTRY_BYTES as usize));
+    obj.data.read_at(out, off).map_err(|e| {
+        c.io(
+            &format!("reading {} bytes at object offset {off}", out.len()),
+            &e,
+        )
+    })?;
+    let blocks = out
+        .chunks_mut(BLOCK_USIZE)
+        .zip(entries.chunks(ENTRY_BYTES as usize));
     for ((block, entry), crc) in blocks.zip(crcs.iter_mut()) {
         match decode_entry(entry) {
             Some(stored) => *crc = stored,
@@ -208,7 +229,10 @@ pub fn read(
 
 /// Sets the object's length to `new_len`, keeping the CRC of a cut last block right.
 pub fn truncate(c: &Ctx, obj: &Object, new_len: u64) -> Result<(), WireError> {
-    let old_len = obj.data.len().map_err(|e| c.io("reading the object length", &e))?;
+    let old_len = obj
+        .data
+        .size_bytes()
+        .map_err(|e| c.io("reading the object length", &e))?;
     let keep = (new_len % BLOCK) as usize;
     let block = new_len / BLOCK;
     let mut cut_crc = None;

@@ -101,7 +101,11 @@ impl DataService {
             for sub in 0..FANOUT_DIRS {
                 let dir = root.join(OBJECTS_DIR).join(format!("{sub:02x}"));
                 store.create_dir_all(&dir).map_err(|e| {
-                    format!("cannot create {} on target {}: {e}", dir.display(), root.display())
+                    format!(
+                        "cannot create {} on target {}: {e}",
+                        dir.display(),
+                        root.display()
+                    )
                 })?;
             }
             ts.push(Target {
@@ -147,12 +151,21 @@ impl DataService {
     }
 
     fn stripe(&self, unit: u32) -> Result<Stripe, WireError> {
-        Stripe::new(unit as u64, self.targets.len() as u32)
-            .map_err(|e| WireError::new(ErrorCode::InvalidArgument, format!("stripe unit {unit}: {e}")))
+        Stripe::new(unit as u64, self.targets.len() as u32).map_err(|e| {
+            WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("stripe unit {unit}: {e}"),
+            )
+        })
     }
 
     /// The object of `fid` on target `t`, opened (and created, if `create`) on a miss.
-    fn object(&self, t: usize, fid: InodeId, create: bool) -> Result<Option<Arc<Object>>, WireError> {
+    fn object(
+        &self,
+        t: usize,
+        fid: InodeId,
+        create: bool,
+    ) -> Result<Option<Arc<Object>>, WireError> {
         let key: Key = (t as u32, fid.0);
         let (data_path, crc_path) = self.object_paths(t, fid);
         self.cache
@@ -197,7 +210,15 @@ impl DataService {
         self.clock.sleep_until(end);
     }
 
-    fn write(&self, conn: &ConnInfo, fid: InodeId, unit: u32, offset: u64, crcs: &[u32], data: &[u8]) -> Result<Response, WireError> {
+    fn write(
+        &self,
+        conn: &ConnInfo,
+        fid: InodeId,
+        unit: u32,
+        offset: u64,
+        crcs: &[u32],
+        data: &[u8],
+    ) -> Result<Response, WireError> {
         verify_transit(conn, fid, offset, crcs, data)?;
         let stripe = self.stripe(unit)?;
         self.throttle(&stripe, offset, data.len() as u64);
@@ -210,23 +231,43 @@ impl DataService {
             let bytes = &data[at..at + p.len as usize];
             let (first, end) = (p.local / BLOCK, (p.local + p.len).div_ceil(BLOCK));
             let _g = self.locks.lock(fid.0, p.place, first, end, Mode::Exclusive);
-            let obj = self.object(t, fid, true)?.ok_or_else(|| self.vanished(t, fid))?;
-            object::write(&self.ctx(t, fid), &obj, p.local, bytes, &crcs[next_crc..next_crc + n])?;
+            let obj = self
+                .object(t, fid, true)?
+                .ok_or_else(|| self.vanished(t, fid))?;
+            object::write(
+                &self.ctx(t, fid),
+                &obj,
+                p.local,
+                bytes,
+                &crcs[next_crc..next_crc + n],
+            )?;
             next_crc += n;
         }
         assert_eq!(next_crc, crcs.len());
-        self.stats.bytes_written.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.stats
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(Response::Done)
     }
 
     fn vanished(&self, t: usize, fid: InodeId) -> WireError {
         WireError::new(
             ErrorCode::Internal,
-            format!("data server {}: {fid} on target {}: object not created", self.id.0, self.targets[t].root.display()),
+            format!(
+                "data server {}: {fid} on target {}: object not created",
+                self.id.0,
+                self.targets[t].root.display()
+            ),
         )
     }
 
-    fn read(&self, fid: InodeId, unit: u32, offset: u64, len: u32) -> Result<(Vec<u32>, Vec<u8>), WireError> {
+    fn read(
+        &self,
+        fid: InodeId,
+        unit: u32,
+        offset: u64,
+        len: u32,
+    ) -> Result<(Vec<u32>, Vec<u8>), WireError> {
         let stripe = self.stripe(unit)?;
         self.throttle(&stripe, offset, len as u64);
         let mut out = vec![0u8; len as usize];
@@ -241,10 +282,13 @@ impl DataService {
             };
             let at = (p.global - offset) as usize;
             let dst = &mut out[at..at + p.len as usize];
-            let c = &mut crcs[at / BLOCK_BYTES as usize..(at + p.len as usize) / BLOCK_BYTES as usize];
+            let c =
+                &mut crcs[at / BLOCK_BYTES as usize..(at + p.len as usize) / BLOCK_BYTES as usize];
             object::read(&self.ctx(t, fid), &obj, p.local, dst, c, self.zero_crc)?;
         }
-        self.stats.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
+        self.stats
+            .bytes_read
+            .fetch_add(len as u64, Ordering::Relaxed);
         Ok((crcs, out))
     }
 
@@ -252,7 +296,9 @@ impl DataService {
         let stripe = self.stripe(unit)?;
         for t in 0..self.targets.len() {
             let new_len = stripe.local_size(local_size, t as u32);
-            let _g = self.locks.lock(fid.0, t as u32, new_len / BLOCK, u64::MAX, Mode::Exclusive);
+            let _g = self
+                .locks
+                .lock(fid.0, t as u32, new_len / BLOCK, u64::MAX, Mode::Exclusive);
             // Growing a missing object needs nothing: it reads as zeros anyway.
             if let Some(obj) = self.object(t, fid, false)? {
                 object::truncate(&self.ctx(t, fid), &obj, new_len)?;
@@ -263,14 +309,17 @@ impl DataService {
 
     fn remove(&self, fid: InodeId) -> Result<Response, WireError> {
         for t in 0..self.targets.len() {
-            let _g = self.locks.lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
+            let _g = self
+                .locks
+                .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
             // Every user of the handle takes the range lock first, so none is using it.
             self.cache.evict((t as u32, fid.0));
             let (data, crc) = self.object_paths(t, fid);
             for p in [&data, &crc] {
-                self.store
-                    .remove(p)
-                    .map_err(|e| self.ctx(t, fid).io(&format!("removing {}", p.display()), &e))?;
+                self.store.remove(p).map_err(|e| {
+                    self.ctx(t, fid)
+                        .io(&format!("removing {}", p.display()), &e)
+                })?;
             }
         }
         Ok(Response::Done)
@@ -283,7 +332,9 @@ impl DataService {
             };
             let c = self.ctx(t, fid);
             obj.data.sync_data().map_err(|e| c.io("syncing data", &e))?;
-            obj.crcs.sync_data().map_err(|e| c.io("syncing checksums", &e))?;
+            obj.crcs
+                .sync_data()
+                .map_err(|e| c.io("syncing checksums", &e))?;
             if obj.dir_unsynced.swap(false, Ordering::SeqCst) {
                 let (data, _) = self.object_paths(t, fid);
                 let dir = data.parent().unwrap_or(Path::new("/"));
@@ -300,7 +351,14 @@ impl DataService {
         let mut targets = Vec::with_capacity(self.targets.len());
         for t in &self.targets {
             let u = self.store.usage(&t.root).map_err(|e| {
-                WireError::io(format!("data server {}: usage of target {}", self.id.0, t.root.display()), &e)
+                WireError::io(
+                    format!(
+                        "data server {}: usage of target {}",
+                        self.id.0,
+                        t.root.display()
+                    ),
+                    &e,
+                )
             })?;
             targets.push(TargetStatus {
                 path: t.root.display().to_string(),
@@ -326,7 +384,10 @@ impl DataService {
 
     fn dispatch(&self, conn: &ConnInfo, req: Request, data: &[u8]) -> Reply {
         if data.len() > MAX_DATA_BYTES as usize {
-            let msg = format!("request carries {} bytes, the limit is {MAX_DATA_BYTES}", data.len());
+            let msg = format!(
+                "request carries {} bytes, the limit is {MAX_DATA_BYTES}",
+                data.len()
+            );
             return Reply::err(WireError::new(ErrorCode::InvalidArgument, msg));
         }
         // The server loop validated already; handlers rely on it, so check again for
@@ -340,8 +401,18 @@ impl DataService {
                 server_id: Some(self.id),
                 version: env!("CARGO_PKG_VERSION").to_string(),
             }),
-            Request::Write { fid, unit, offset, crcs } => self.write(conn, fid, unit, offset, &crcs, data),
-            Request::Read { fid, unit, offset, len } => {
+            Request::Write {
+                fid,
+                unit,
+                offset,
+                crcs,
+            } => self.write(conn, fid, unit, offset, &crcs, data),
+            Request::Read {
+                fid,
+                unit,
+                offset,
+                len,
+            } => {
                 return match self.read(fid, unit, offset, len) {
                     Ok((crcs, bytes)) => Reply {
                         result: Ok(Response::ReadData { crcs }),
@@ -350,13 +421,21 @@ impl DataService {
                     Err(e) => Reply::err(e),
                 };
             }
-            Request::Truncate { fid, unit, local_size } => self.truncate(fid, unit, local_size),
+            Request::Truncate {
+                fid,
+                unit,
+                local_size,
+            } => self.truncate(fid, unit, local_size),
             Request::Remove { fid } => self.remove(fid),
             Request::Fsync { fid } => self.fsync(fid),
             Request::DataStatus {} => self.status(),
             other => Err(WireError::new(
                 ErrorCode::Unsupported,
-                format!("data server {} does not serve {}", self.id.0, other.opcode().name()),
+                format!(
+                    "data server {} does not serve {}",
+                    self.id.0,
+                    other.opcode().name()
+                ),
             )),
         };
         Reply::from_result(result)
@@ -364,7 +443,13 @@ impl DataService {
 }
 
 /// Checks the data against the per-piece CRCs the client computed before sending.
-fn verify_transit(conn: &ConnInfo, fid: InodeId, offset: u64, crcs: &[u32], data: &[u8]) -> Result<(), WireError> {
+fn verify_transit(
+    conn: &ConnInfo,
+    fid: InodeId,
+    offset: u64,
+    crcs: &[u32],
+    data: &[u8],
+) -> Result<(), WireError> {
     let mut at = 0;
     for (i, len) in pieces(offset, data.len()).enumerate() {
         let actual = stripefs_wire::crc32c(&data[at..at + len]);

@@ -14,7 +14,7 @@ pub trait ObjectFile: Send + Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset`, extending the file if needed.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
-    fn len(&self) -> io::Result<u64>;
+    fn size_bytes(&self) -> io::Result<u64>;
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes the file's data durable.
     fn sync_data(&self) -> io::Result<()>;
@@ -67,7 +67,7 @@ impl ObjectFile for FsFile {
         self.0.write_all_at(buf, offset)
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 

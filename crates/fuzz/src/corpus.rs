@@ -18,7 +18,10 @@ pub fn frames(rng: &mut StdRng) -> Vec<Vec<u8>> {
         for _ in 0..SAMPLES_PER_OPCODE {
             let (req, data_len) = request(op, rng);
             assert_eq!(req.opcode(), op);
-            let env = Envelope { cred: cred(rng), req };
+            let env = Envelope {
+                cred: cred(rng),
+                req,
+            };
             out.push(encode_request(rng.gen(), &env, data_len));
             let (resp, data_len) = response(op, rng);
             out.push(encode_response(rng.gen(), op, &Ok(resp), data_len));
@@ -59,7 +62,9 @@ fn ino(rng: &mut StdRng) -> InodeId {
 }
 
 fn unit(rng: &mut StdRng) -> u32 {
-    *[4096, 65536, 1 << 20, 1000, 0].choose(rng).expect("non-empty")
+    *[4096, 65536, 1 << 20, 1000, 0]
+        .choose(rng)
+        .expect("non-empty")
 }
 
 fn hint(rng: &mut StdRng) -> LayoutHint {
@@ -78,9 +83,14 @@ fn set_time(rng: &mut StdRng) -> Option<SetTime> {
 }
 
 fn ftype(rng: &mut StdRng) -> FileType {
-    *[FileType::File, FileType::Dir, FileType::Symlink, FileType::Fifo]
-        .choose(rng)
-        .expect("non-empty")
+    *[
+        FileType::File,
+        FileType::Dir,
+        FileType::Symlink,
+        FileType::Fifo,
+    ]
+    .choose(rng)
+    .expect("non-empty")
 }
 
 /// A request of opcode `op` and the bulk data length its frame announces.

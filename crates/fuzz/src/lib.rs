@@ -82,7 +82,9 @@ pub fn decode_frame(bytes: &[u8]) -> Outcome {
         Ok(h) => h,
         Err(e) => return Outcome::Rejected(e.number()),
     };
-    let end = HEADER_LEN.saturating_add(h.body_len as usize).min(bytes.len());
+    let end = HEADER_LEN
+        .saturating_add(h.body_len as usize)
+        .min(bytes.len());
     let body = &bytes[HEADER_LEN..end];
     if let Err(e) = h.check_body(body) {
         return Outcome::Rejected(e.number());
@@ -145,7 +147,10 @@ pub fn run(
     // validate (some samples carry invalid names on purpose), never rejected.
     for frame in &corpus {
         let o = decode_frame(frame);
-        assert!(!matches!(o, Outcome::Rejected(_)), "corpus frame rejected: {o:?}");
+        assert!(
+            !matches!(o, Outcome::Rejected(_)),
+            "corpus frame rejected: {o:?}"
+        );
     }
     let mut input = Vec::new();
     for i in 0..iters {

@@ -13,7 +13,10 @@ const USAGE: &str = "usage: stripefs-fuzz [--iters N] [--seed S]";
 
 fn parse_args() -> Result<(u64, u64), String> {
     let mut iters = DEFAULT_ITERS;
-    let mut seed = std::env::var("STRIPEFS_SEED").ok().map(|s| parse_u64(&s)).transpose()?;
+    let mut seed = std::env::var("STRIPEFS_SEED")
+        .ok()
+        .map(|s| parse_u64(&s))
+        .transpose()?;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
@@ -25,7 +28,9 @@ fn parse_args() -> Result<(u64, u64), String> {
         }
     }
     let seed = seed.unwrap_or_else(|| {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         now.as_nanos() as u64 ^ u64::from(std::process::id())
     });
     Ok((iters, seed))
@@ -81,7 +86,11 @@ fn main() -> ExitCode {
     match result {
         Ok(stats) => {
             print!("{}", summary(&stats));
-            println!("no panics in {:.1} s ({:.0} inputs/s)", secs, stats.inputs as f64 / secs);
+            println!(
+                "no panics in {:.1} s ({:.0} inputs/s)",
+                secs,
+                stats.inputs as f64 / secs
+            );
             ExitCode::SUCCESS
         }
         Err(f) => {

@@ -26,11 +26,11 @@ impl Secret {
     }
 
     pub fn from_hex(text: &str) -> Result<Secret, String> {
-        let bytes = hex::decode(text.trim())
-            .map_err(|e| format!("secret is not hexadecimal: {e}"))?;
-        let arr: [u8; 32] = bytes
-            .try_into()
-            .map_err(|b: Vec<u8>| format!("secret is {} bytes, needs 32 (64 hex digits)", b.len()))?;
+        let bytes =
+            hex::decode(text.trim()).map_err(|e| format!("secret is not hexadecimal: {e}"))?;
+        let arr: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
+            format!("secret is {} bytes, needs 32 (64 hex digits)", b.len())
+        })?;
         Ok(Secret(arr))
     }
 
@@ -75,9 +75,18 @@ mod tests {
         let s = Secret::generate();
         let t = Secret::generate();
         let (a, b) = (random_nonce(), random_nonce());
-        assert!(proofs_equal(&s.client_proof(&a, &b), &s.client_proof(&a, &b)));
-        assert!(!proofs_equal(&s.client_proof(&a, &b), &t.client_proof(&a, &b)));
-        assert!(!proofs_equal(&s.client_proof(&a, &b), &s.server_proof(&a, &b)));
+        assert!(proofs_equal(
+            &s.client_proof(&a, &b),
+            &s.client_proof(&a, &b)
+        ));
+        assert!(!proofs_equal(
+            &s.client_proof(&a, &b),
+            &t.client_proof(&a, &b)
+        ));
+        assert!(!proofs_equal(
+            &s.client_proof(&a, &b),
+            &s.server_proof(&a, &b)
+        ));
         assert_eq!(Secret::from_hex(&s.to_hex()).unwrap(), s);
         assert!(Secret::from_hex("abcd").is_err());
         assert!(Secret::from_hex("zz").is_err());

@@ -142,7 +142,11 @@ impl ClusterConfig {
             secret,
             timeout_ms,
             meta_addr: raw.meta.addr,
-            data: raw.data.into_iter().map(|d| DataServerEntry { addr: d.addr }).collect(),
+            data: raw
+                .data
+                .into_iter()
+                .map(|d| DataServerEntry { addr: d.addr })
+                .collect(),
             defaults,
         })
     }
@@ -191,7 +195,11 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())
@@ -251,7 +259,9 @@ impl ServerConfig {
 
     /// The data server id, checked against the cluster file.
     pub fn data_id(&self) -> Result<u32, String> {
-        let id = self.id.ok_or("a data server needs `id` (its index in [[data]])")?;
+        let id = self
+            .id
+            .ok_or("a data server needs `id` (its index in [[data]])")?;
         if id as usize >= self.cluster.data.len() {
             return Err(format!(
                 "id {id} but the cluster file lists {} data servers",
@@ -302,9 +312,13 @@ mod tests {
     #[test]
     fn clear_errors() {
         let no_secret = "[meta]\naddr = \"127.0.0.1:7000\"\n[[data]]\naddr = \"127.0.0.1:7100\"\n";
-        assert!(ClusterConfig::parse(no_secret).unwrap_err().contains("secret"));
+        assert!(ClusterConfig::parse(no_secret)
+            .unwrap_err()
+            .contains("secret"));
         let bad_addr = sample().replace("127.0.0.1:7000", "nowhere");
-        assert!(ClusterConfig::parse(&bad_addr).unwrap_err().contains("metadata server"));
+        assert!(ClusterConfig::parse(&bad_addr)
+            .unwrap_err()
+            .contains("metadata server"));
         let unknown = format!("{}bogus = 1\n", sample());
         assert!(ClusterConfig::parse(&unknown).is_err());
     }

@@ -25,7 +25,10 @@ impl Conn {
     /// Connects to `addr` and authenticates with `secret`. Every error names `addr`.
     pub fn connect(addr: &str, secret: &Secret, timeout: Duration) -> Result<Conn, WireError> {
         let unreachable = |why: String| {
-            WireError::new(ErrorCode::Unreachable, format!("server {addr} unreachable: {why}"))
+            WireError::new(
+                ErrorCode::Unreachable,
+                format!("server {addr} unreachable: {why}"),
+            )
         };
         let sockaddrs: Vec<SocketAddr> = addr
             .to_socket_addrs()
@@ -38,7 +41,10 @@ impl Conn {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 WireError::new(
                     ErrorCode::Timeout,
-                    format!("server {addr} did not answer within {} ms", timeout.as_millis()),
+                    format!(
+                        "server {addr} did not answer within {} ms",
+                        timeout.as_millis()
+                    ),
                 )
             } else {
                 unreachable(e.to_string())
@@ -65,7 +71,10 @@ impl Conn {
         let cred = Cred::root();
         let resp = self.call(&cred, Request::Hello { nonce: nonce_c }, &[], &mut [])?;
         let Response::Challenge { nonce, proof } = resp.0 else {
-            return Err(self.fail(ErrorCode::UnexpectedMessage, "answered Hello without a challenge"));
+            return Err(self.fail(
+                ErrorCode::UnexpectedMessage,
+                "answered Hello without a challenge",
+            ));
         };
         if !proofs_equal(&proof, &secret.server_proof(&nonce_c, &nonce)) {
             return Err(self.fail(
@@ -124,6 +133,16 @@ impl Conn {
                 format!("connection to {} is broken", self.addr),
             ));
         }
+        if data.len() > stripefs_wire::MAX_DATA_BYTES as usize {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "request data of {} bytes exceeds the frame limit {}",
+                    data.len(),
+                    stripefs_wire::MAX_DATA_BYTES
+                ),
+            ));
+        }
         let id = self.next_id;
         self.next_id += 1;
         let opcode = req.opcode();
@@ -135,7 +154,7 @@ impl Conn {
         if let Err(e) = write_all_parts(&mut self.stream, &[&frame, data]) {
             return Err(self.transport(format!("sending {}", opcode.name()), e.into()));
         }
-        let header = match read_header(&mut self.stream) {
+        let header = match read_header(&mut self.stream, Duration::ZERO) {
             Ok(h) => h,
             Err(e) => return Err(self.transport(format!("waiting for {}", opcode.name()), e)),
         };
@@ -152,7 +171,7 @@ impl Conn {
         }
         self.body_buf.resize(header.body_len as usize, 0);
         let mut body = std::mem::take(&mut self.body_buf);
-        let r = read_exact(&mut self.stream, &mut body);
+        let r = read_exact(&mut self.stream, &mut body, Duration::ZERO);
         let decoded = r.and_then(|_| decode_response(&header, &body).map_err(ReadError::Frame));
         self.body_buf = body;
         let result = match decoded {
@@ -161,13 +180,13 @@ impl Conn {
         };
         let n = header.data_len as usize;
         if n > recv.len() {
-            let _ = skip(&mut self.stream, n as u64);
+            let _ = skip(&mut self.stream, n as u64, Duration::ZERO);
             return Err(self.fail(
                 ErrorCode::UnexpectedMessage,
                 &format!("sent {n} bytes of data where {} were expected", recv.len()),
             ));
         }
-        if let Err(e) = read_exact(&mut self.stream, &mut recv[..n]) {
+        if let Err(e) = read_exact(&mut self.stream, &mut recv[..n], Duration::ZERO) {
             return Err(self.transport(format!("reading data of {}", opcode.name()), e));
         }
         match result {
@@ -209,4 +228,3 @@ impl From<std::io::Error> for ReadError {
         ReadError::Io(e)
     }
 }
-

@@ -1,6 +1,7 @@
 //! Reading and writing whole frames on a byte stream.
 
 use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
 use stripefs_wire::{FrameError, Header, HEADER_LEN};
 
 /// What went wrong while reading a frame.
@@ -26,52 +27,62 @@ impl std::fmt::Display for ReadError {
 }
 
 fn is_timeout(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
-/// Reads a header. A clean close or a timeout before its first byte is reported as
-/// `Closed` or `Idle`; once a frame has started, anything short of it is an error.
-pub fn read_header(r: &mut impl Read) -> Result<Header, ReadError> {
-    let mut buf = [0u8; HEADER_LEN];
+/// Fills `buf` from `r`. A socket timeout is tolerated until `patience` has passed since
+/// the call began (servers poll with a short socket timeout so that they notice shutdown,
+/// yet give a slow peer the full peer timeout). With `idle_ok`, a clean close or a timeout
+/// before the first byte are `Closed` and `Idle` rather than errors.
+fn fill(
+    r: &mut impl Read,
+    buf: &mut [u8],
+    patience: Duration,
+    idle_ok: bool,
+) -> Result<(), ReadError> {
+    let start = Instant::now();
     let mut got = 0;
-    while got < HEADER_LEN {
+    while got < buf.len() {
         match r.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Err(ReadError::Closed),
+            Ok(0) if got == 0 && idle_ok => return Err(ReadError::Closed),
             Ok(0) => {
                 return Err(ReadError::Frame(FrameError::Truncated {
                     got,
-                    need: HEADER_LEN,
+                    need: buf.len(),
                 }))
             }
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if got == 0 && is_timeout(&e) => return Err(ReadError::Idle),
+            Err(e) if got == 0 && idle_ok && is_timeout(&e) => return Err(ReadError::Idle),
+            Err(e) if is_timeout(&e) && start.elapsed() < patience => {}
             Err(e) => return Err(ReadError::Io(e)),
         }
     }
+    Ok(())
+}
+
+/// Reads a header. A clean close or a timeout before its first byte is reported as
+/// `Closed` or `Idle`; once a frame has started, anything short of it is an error.
+pub fn read_header(r: &mut impl Read, patience: Duration) -> Result<Header, ReadError> {
+    let mut buf = [0u8; HEADER_LEN];
+    fill(r, &mut buf, patience, true)?;
     Header::decode(&buf).map_err(ReadError::Frame)
 }
 
 /// Reads exactly `buf.len()` bytes.
-pub fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> Result<(), ReadError> {
-    r.read_exact(buf).map_err(|e| {
-        if e.kind() == io::ErrorKind::UnexpectedEof {
-            ReadError::Frame(FrameError::Truncated {
-                got: 0,
-                need: buf.len(),
-            })
-        } else {
-            ReadError::Io(e)
-        }
-    })
+pub fn read_exact(r: &mut impl Read, buf: &mut [u8], patience: Duration) -> Result<(), ReadError> {
+    fill(r, buf, patience, false)
 }
 
 /// Discards `n` bytes.
-pub fn skip(r: &mut impl Read, mut n: u64) -> Result<(), ReadError> {
+pub fn skip(r: &mut impl Read, mut n: u64, patience: Duration) -> Result<(), ReadError> {
     let mut sink = [0u8; 8192];
     while n > 0 {
         let k = n.min(sink.len() as u64) as usize;
-        read_exact(r, &mut sink[..k])?;
+        read_exact(r, &mut sink[..k], patience)?;
         n -= k as u64;
     }
     Ok(())

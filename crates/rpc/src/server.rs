@@ -15,6 +15,8 @@ use stripefs_wire::{
 pub const MAX_CONNECTIONS: usize = 4096;
 /// How long a peer may take to authenticate, and to send the rest of a frame it started.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest body read before a peer has authenticated.
+const MAX_HANDSHAKE_BODY_BYTES: u32 = 1024;
 /// How often an idle connection thread checks for shutdown.
 const IDLE_POLL: Duration = Duration::from_millis(500);
 
@@ -74,6 +76,27 @@ pub trait Service: Send + Sync + 'static {
     fn handle(&self, conn: &ConnInfo, env: Envelope, data: Vec<u8>) -> Reply;
 }
 
+/// Counts a connection while it lives, also when its thread unwinds.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Waits until `listener` has a connection to accept or `timeout` passes.
+fn wait_readable(listener: &TcpListener, timeout: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+}
+
 /// Serves `listener` until `shutdown` is set. Blocks the calling thread.
 pub fn serve(
     listener: TcpListener,
@@ -85,10 +108,10 @@ pub fn serve(
     let secret = Arc::new(secret);
     listener.set_nonblocking(true)?;
     while !shutdown.load(Ordering::Relaxed) {
-        let (stream, peer) = match listener.accept() {
+        let (mut stream, peer) = match listener.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
+                wait_readable(&listener, IDLE_POLL);
                 continue;
             }
             Err(e) => {
@@ -99,18 +122,24 @@ pub fn serve(
         };
         if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
             tracing::warn!("refusing connection from {peer}: {MAX_CONNECTIONS} connections open");
+            let err = WireError::new(
+                ErrorCode::Busy,
+                format!("server busy: {MAX_CONNECTIONS} connections open"),
+            );
+            let _ = stream.set_nonblocking(false);
+            let _ = send_reply(&mut stream, 0, Opcode::Hello, Reply::err(err));
             continue;
         }
         active.fetch_add(1, Ordering::Relaxed);
-        let (secret, service, shutdown, active) =
-            (secret.clone(), service.clone(), shutdown.clone(), active.clone());
+        let slot = Slot(active.clone());
+        let (secret, service, shutdown) = (secret.clone(), service.clone(), shutdown.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("conn-{peer}"))
             .spawn(move || {
+                let _slot = slot;
                 if let Err(why) = connection(stream, peer, &secret, &*service, &shutdown) {
                     tracing::info!("connection from {peer} closed: {why}");
                 }
-                active.fetch_sub(1, Ordering::Relaxed);
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start a thread for {peer}: {e}");
@@ -135,16 +164,19 @@ fn connection(
     handshake(&mut stream, peer, secret)?;
     let info = ConnInfo { peer };
     let mut body = Vec::new();
+    // Reads poll with a short timeout so that shutdown is noticed; a frame that has begun
+    // may take up to PEER_TIMEOUT (see frame::fill).
+    stream
+        .set_read_timeout(Some(IDLE_POLL))
+        .map_err(|e| e.to_string())?;
     loop {
-        stream.set_read_timeout(Some(IDLE_POLL)).map_err(|e| e.to_string())?;
-        let header = match read_header(&mut stream) {
+        let header = match read_header(&mut stream, PEER_TIMEOUT) {
             Ok(h) => h,
             Err(ReadError::Idle) if !shutdown.load(Ordering::Relaxed) => continue,
             Err(ReadError::Idle) | Err(ReadError::Closed) => return Ok(()),
             Err(ReadError::Frame(f)) => return Err(refuse(&mut stream, peer, 0, None, &f)),
             Err(e) => return Err(e.to_string()),
         };
-        stream.set_read_timeout(Some(PEER_TIMEOUT)).map_err(|e| e.to_string())?;
         let (env, data) = match read_request(&mut stream, &header, &mut body) {
             Ok(x) => x,
             Err(ReadError::Frame(f)) => {
@@ -162,9 +194,26 @@ fn connection(
                     "already authenticated",
                 ))
             }
-            Ok(()) => service.handle(&info, env, data),
+            Ok(()) => handle_guarded(service, &info, env, data),
         };
         send_reply(&mut stream, header.request_id, opcode, reply).map_err(|e| e.to_string())?;
+    }
+}
+
+/// Runs the handler; a panic (a bug) becomes an `Internal` error for that request only.
+fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: Vec<u8>) -> Reply {
+    let op = env.req.opcode();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        service.handle(info, env, data)
+    })) {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::error!("handler for {} from {} panicked", op.name(), info.peer);
+            Reply::err(WireError::new(
+                ErrorCode::Internal,
+                format!("internal error handling {}", op.name()),
+            ))
+        }
     }
 }
 
@@ -174,17 +223,17 @@ fn read_request(
     body: &mut Vec<u8>,
 ) -> Result<(Envelope, Vec<u8>), ReadError> {
     body.resize(header.body_len as usize, 0);
-    read_exact(stream, body)?;
+    read_exact(stream, body, PEER_TIMEOUT)?;
     let env = match decode_request(header, body) {
         Ok(env) => env,
         Err(f) => {
             // Consume the bulk data so the error response is read in order by the peer.
-            skip(stream, header.data_len as u64)?;
+            skip(stream, header.data_len as u64, PEER_TIMEOUT)?;
             return Err(ReadError::Frame(f));
         }
     };
     let mut data = vec![0u8; header.data_len as usize];
-    read_exact(stream, &mut data)?;
+    read_exact(stream, &mut data, PEER_TIMEOUT)?;
     Ok((env, data))
 }
 
@@ -211,8 +260,11 @@ fn refuse(
     opcode: Option<Opcode>,
     f: &FrameError,
 ) -> String {
-    tracing::warn!("bad frame from {peer}: {f} (reason {}); closing", f.number());
-    let err = WireError::new(f.code(), format!("bad frame: {f}"));
+    tracing::warn!(
+        "bad frame from {peer}: {f} (reason {}); closing",
+        f.number()
+    );
+    let err = WireError::new(f.code(), format!("bad frame: {f} (reason {})", f.number()));
     let frame = encode_response(request_id, opcode.unwrap_or(Opcode::Ping), &Err(err), 0);
     let _ = write_all_parts(stream, &[&frame]);
     format!("bad frame: {f}")
@@ -220,12 +272,18 @@ fn refuse(
 
 fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Result<(), String> {
     let mut body = Vec::new();
-    let (h, env, _) = read_one(stream, &mut body).map_err(|e| {
+    let (h, env, _) = read_one(stream, peer, &mut body).map_err(|e| {
         tracing::warn!("connection from {peer}: no valid Hello: {e}");
         e
     })?;
     let Request::Hello { nonce: nonce_c } = env.req else {
-        return refuse_auth(stream, peer, h.request_id, env.req.opcode(), "first message was not Hello");
+        return refuse_auth(
+            stream,
+            peer,
+            h.request_id,
+            env.req.opcode(),
+            "first message was not Hello",
+        );
     };
     let nonce_s = random_nonce();
     let proof = secret.server_proof(&nonce_c, &nonce_s);
@@ -234,9 +292,22 @@ fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Resul
         proof,
     });
     send_reply(stream, h.request_id, Opcode::Hello, challenge).map_err(|e| e.to_string())?;
-    let (h, env, _) = read_one(stream, &mut body)?;
+    let (h, env, _) = read_one(stream, peer, &mut body).map_err(|e| {
+        // A client that does not know the cluster secret hangs up here, after checking
+        // our proof; say so, since the client's side of the story is on another machine.
+        tracing::warn!(
+            "connection from {peer}: no Auth after the challenge (wrong cluster secret?): {e}"
+        );
+        e
+    })?;
     let Request::Auth { proof } = env.req else {
-        return refuse_auth(stream, peer, h.request_id, env.req.opcode(), "second message was not Auth");
+        return refuse_auth(
+            stream,
+            peer,
+            h.request_id,
+            env.req.opcode(),
+            "second message was not Auth",
+        );
     };
     if !proofs_equal(&proof, &secret.client_proof(&nonce_s, &nonce_c)) {
         return refuse_auth(
@@ -247,20 +318,52 @@ fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Resul
             "wrong cluster secret",
         );
     }
-    send_reply(stream, h.request_id, Opcode::Auth, Reply::ok(Response::Done))
-        .map_err(|e| e.to_string())
+    send_reply(
+        stream,
+        h.request_id,
+        Opcode::Auth,
+        Reply::ok(Response::Done),
+    )
+    .map_err(|e| e.to_string())
 }
 
 fn read_one(
     stream: &mut TcpStream,
+    peer: SocketAddr,
     body: &mut Vec<u8>,
 ) -> Result<(Header, Envelope, Vec<u8>), String> {
-    let h = read_header(stream).map_err(|e| e.to_string())?;
+    // A bad header is answered too, as after authentication: the peer learns the reason.
+    let h = match read_header(stream, PEER_TIMEOUT) {
+        Ok(h) => h,
+        Err(ReadError::Frame(f)) => return Err(refuse(stream, peer, 0, None, &f)),
+        Err(e) => return Err(e.to_string()),
+    };
+    // Before authentication only small Hello and Auth frames are read, so that an
+    // unauthenticated peer cannot make the server allocate large buffers.
+    let handshake_op = matches!(
+        Opcode::from_u16(h.opcode),
+        Some(Opcode::Hello | Opcode::Auth)
+    );
+    if !handshake_op || h.data_len != 0 || h.body_len > MAX_HANDSHAKE_BODY_BYTES {
+        let op = Opcode::from_u16(h.opcode).unwrap_or(Opcode::Hello);
+        let why = if handshake_op {
+            format!("oversized {} frame", op.name())
+        } else {
+            format!("{} before authenticating: not Hello or Auth", op.name())
+        };
+        let _ = refuse_auth(stream, peer, h.request_id, op, &why);
+        return Err(format!("authentication failed: {why}"));
+    }
     let (env, data) = match read_request(stream, &h, body) {
         Ok(x) => x,
         Err(ReadError::Frame(f)) => {
-            let peer = stream.peer_addr().map_err(|e| e.to_string())?;
-            return Err(refuse(stream, peer, h.request_id, Opcode::from_u16(h.opcode), &f));
+            return Err(refuse(
+                stream,
+                peer,
+                h.request_id,
+                Opcode::from_u16(h.opcode),
+                &f,
+            ));
         }
         Err(e) => return Err(e.to_string()),
     };
@@ -275,7 +378,10 @@ fn refuse_auth(
     why: &str,
 ) -> Result<(), String> {
     tracing::warn!("authentication of {peer} failed: {why}");
-    let err = WireError::new(ErrorCode::AuthFailed, format!("authentication failed: {why}"));
+    let err = WireError::new(
+        ErrorCode::AuthFailed,
+        format!("authentication failed: {why}"),
+    );
     let _ = send_reply(stream, request_id, opcode, Reply::err(err));
     Err(format!("authentication failed: {why}"))
 }

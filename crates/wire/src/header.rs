@@ -260,11 +260,37 @@ mod tests {
             (Header { version: 2, ..h }, 3),
             (Header { flags: 4, ..h }, 5),
             (Header { opcode: 9999, ..h }, 7),
-            (Header { status: 1, flags: 1, ..h }, 0),
-            (Header { status: 9999, flags: 1, ..h }, 8),
+            (
+                Header {
+                    status: 1,
+                    flags: 1,
+                    ..h
+                },
+                0,
+            ),
+            (
+                Header {
+                    status: 9999,
+                    flags: 1,
+                    ..h
+                },
+                8,
+            ),
             (Header { status: 1, ..h }, 9),
-            (Header { body_len: MAX_BODY_BYTES + 1, ..h }, 10),
-            (Header { data_len: MAX_DATA_BYTES + 1, ..h }, 11),
+            (
+                Header {
+                    body_len: MAX_BODY_BYTES + 1,
+                    ..h
+                },
+                10,
+            ),
+            (
+                Header {
+                    data_len: MAX_DATA_BYTES + 1,
+                    ..h
+                },
+                11,
+            ),
         ];
         for (bad, reason) in cases {
             match Header::decode(&bad.encode()) {

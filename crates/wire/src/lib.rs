@@ -42,7 +42,9 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 /// is checksummed as if padded with zeros to a full block, the form in which the data
 /// server stores it.
 pub fn block_crcs(data: &[u8]) -> Vec<u32> {
-    data.chunks(BLOCK_BYTES as usize).map(padded_block_crc).collect()
+    data.chunks(BLOCK_BYTES as usize)
+        .map(padded_block_crc)
+        .collect()
 }
 
 /// CRC32C of one block, zero-padded to [`BLOCK_BYTES`].
@@ -86,7 +88,10 @@ pub fn validate_name(name: &str) -> Result<(), WireError> {
     if name.len() > MAX_NAME_BYTES {
         return Err(WireError::new(
             ErrorCode::NameTooLong,
-            format!("name is {} bytes, the limit is {MAX_NAME_BYTES}", name.len()),
+            format!(
+                "name is {} bytes, the limit is {MAX_NAME_BYTES}",
+                name.len()
+            ),
         ));
     }
     Ok(())

@@ -217,16 +217,39 @@ pub enum Response {
     /// Success with nothing to say.
     Done,
     /// Answer to Hello: the server's nonce and its proof of the secret.
-    Challenge { nonce: [u8; 32], proof: [u8; 32] },
-    Pong { role: Role, server_id: Option<ServerId>, version: String },
+    Challenge {
+        nonce: [u8; 32],
+        proof: [u8; 32],
+    },
+    Pong {
+        role: Role,
+        server_id: Option<ServerId>,
+        version: String,
+    },
     Attr(Attr),
     Target(String),
-    Entries { entries: Vec<DirEntry>, done: bool },
+    Entries {
+        entries: Vec<DirEntry>,
+        done: bool,
+    },
     /// `db_bytes`: size of the metadata store on disk.
-    MetaStatus { inodes: u64, files: u64, dirs: u64, open_files: u64, db_bytes: u64, counters: Counters },
+    MetaStatus {
+        inodes: u64,
+        files: u64,
+        dirs: u64,
+        open_files: u64,
+        db_bytes: u64,
+        counters: Counters,
+    },
     /// Answer to Read: the stored CRC of each block of the returned data, which follows.
-    ReadData { crcs: Vec<u32> },
-    DataStatus { server_id: ServerId, targets: Vec<TargetStatus>, counters: Counters },
+    ReadData {
+        crcs: Vec<u32>,
+    },
+    DataStatus {
+        server_id: ServerId,
+        targets: Vec<TargetStatus>,
+        counters: Counters,
+    },
 }
 
 /// What a request body holds: the caller's credentials and the request.
@@ -247,7 +270,9 @@ fn codec() -> impl bincode::Options {
 fn encode_body<T: Serialize>(value: &T) -> Vec<u8> {
     // Encoding our own in-memory values cannot fail except by exceeding the limit, which
     // is a programming error (callers bound names, lists and batches).
-    let body = codec().serialize(value).expect("message exceeds MAX_BODY_BYTES");
+    let body = codec()
+        .serialize(value)
+        .expect("message exceeds MAX_BODY_BYTES");
     assert!(body.len() <= MAX_BODY_BYTES as usize);
     body
 }
@@ -402,7 +427,10 @@ fn check_path(path: &str) -> Result<(), WireError> {
     if path.len() > MAX_PATH_BYTES {
         return Err(WireError::new(
             ErrorCode::NameTooLong,
-            format!("path is {} bytes, the limit is {MAX_PATH_BYTES}", path.len()),
+            format!(
+                "path is {} bytes, the limit is {MAX_PATH_BYTES}",
+                path.len()
+            ),
         ));
     }
     if path.contains('\0') {
@@ -489,7 +517,10 @@ impl Request {
                 if crcs.len() != n {
                     return Err(WireError::new(
                         ErrorCode::InvalidArgument,
-                        format!("write of {data_len} bytes has {} checksums, needs {n}", crcs.len()),
+                        format!(
+                            "write of {data_len} bytes has {} checksums, needs {n}",
+                            crcs.len()
+                        ),
                     ));
                 }
                 Ok(())
@@ -614,7 +645,10 @@ mod tests {
         assert_eq!(pieces(0, 4096).collect::<Vec<_>>(), vec![4096]);
         assert_eq!(pieces(100, 4096).collect::<Vec<_>>(), vec![3996, 100]);
         assert_eq!(pieces(4095, 2).collect::<Vec<_>>(), vec![1, 1]);
-        assert_eq!(pieces(8192, 10000).collect::<Vec<_>>(), vec![4096, 4096, 1808]);
+        assert_eq!(
+            pieces(8192, 10000).collect::<Vec<_>>(),
+            vec![4096, 4096, 1808]
+        );
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use stripefs_rpc::{ConnInfo, Payload, Reply, Service};
 use stripefs_wire::{
-    crc32c, piece_crcs, Cred, Envelope, ErrorCode, InodeId, Request, Response, ServerId,
-    WireError, BLOCK_BYTES,
+    crc32c, piece_crcs, Cred, Envelope, ErrorCode, InodeId, Request, Response, ServerId, WireError,
+    BLOCK_BYTES,
 };
 
 pub const B: usize = BLOCK_BYTES as usize;
@@ -26,13 +26,22 @@ pub fn conn() -> ConnInfo {
 }
 
 pub fn call(svc: &DataService, req: Request, data: Vec<u8>) -> Reply {
-    svc.handle(&conn(), Envelope { cred: Cred::root(), req }, data)
+    svc.handle(
+        &conn(),
+        Envelope {
+            cred: Cred::root(),
+            req,
+        },
+        data,
+    )
 }
 
 /// A data server on real directories under a temporary directory.
 pub fn fs_server(targets: usize, throttle: Option<u64>) -> (tempfile::TempDir, Arc<DataService>) {
     let dir = tempfile::tempdir().unwrap();
-    let paths: Vec<PathBuf> = (0..targets).map(|i| dir.path().join(format!("t{i}"))).collect();
+    let paths: Vec<PathBuf> = (0..targets)
+        .map(|i| dir.path().join(format!("t{i}")))
+        .collect();
     let svc = DataService::open(ServerId(3), &paths, throttle).unwrap();
     (dir, svc)
 }
@@ -40,25 +49,50 @@ pub fn fs_server(targets: usize, throttle: Option<u64>) -> (tempfile::TempDir, A
 /// A data server on the in-memory store.
 pub fn mem_server(targets: usize) -> (Arc<MemStore>, Arc<DataService>) {
     let store = Arc::new(MemStore::new());
-    let paths: Vec<PathBuf> = (0..targets).map(|i| PathBuf::from(format!("/mem/t{i}"))).collect();
+    let paths: Vec<PathBuf> = (0..targets)
+        .map(|i| PathBuf::from(format!("/mem/t{i}")))
+        .collect();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let svc = DataService::with_store(ServerId(3), &paths, None, store.clone(), clock).unwrap();
     (store, svc)
 }
 
-pub fn write(svc: &DataService, fid: u64, unit: u32, offset: u64, data: &[u8]) -> Result<(), WireError> {
+pub fn write(
+    svc: &DataService,
+    fid: u64,
+    unit: u32,
+    offset: u64,
+    data: &[u8],
+) -> Result<(), WireError> {
     let req = Request::Write {
         fid: InodeId(fid),
         unit,
         offset,
         crcs: piece_crcs(offset, data),
     };
-    call(svc, req, data.to_vec()).result.map(|r| assert_eq!(r, Response::Done))
+    call(svc, req, data.to_vec())
+        .result
+        .map(|r| assert_eq!(r, Response::Done))
 }
 
 /// Reads an aligned range; returns the stored CRCs and the data.
-pub fn read_raw(svc: &DataService, fid: u64, unit: u32, offset: u64, len: u32) -> Result<(Vec<u32>, Vec<u8>), WireError> {
-    let reply = call(svc, Request::Read { fid: InodeId(fid), unit, offset, len }, vec![]);
+pub fn read_raw(
+    svc: &DataService,
+    fid: u64,
+    unit: u32,
+    offset: u64,
+    len: u32,
+) -> Result<(Vec<u32>, Vec<u8>), WireError> {
+    let reply = call(
+        svc,
+        Request::Read {
+            fid: InodeId(fid),
+            unit,
+            offset,
+            len,
+        },
+        vec![],
+    );
     let crcs = match reply.result? {
         Response::ReadData { crcs } => crcs,
         other => panic!("unexpected {other:?}"),
@@ -78,7 +112,11 @@ pub fn read(svc: &DataService, fid: u64, unit: u32, offset: u64, len: usize) -> 
     let end = (offset + len as u64).div_ceil(B as u64) * B as u64;
     let (crcs, data) = read_raw(svc, fid, unit, start, (end - start) as u32).unwrap();
     for (i, (block, crc)) in data.chunks(B).zip(&crcs).enumerate() {
-        assert_eq!(crc32c(block), *crc, "block {i} of the read fails its checksum");
+        assert_eq!(
+            crc32c(block),
+            *crc,
+            "block {i} of the read fails its checksum"
+        );
     }
     let at = (offset - start) as usize;
     data[at..at + len].to_vec()
@@ -99,14 +137,20 @@ pub fn seed(test: &str) -> u64 {
 }
 
 pub fn pattern(len: usize, salt: u64) -> Vec<u8> {
-    (0..len as u64).map(|i| (i.wrapping_mul(31) ^ salt.wrapping_mul(0x9E37)) as u8 ^ (i >> 9) as u8).collect()
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(31) ^ salt.wrapping_mul(0x9E37)) as u8 ^ (i >> 9) as u8)
+        .collect()
 }
 
 #[test]
 fn ping_and_unsupported() {
     let (_s, svc) = mem_server(1);
     match simple(&svc, Request::Ping {}).unwrap() {
-        Response::Pong { role, server_id, version } => {
+        Response::Pong {
+            role,
+            server_id,
+            version,
+        } => {
             assert_eq!(role, stripefs_wire::Role::Data);
             assert_eq!(server_id, Some(ServerId(3)));
             assert!(!version.is_empty());
@@ -122,10 +166,14 @@ fn ping_and_unsupported() {
 fn open_refuses_duplicate_targets_and_names_bad_paths() {
     let dir = tempfile::tempdir().unwrap();
     let t = dir.path().join("t");
-    let e = DataService::open(ServerId(0), &[t.clone(), t.clone()], None).err().unwrap();
+    let e = DataService::open(ServerId(0), &[t.clone(), t.clone()], None)
+        .err()
+        .unwrap();
     assert!(e.contains("twice"), "{e}");
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
-    let e = DataService::open(ServerId(0), &[file.join("sub")], None).err().unwrap();
+    let e = DataService::open(ServerId(0), &[file.join("sub")], None)
+        .err()
+        .unwrap();
     assert!(e.contains(&file.display().to_string()), "{e}");
 }

@@ -1,0 +1,76 @@
+//! In-process throughput: `cargo test --release -p stripefs-data throughput -- --ignored --nocapture`.
+
+use super::*;
+use std::time::{Duration, Instant};
+
+const REQUEST_BYTES: usize = 1 << 20;
+const TOTAL_BYTES: usize = 1 << 30;
+const UNIT: u32 = 1 << 20;
+
+/// Time spent inside `handle` only; building each request (a copy of the payload, as
+/// the network would deliver it) is outside the timing.
+fn run(svc: &DataService, threads: usize) -> (f64, f64) {
+    let per = TOTAL_BYTES / threads / REQUEST_BYTES;
+    let (write_s, read_s) = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let data = pattern(REQUEST_BYTES, t as u64);
+                    let crcs = piece_crcs(0, &data);
+                    let (mut w, mut r) = (Duration::ZERO, Duration::ZERO);
+                    for i in 0..per {
+                        let off = ((t * per + i) * REQUEST_BYTES) as u64;
+                        let req = Request::Write {
+                            fid: InodeId(1),
+                            unit: UNIT,
+                            offset: off,
+                            crcs: crcs.clone(),
+                        };
+                        let env = Envelope {
+                            cred: Cred::root(),
+                            req,
+                        };
+                        let payload = data.clone();
+                        let t0 = Instant::now();
+                        assert!(svc.handle(&conn(), env, payload).result.is_ok());
+                        w += t0.elapsed();
+                    }
+                    for i in 0..per {
+                        let off = ((t * per + i) * REQUEST_BYTES) as u64;
+                        let req = Request::Read {
+                            fid: InodeId(1),
+                            unit: UNIT,
+                            offset: off,
+                            len: REQUEST_BYTES as u32,
+                        };
+                        let env = Envelope {
+                            cred: Cred::root(),
+                            req,
+                        };
+                        let t0 = Instant::now();
+                        let reply = svc.handle(&conn(), env, vec![]);
+                        r += t0.elapsed();
+                        assert!(reply.result.is_ok());
+                    }
+                    (w, r)
+                })
+            })
+            .collect();
+        let all: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let w = all.iter().map(|x| x.0).max().unwrap();
+        let r = all.iter().map(|x| x.1).max().unwrap();
+        (w.as_secs_f64(), r.as_secs_f64())
+    });
+    let gb = TOTAL_BYTES as f64 / 1e9;
+    (gb / write_s, gb / read_s)
+}
+
+#[test]
+#[ignore]
+fn throughput() {
+    for threads in [1, 2] {
+        let (_d, svc) = fs_server(2, None);
+        let (w, r) = run(&svc, threads);
+        eprintln!("{threads} thread(s), 2 targets, 1 MiB requests, 1 GiB: write {w:.2} GB/s, read {r:.2} GB/s");
+    }
+}

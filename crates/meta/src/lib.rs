@@ -1,1 +1,472 @@
+//! The stripefs metadata server: the namespace (directories, names, hard links,
+//! symlinks), attributes, permissions and file layouts, kept in an embedded ACID store
+//! (redb).
+//!
+//! Inodes and directory entries are separate tables, so an inode may have many names
+//! (hard links) or none while a client keeps it open. Mutations go through one writer
+//! thread that group-commits: every operation queued meanwhile is applied to one write
+//! transaction committed with `Durability::Immediate` before any of them is answered
+//! (`writer.rs`). Reads use read transactions (snapshots) on the connection's thread.
+//! Files whose last link goes away are deleted in the same transaction that puts their
+//! data objects in a purge queue, emptied by a background thread (`purge.rs`).
+//!
+//! Invariants (checked by [`check`]): every entry names an existing inode of the
+//! recorded type; link counts equal the names (plus subdirectories for directories);
+//! every directory is reachable from the root; an inode without a name is an orphan
+//! that is open or will be purged at the next start.
+//!
+//! Fault model: the process may be killed at any moment; an acknowledged change is
+//! committed, an unacknowledged one may or may not be, and the namespace is consistent
+//! either way because each operation is one transaction. Requests are untrusted: every
+//! inode number, name and type is checked, errors are numbered codes with messages
+//! naming the inode, and no request can panic the server (the writer also catches
+//! panics and fails only the batch). Data servers may be down: purging retries later.
 
+mod clock;
+mod fsck;
+mod opens;
+mod ops;
+mod perm;
+mod purge;
+mod store;
+mod writer;
+
+pub use clock::{Clock, FixedClock, SystemClock};
+pub use fsck::{check, Report};
+pub use purge::PURGE_BATCH;
+pub use writer::{MAX_BATCH, MAX_QUEUE};
+
+use opens::Opens;
+use ops::Placement;
+use redb::{Database, ReadableTableMetadata};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+use store::{need, Inode, Rd, Tables, Wr};
+use stripefs_rpc::{ClusterConfig, ConnInfo, Reply, Service};
+use stripefs_wire::{
+    Counters, Cred, Envelope, ErrorCode, FileType, InodeId, LayoutHint, Request, Response, Role,
+    WireError,
+};
+use writer::{Answer, Item, Job};
+
+/// Most inodes open at once across all clients (the open table is in memory).
+pub const MAX_OPEN_INODES: usize = 1 << 20;
+
+/// State shared by the service, the writer and the purge thread.
+pub(crate) struct Core {
+    pub db: Database,
+    pub path: std::path::PathBuf,
+    pub opens: Opens,
+    pub clock: Arc<dyn Clock>,
+    pub placement: Placement,
+    /// Set to stop committing (simulates a crash in tests, and ends service).
+    pub halted: AtomicBool,
+    pub stop_purge: AtomicBool,
+    kick: (Mutex<bool>, Condvar),
+    requests: AtomicU64,
+    errors: AtomicU64,
+    /// Write transactions committed and operations they carried (group commit ratio).
+    pub commits: AtomicU64,
+    pub committed_ops: AtomicU64,
+}
+
+impl Core {
+    pub fn kick_purge(&self) {
+        let mut k = self.kick.0.lock().unwrap_or_else(|p| p.into_inner());
+        *k = true;
+        self.kick.1.notify_all();
+    }
+
+    /// Sleeps until kicked or `timeout` passes.
+    pub fn wait_for_kick(&self, timeout: Duration) {
+        let k = self.kick.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut k, _) = self
+            .kick
+            .1
+            .wait_timeout_while(k, timeout, |k| !*k)
+            .unwrap_or_else(|p| p.into_inner());
+        *k = false;
+    }
+}
+
+/// The metadata service: a [`Service`] for the rpc server loop.
+pub struct MetaService {
+    core: Arc<Core>,
+    writer_tx: Option<SyncSender<Item>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl MetaService {
+    /// Opens (creating if new, with a root dir ino 1 mode 0755 owned by 0:0) the redb
+    /// database.
+    pub fn open(db: &Path, cluster: &ClusterConfig) -> Result<Arc<MetaService>, String> {
+        MetaService::open_with_clock(db, cluster, Arc::new(SystemClock))
+    }
+
+    /// [`MetaService::open`] with a chosen clock (tests fix time).
+    pub fn open_with_clock(
+        path: &Path,
+        cluster: &ClusterConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Arc<MetaService>, String> {
+        let db = Database::create(path)
+            .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
+        let placement = Placement {
+            data_servers: cluster.data.len() as u32,
+            defaults: cluster.defaults,
+        };
+        init(&db, clock.now_ns(), placement)
+            .map_err(|e| format!("metadata database {}: {e}", path.display()))?;
+        let core = Arc::new(Core {
+            db,
+            path: path.to_path_buf(),
+            opens: Opens::default(),
+            clock,
+            placement,
+            halted: AtomicBool::new(false),
+            stop_purge: AtomicBool::new(false),
+            kick: (Mutex::new(true), Condvar::new()),
+            requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            committed_ops: AtomicU64::new(0),
+        });
+        let (tx, rx) = sync_channel(MAX_QUEUE);
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| format!("cannot start the {name} thread: {e}"))
+        };
+        let c = core.clone();
+        let writer = spawn("meta-writer", Box::new(move || writer::run(c, rx)))?;
+        let purger = purge::Purger::new(core.clone(), cluster.clone(), tx.clone());
+        let purge = spawn("meta-purge", Box::new(move || purger.run()))?;
+        Ok(Arc::new(MetaService {
+            core,
+            writer_tx: Some(tx),
+            threads: vec![purge, writer],
+        }))
+    }
+
+    /// Stops committing at once, as a crash would: queued and later mutations fail with
+    /// `Busy`. Whatever was acknowledged is durable.
+    pub fn halt(&self) {
+        self.core.halted.store(true, Ordering::SeqCst);
+    }
+
+    /// Runs [`check`] on the live database (a snapshot).
+    pub fn check(&self) -> Result<Report, String> {
+        fsck::check_db(&self.core.db)
+    }
+
+    /// Write transactions committed so far and the operations they carried.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        (
+            self.core.commits.load(Ordering::Relaxed),
+            self.core.committed_ops.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Files whose data objects still wait for removal from the data servers.
+    pub fn purge_queue_len(&self) -> Result<u64, String> {
+        let txn = self.core.db.begin_read().map_err(|e| e.to_string())?;
+        let rd = Rd::open(&txn).map_err(|e| e.to_string())?;
+        rd.purge.len().map_err(|e| e.to_string())
+    }
+
+    fn dispatch(&self, env: Envelope) -> Answer {
+        let Envelope { cred, req } = env;
+        if self.core.halted.load(Ordering::SeqCst) {
+            return Err(WireError::new(
+                ErrorCode::Busy,
+                "metadata server is stopping",
+            ));
+        }
+        req.validate(0)?;
+        match req {
+            Request::Ping {} => Ok(Response::Pong {
+                role: Role::Meta,
+                server_id: None,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            }),
+            Request::Hello { .. } | Request::Auth { .. } => Err(WireError::new(
+                ErrorCode::UnexpectedMessage,
+                "already authenticated",
+            )),
+            Request::Open {
+                ino,
+                session,
+                read,
+                write,
+            } => self.open_file(&cred, ino.0, session, read, write),
+            Request::Close { ino, session } => self.close_file(ino.0, session),
+            Request::MetaStatus {} => self.status(),
+            req if ops::is_mutation(&req) => self.submit(Job::Client { cred, req }),
+            req => self.read(&cred, &req),
+        }
+    }
+
+    fn read(&self, cred: &Cred, req: &Request) -> Answer {
+        use ops::read;
+        let txn = self
+            .core
+            .db
+            .begin_read()
+            .map_err(|e| store::io("starting a read", e))?;
+        let rd = Rd::open(&txn)?;
+        match req {
+            Request::Lookup { parent, name } => read::lookup(&rd, cred, parent.0, name),
+            Request::GetAttr { ino } => read::get_attr(&rd, ino.0),
+            Request::Resolve { path, follow } => read::resolve(&rd, cred, path, *follow),
+            Request::Readlink { ino } => read::readlink(&rd, ino.0),
+            Request::ReadDir { ino, after, limit } => {
+                read::read_dir(&rd, cred, ino.0, after, *limit)
+            }
+            Request::Access { ino, mask } => read::access(&rd, cred, ino.0, *mask),
+            other => Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "the metadata server does not serve {}",
+                    other.opcode().name()
+                ),
+            )),
+        }
+    }
+
+    /// Queues a job for the writer and waits until it is committed.
+    fn submit(&self, job: Job) -> Answer {
+        let stopping = || WireError::new(ErrorCode::Busy, "metadata server is stopping");
+        let tx = self.writer_tx.as_ref().ok_or_else(stopping)?;
+        let (reply, rx) = sync_channel(1);
+        tx.send(Item {
+            job,
+            reply: Some(reply),
+        })
+        .map_err(|_| stopping())?;
+        rx.recv().map_err(|_| stopping())?
+    }
+
+    fn open_file(&self, cred: &Cred, ino: u64, session: u64, read: bool, write: bool) -> Answer {
+        // The lock is held across the read so that the writer cannot decide "not open,
+        // delete" between our check and our count (see opens.rs).
+        let mut st = self.core.opens.lock();
+        let gone = || {
+            WireError::new(
+                ErrorCode::StaleHandle,
+                format!("inode {ino} does not exist"),
+            )
+        };
+        if st.dying.contains(&ino) {
+            return Err(gone());
+        }
+        let txn = self
+            .core
+            .db
+            .begin_read()
+            .map_err(|e| store::io("starting a read", e))?;
+        let inode = need(&Rd::open(&txn)?, ino)?;
+        check_open(cred, ino, &inode, read, write)?;
+        if inode.nlink == 0 && !st.is_open(ino) {
+            return Err(gone());
+        }
+        if st.open.len() >= MAX_OPEN_INODES && !st.open.contains_key(&ino) {
+            return Err(WireError::new(
+                ErrorCode::Busy,
+                format!("{MAX_OPEN_INODES} inodes are open; cannot open inode {ino}"),
+            ));
+        }
+        *st.open
+            .entry(ino)
+            .or_default()
+            .sessions
+            .entry(session)
+            .or_default() += 1;
+        Ok(Response::Attr(inode.attr(ino)))
+    }
+
+    fn close_file(&self, ino: u64, session: u64) -> Answer {
+        let reap = {
+            let mut st = self.core.opens.lock();
+            let not_open = || {
+                WireError::new(
+                    ErrorCode::BadHandle,
+                    format!("inode {ino} is not open in session {session}"),
+                )
+            };
+            let entry = st.open.get_mut(&ino).ok_or_else(not_open)?;
+            let count = entry.sessions.get_mut(&session).ok_or_else(not_open)?;
+            *count -= 1;
+            if *count == 0 {
+                entry.sessions.remove(&session);
+            }
+            let last = entry.sessions.is_empty();
+            let unlinked = entry.unlinked;
+            if last {
+                st.open.remove(&ino);
+            }
+            last && unlinked
+        };
+        if reap {
+            self.submit(Job::Reap(ino))?;
+        }
+        Ok(Response::Done)
+    }
+
+    fn status(&self) -> Answer {
+        let txn = self
+            .core
+            .db
+            .begin_read()
+            .map_err(|e| store::io("starting a read", e))?;
+        let rd = Rd::open(&txn)?;
+        Ok(Response::MetaStatus {
+            inodes: rd.inode_count()?,
+            files: rd.counter(store::META_FILES)?,
+            dirs: rd.counter(store::META_DIRS)?,
+            open_files: self.core.opens.open_files(),
+            db_bytes: std::fs::metadata(&self.core.path).map_or(0, |m| m.len()),
+            counters: Counters {
+                requests: self.core.requests.load(Ordering::Relaxed),
+                errors: self.core.errors.load(Ordering::Relaxed),
+                bytes_read: 0,
+                bytes_written: 0,
+            },
+        })
+    }
+}
+
+fn check_open(
+    cred: &Cred,
+    ino: u64,
+    inode: &Inode,
+    read: bool,
+    write: bool,
+) -> Result<(), WireError> {
+    match inode.ftype {
+        FileType::Dir if write => {
+            return Err(WireError::new(
+                ErrorCode::IsDir,
+                format!("inode {ino} is a directory: cannot open it for writing"),
+            ))
+        }
+        FileType::Symlink => {
+            return Err(WireError::new(
+                ErrorCode::Loop,
+                format!("inode {ino} is a symbolic link: resolve it before opening"),
+            ))
+        }
+        _ => {}
+    }
+    let mask = if read { perm::R } else { 0 } | if write { perm::W } else { 0 };
+    perm::check(cred, inode, ino, mask)
+}
+
+impl Service for MetaService {
+    fn handle(&self, _conn: &ConnInfo, env: Envelope, _data: Vec<u8>) -> Reply {
+        self.core.requests.fetch_add(1, Ordering::Relaxed);
+        let answer = self.dispatch(env);
+        if answer.is_err() {
+            self.core.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        Reply::from_result(answer)
+    }
+}
+
+impl Drop for MetaService {
+    fn drop(&mut self) {
+        // The purge thread sends to the writer, so it stops first; then the writer ends
+        // when its channel closes, and the database closes with the last `Core`.
+        self.core.stop_purge.store(true, Ordering::SeqCst);
+        self.core.kick_purge();
+        let mut threads = std::mem::take(&mut self.threads).into_iter();
+        if let Some(purge) = threads.next() {
+            let _ = purge.join();
+        }
+        self.writer_tx = None;
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Creates tables and the root on first use; purges orphans left by the last run (no
+/// file is open after a restart).
+fn init(db: &Database, now_ns: i64, placement: Placement) -> Result<(), WireError> {
+    let txn = db
+        .begin_write()
+        .map_err(|e| store::io("starting init", e))?;
+    {
+        let mut w = Wr::open(&txn)?;
+        if w.inode(InodeId::ROOT.0)?.is_none() {
+            let root = Inode {
+                ftype: FileType::Dir,
+                mode: 0o755,
+                nlink: 2,
+                uid: 0,
+                gid: 0,
+                size: 0,
+                atime_ns: now_ns,
+                mtime_ns: now_ns,
+                ctime_ns: now_ns,
+                layout: None,
+                dir_layout: LayoutHint::default(),
+                target: None,
+                parent: InodeId::ROOT.0,
+            };
+            w.put_inode(InodeId::ROOT.0, &root)?;
+            w.set_counter(store::META_NEXT_INO, 2)?;
+            w.set_counter(store::META_DIRS, 1)?;
+        }
+        reap_orphans(&mut w, now_ns, placement)?;
+    }
+    txn.commit().map_err(|e| store::io("committing init", e))
+}
+
+fn reap_orphans(w: &mut Wr, now_ns: i64, placement: Placement) -> Result<(), WireError> {
+    use redb::ReadableTable;
+    let mut orphans = Vec::new();
+    for item in w
+        .orphans
+        .iter()
+        .map_err(|e| store::io("listing orphans", e))?
+    {
+        orphans.push(item.map_err(|e| store::io("listing orphans", e))?.0.value());
+    }
+    let opens = Opens::default();
+    let root = Cred::root();
+    let mut ctx = ops::Ctx {
+        w,
+        cred: &root,
+        now_ns,
+        placement,
+        opens: &opens,
+        purged: false,
+    };
+    for ino in orphans {
+        match ctx.w.inode(ino)? {
+            Some(inode) if inode.nlink == 0 => ops::remove::delete_inode(&mut ctx, ino, &inode)?,
+            _ => ctx.w.set_orphan(ino, false)?,
+        }
+    }
+    Ok(())
+}
+
+/// Binds cfg.listen_addr(Role::Meta), opens cfg.db (error if None), serves until
+/// shutdown.
+pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Result<(), String> {
+    let db = cfg
+        .db
+        .as_ref()
+        .ok_or("the metadata server's config needs `db` (the database file)")?;
+    let addr = cfg.listen_addr(Role::Meta)?;
+    let service = MetaService::open(db, &cfg.cluster)?;
+    let listener = std::net::TcpListener::bind(&addr)
+        .map_err(|e| format!("metadata server cannot listen on {addr}: {e}"))?;
+    tracing::info!("metadata server on {addr}, database {}", db.display());
+    stripefs_rpc::serve(listener, cfg.cluster.secret.clone(), service, shutdown)
+        .map_err(|e| format!("metadata server on {addr}: {e}"))
+}

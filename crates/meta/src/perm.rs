@@ -81,7 +81,10 @@ pub fn check_sticky(
     }
     Err(WireError::new(
         ErrorCode::NotPermitted,
-        format!("uid {} may not remove {name:?} from sticky directory inode {dir_ino}", cred.uid),
+        format!(
+            "uid {} may not remove {name:?} from sticky directory inode {dir_ino}",
+            cred.uid
+        ),
     ))
 }
 
@@ -95,7 +98,10 @@ pub fn require_owner(cred: &Cred, inode: &Inode, ino: u64, what: &str) -> Result
     }
     Err(WireError::new(
         ErrorCode::NotPermitted,
-        format!("uid {} may not {what} inode {ino} owned by uid {}", cred.uid, inode.uid),
+        format!(
+            "uid {} may not {what} inode {ino} owned by uid {}",
+            cred.uid, inode.uid
+        ),
     ))
 }
 

@@ -12,9 +12,7 @@ use redb::{
     WriteTransaction,
 };
 use serde::{Deserialize, Serialize};
-use stripefs_wire::{
-    Attr, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, WireError,
-};
+use stripefs_wire::{Attr, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, WireError};
 
 /// inode number -> encoded [`Inode`].
 pub const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
@@ -103,22 +101,32 @@ pub fn encode_inode(inode: &Inode) -> Vec<u8> {
 
 pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
     let corrupt = |why: String| {
-        WireError::new(ErrorCode::Internal, format!("inode {ino} record is corrupt: {why}"))
+        WireError::new(
+            ErrorCode::Internal,
+            format!("inode {ino} record is corrupt: {why}"),
+        )
     };
     match bytes.split_first() {
-        Some((&RECORD_VERSION, rest)) => codec().deserialize(rest).map_err(|e| corrupt(e.to_string())),
+        Some((&RECORD_VERSION, rest)) => codec()
+            .deserialize(rest)
+            .map_err(|e| corrupt(e.to_string())),
         Some((v, _)) => Err(corrupt(format!("unknown record version {v}"))),
         None => Err(corrupt("empty record".into())),
     }
 }
 
 pub fn encode_layout(layout: &Layout) -> Vec<u8> {
-    codec().serialize(layout).expect("layout exceeds MAX_RECORD_BYTES")
+    codec()
+        .serialize(layout)
+        .expect("layout exceeds MAX_RECORD_BYTES")
 }
 
 pub fn decode_layout(ino: u64, bytes: &[u8]) -> Result<Layout, WireError> {
     codec().deserialize(bytes).map_err(|e| {
-        WireError::new(ErrorCode::Internal, format!("purge entry of inode {ino} is corrupt: {e}"))
+        WireError::new(
+            ErrorCode::Internal,
+            format!("purge entry of inode {ino} is corrupt: {e}"),
+        )
     })
 }
 
@@ -162,8 +170,12 @@ pub trait Tables {
     fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError>;
     fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError>;
     /// Up to `limit` entries of `parent` named after `after`, and whether that was all.
-    fn entries(&self, parent: u64, after: &str, limit: usize)
-        -> Result<(Vec<DirEntry>, bool), WireError>;
+    fn entries(
+        &self,
+        parent: u64,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, bool), WireError>;
     fn counter(&self, key: &str) -> Result<u64, WireError>;
 }
 
@@ -171,7 +183,10 @@ fn get_inode<T: ReadableTable<u64, &'static [u8]>>(
     t: &T,
     ino: u64,
 ) -> Result<Option<Inode>, WireError> {
-    match t.get(ino).map_err(|e| io(format!("reading inode {ino}"), e))? {
+    match t
+        .get(ino)
+        .map_err(|e| io(format!("reading inode {ino}"), e))?
+    {
         Some(v) => Ok(Some(decode_inode(ino, v.value())?)),
         None => Ok(None),
     }
@@ -228,7 +243,9 @@ fn list_entries<T: ReadableTable<(u64, &'static str), (u64, u8)>>(
 }
 
 fn get_counter<T: ReadableTable<&'static str, u64>>(t: &T, key: &str) -> Result<u64, WireError> {
-    let v = t.get(key).map_err(|e| io(format!("reading counter {key}"), e))?;
+    let v = t
+        .get(key)
+        .map_err(|e| io(format!("reading counter {key}"), e))?;
     Ok(v.map(|v| v.value()).unwrap_or(0))
 }
 
@@ -308,7 +325,10 @@ impl<'t> Wr<'t> {
     }
 
     pub fn del_inode(&mut self, ino: u64) -> Result<(), WireError> {
-        assert!(ino != InodeId::ROOT.0, "the root directory is never deleted");
+        assert!(
+            ino != InodeId::ROOT.0,
+            "the root directory is never deleted"
+        );
         self.inodes
             .remove(ino)
             .map_err(|e| io(format!("deleting inode {ino}"), e))?;
@@ -390,7 +410,10 @@ impl Tables for Wr<'_> {
 /// may hold them after the inode was removed).
 pub fn need<T: Tables>(t: &T, ino: u64) -> Result<Inode, WireError> {
     t.inode(ino)?.ok_or_else(|| {
-        WireError::new(ErrorCode::StaleHandle, format!("inode {ino} does not exist"))
+        WireError::new(
+            ErrorCode::StaleHandle,
+            format!("inode {ino} does not exist"),
+        )
     })
 }
 
@@ -404,4 +427,51 @@ pub fn need_dir<T: Tables>(t: &T, ino: u64) -> Result<Inode, WireError> {
         ));
     }
     Ok(inode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use stripefs_wire::ServerId;
+
+    fn inode(mode: u32, size: u64, servers: Vec<u32>, target: Option<String>) -> Inode {
+        Inode {
+            ftype: FileType::File,
+            mode,
+            nlink: 1,
+            uid: 5,
+            gid: 6,
+            size,
+            atime_ns: -1,
+            mtime_ns: 2,
+            ctime_ns: 3,
+            layout: Some(Layout {
+                stripe_size_bytes: 4096,
+                servers: servers.into_iter().map(ServerId).collect(),
+            }),
+            dir_layout: LayoutHint::default(),
+            target,
+            parent: 0,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn inode_records_round_trip(mode in 0u32..0o7777, size: u64,
+                                    servers in proptest::collection::vec(0u32..64, 0..16),
+                                    target in proptest::option::of(".{0,40}")) {
+            let i = inode(mode, size, servers, target);
+            prop_assert_eq!(decode_inode(9, &encode_inode(&i)).unwrap(), i);
+        }
+
+        #[test]
+        fn corrupt_records_are_errors_not_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Err(e) = decode_inode(9, &bytes) {
+                prop_assert_eq!(e.code, ErrorCode::Internal);
+                prop_assert!(e.message.contains("inode 9"));
+            }
+            let _ = decode_layout(9, &bytes);
+        }
+    }
 }

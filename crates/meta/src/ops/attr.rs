@@ -84,9 +84,7 @@ fn check_set_attr(ctx: &Ctx, ino: u64, inode: &Inode, a: &SetAttrs) -> Result<()
     for t in [a.atime, a.mtime].into_iter().flatten() {
         match t {
             SetTime::AtNs(_) => perm::require_owner(cred, inode, ino, "set the times of")?,
-            SetTime::Now if !perm::is_owner(cred, inode) => {
-                perm::check(cred, inode, ino, perm::W)?
-            }
+            SetTime::Now if !perm::is_owner(cred, inode) => perm::check(cred, inode, ino, perm::W)?,
             SetTime::Now => {}
         }
     }
@@ -95,7 +93,12 @@ fn check_set_attr(ctx: &Ctx, ino: u64, inode: &Inode, a: &SetAttrs) -> Result<()
 
 /// Records data written up to `size`: the size only grows, so that writers at different
 /// offsets end with the largest end, in any order.
-pub fn extend_size(ctx: &mut Ctx, ino: u64, size: u64, mtime_ns: i64) -> Result<Response, WireError> {
+pub fn extend_size(
+    ctx: &mut Ctx,
+    ino: u64,
+    size: u64,
+    mtime_ns: i64,
+) -> Result<Response, WireError> {
     let mut inode = need(ctx.w, ino)?;
     require_file(&inode, ino, "extend")?;
     let open = ctx.opens.lock().is_open(ino);
@@ -121,14 +124,18 @@ pub fn set_layout(ctx: &mut Ctx, ino: u64, hint: LayoutHint) -> Result<Response,
             if inode.size != 0 {
                 return Err(WireError::new(
                     ErrorCode::InvalidArgument,
-                    format!("cannot change the layout of inode {ino}: file has data ({} bytes)", inode.size),
+                    format!(
+                        "cannot change the layout of inode {ino}: file has data ({} bytes)",
+                        inode.size
+                    ),
                 ));
             }
             let current = inode.layout.as_ref().map(|l| LayoutHint {
                 stripe_size_bytes: Some(l.stripe_size_bytes),
                 stripe_count: Some(l.servers.len() as u32),
             });
-            let layout = super::create::place(ctx.w, ctx.placement, hint, current.unwrap_or_default())?;
+            let layout =
+                super::create::place(ctx.w, ctx.placement, hint, current.unwrap_or_default())?;
             inode.layout = Some(layout);
         }
         t => {

@@ -3,8 +3,8 @@
 
 use super::{touch_dir, Ctx, Placement, MAX_LINKS};
 use crate::perm;
-use crate::store::{need, need_dir, Inode, Tables, Wr, META_DIRS, META_FILES, META_NEXT_INO};
 use crate::store::META_NEXT_SERVER;
+use crate::store::{need, need_dir, Inode, Tables, Wr, META_DIRS, META_FILES, META_NEXT_INO};
 use stripefs_wire::{
     validate_name, ErrorCode, FileType, Layout, LayoutHint, Response, ServerId, WireError,
 };
@@ -131,7 +131,10 @@ fn existing(
     exclusive: bool,
 ) -> Result<Response, WireError> {
     let exists = || {
-        WireError::new(ErrorCode::Exists, format!("{name:?} already exists in inode {parent}"))
+        WireError::new(
+            ErrorCode::Exists,
+            format!("{name:?} already exists in inode {parent}"),
+        )
     };
     if exclusive {
         return Err(exists());
@@ -214,8 +217,7 @@ pub fn symlink(
     name: &str,
     target: &str,
 ) -> Result<Response, WireError> {
-    if target.is_empty() || target.len() > stripefs_wire::MAX_PATH_BYTES || target.contains('\0')
-    {
+    if target.is_empty() || target.len() > stripefs_wire::MAX_PATH_BYTES || target.contains('\0') {
         return Err(WireError::new(
             ErrorCode::InvalidArgument,
             format!("bad symlink target for {name:?} ({} bytes)", target.len()),

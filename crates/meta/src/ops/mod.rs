@@ -68,7 +68,14 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             dst_parent,
             dst_name,
             noreplace,
-        } => rename::rename(ctx, src_parent.0, src_name, dst_parent.0, dst_name, *noreplace),
+        } => rename::rename(
+            ctx,
+            src_parent.0,
+            src_name,
+            dst_parent.0,
+            dst_name,
+            *noreplace,
+        ),
         Request::SetAttr { ino, attrs } => attr::set_attr(ctx, ino.0, attrs),
         Request::ExtendSize {
             ino,
@@ -110,7 +117,10 @@ pub fn touch_dir(dir: &mut Inode, now_ns: i64) {
 /// The entry `name` in directory `parent` and its inode, or `NotFound`.
 pub fn need_entry<T: Tables>(t: &T, parent: u64, name: &str) -> Result<(u64, Inode), WireError> {
     let (child, _) = t.entry(parent, name)?.ok_or_else(|| {
-        WireError::new(ErrorCode::NotFound, format!("no {name:?} in inode {parent}"))
+        WireError::new(
+            ErrorCode::NotFound,
+            format!("no {name:?} in inode {parent}"),
+        )
     })?;
     let inode = t.inode(child)?.ok_or_else(|| {
         WireError::new(

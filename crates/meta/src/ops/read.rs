@@ -10,7 +10,12 @@ use stripefs_wire::{validate_name, Cred, ErrorCode, FileType, InodeId, Response,
 /// Most symbolic links followed while resolving one path, as Linux's MAXSYMLINKS.
 pub const MAX_SYMLINKS: u32 = 40;
 
-pub fn lookup<T: Tables>(t: &T, cred: &Cred, parent: u64, name: &str) -> Result<Response, WireError> {
+pub fn lookup<T: Tables>(
+    t: &T,
+    cred: &Cred,
+    parent: u64,
+    name: &str,
+) -> Result<Response, WireError> {
     validate_name(name)?;
     let dir = need_dir(t, parent)?;
     perm::check(cred, &dir, parent, perm::X)?;
@@ -67,12 +72,20 @@ pub fn access<T: Tables>(t: &T, cred: &Cred, ino: u64, mask: u32) -> Result<Resp
 }
 
 fn components(path: &str) -> VecDeque<String> {
-    path.split('/').filter(|c| !c.is_empty()).map(str::to_string).collect()
+    path.split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// Walks `path` from the root, checking search permission on every directory passed,
 /// following symlinks in the middle (and at the end if `follow`).
-pub fn resolve<T: Tables>(t: &T, cred: &Cred, path: &str, follow: bool) -> Result<Response, WireError> {
+pub fn resolve<T: Tables>(
+    t: &T,
+    cred: &Cred,
+    path: &str,
+    follow: bool,
+) -> Result<Response, WireError> {
     if path.is_empty() {
         return Err(WireError::new(ErrorCode::NotFound, "empty path"));
     }

@@ -11,7 +11,10 @@ use stripefs_wire::{validate_name, ErrorCode, FileType, Response, WireError};
 pub fn drop_link(ctx: &mut Ctx, ino: u64, mut inode: Inode) -> Result<(), WireError> {
     // Data from disk: a record with no links behind an entry is corruption, not a bug.
     inode.nlink = inode.nlink.checked_sub(1).ok_or_else(|| {
-        WireError::new(ErrorCode::Internal, format!("inode {ino} has an entry but nlink 0"))
+        WireError::new(
+            ErrorCode::Internal,
+            format!("inode {ino} has an entry but nlink 0"),
+        )
     })?;
     inode.ctime_ns = ctx.now_ns;
     if inode.nlink > 0 {

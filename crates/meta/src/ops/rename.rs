@@ -47,7 +47,18 @@ pub fn rename(
     if moves_dir {
         check_move_dir(ctx, ino, &inode, dst_parent, &ddir)?;
     }
-    apply(ctx, Move { src_parent, src_name, dst_parent, dst_name, ino, inode, dst })
+    apply(
+        ctx,
+        Move {
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            ino,
+            inode,
+            dst,
+        },
+    )
 }
 
 /// The checks for replacing the existing destination `dino`.
@@ -64,13 +75,17 @@ fn check_replace(
         (false, true) => {
             return Err(WireError::new(
                 ErrorCode::IsDir,
-                format!("cannot replace directory {dst_name:?} in inode {dst_parent} by a non-directory"),
+                format!(
+                "cannot replace directory {dst_name:?} in inode {dst_parent} by a non-directory"
+            ),
             ))
         }
         (true, false) => {
             return Err(WireError::new(
                 ErrorCode::NotDir,
-                format!("cannot replace non-directory {dst_name:?} in inode {dst_parent} by a directory"),
+                format!(
+                "cannot replace non-directory {dst_name:?} in inode {dst_parent} by a directory"
+            ),
             ))
         }
         (true, true) => check_empty(ctx.w, dino)?,
@@ -101,7 +116,9 @@ fn check_move_dir(
         if at == ino {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
-                format!("cannot move directory inode {ino} into its own subtree (inode {dst_parent})"),
+                format!(
+                    "cannot move directory inode {ino} into its own subtree (inode {dst_parent})"
+                ),
             ));
         }
         if at == InodeId::ROOT.0 {
@@ -141,7 +158,8 @@ fn apply(ctx: &mut Ctx, m: Move) -> Result<Response, WireError> {
             drop_link(ctx, dino, dinode)?;
         }
     }
-    ctx.w.put_entry(m.dst_parent, m.dst_name, m.ino, m.inode.ftype)?;
+    ctx.w
+        .put_entry(m.dst_parent, m.dst_name, m.ino, m.inode.ftype)?;
     let mut inode = m.inode;
     inode.ctime_ns = now;
     if is_dir {

@@ -1,0 +1,251 @@
+//! Helpers shared by the metadata server's tests: a service on a temporary database,
+//! requests through `Service::handle` without a network.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use stripefs_meta::{FixedClock, MetaService};
+use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_wire::*;
+
+pub const T0: i64 = 1_700_000_000_000_000_000;
+
+/// A cluster whose data servers listen nowhere (port 1 refuses connections).
+pub fn cluster(data_servers: usize) -> ClusterConfig {
+    ClusterConfig {
+        secret: Secret::generate(),
+        timeout_ms: 1000,
+        meta_addr: "127.0.0.1:1".into(),
+        data: vec![
+            DataServerEntry {
+                addr: "127.0.0.1:1".into()
+            };
+            data_servers
+        ],
+        defaults: Defaults::default(),
+    }
+}
+
+pub struct Fs {
+    pub svc: Arc<MetaService>,
+    pub clock: Arc<FixedClock>,
+    pub dir: tempfile::TempDir,
+    pub cluster: ClusterConfig,
+}
+
+impl Fs {
+    pub fn new() -> Fs {
+        Fs::with_cluster(cluster(4))
+    }
+
+    pub fn with_cluster(cluster: ClusterConfig) -> Fs {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(FixedClock::new(T0));
+        let svc =
+            MetaService::open_with_clock(&dir.path().join("meta.redb"), &cluster, clock.clone())
+                .unwrap();
+        Fs {
+            svc,
+            clock,
+            dir,
+            cluster,
+        }
+    }
+
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("meta.redb")
+    }
+
+    /// Closes and reopens the database, as a restart does.
+    pub fn reopen(&mut self) {
+        let clock = self.clock.clone();
+        let placeholder = MetaService::open_with_clock(
+            &self.dir.path().join("other.redb"),
+            &self.cluster,
+            clock.clone(),
+        )
+        .unwrap();
+        drop(std::mem::replace(&mut self.svc, placeholder));
+        let fresh = MetaService::open_with_clock(&self.db(), &self.cluster, clock).unwrap();
+        self.svc = fresh;
+    }
+
+    pub fn call(&self, cred: &Cred, req: Request) -> Result<Response, WireError> {
+        call(&self.svc, cred, req)
+    }
+
+    pub fn root(&self, req: Request) -> Result<Response, WireError> {
+        self.call(&Cred::root(), req)
+    }
+
+    pub fn attr(&self, cred: &Cred, req: Request) -> Result<Attr, WireError> {
+        match self.call(cred, req)? {
+            Response::Attr(a) => Ok(a),
+            other => panic!("expected Attr, got {other:?}"),
+        }
+    }
+
+    pub fn mkdir(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &str,
+        mode: u32,
+    ) -> Result<Attr, WireError> {
+        self.attr(
+            cred,
+            Request::Mkdir {
+                parent: InodeId(parent),
+                name: name.into(),
+                mode,
+            },
+        )
+    }
+
+    pub fn create(
+        &self,
+        cred: &Cred,
+        parent: u64,
+        name: &str,
+        mode: u32,
+    ) -> Result<Attr, WireError> {
+        self.attr(
+            cred,
+            Request::Create {
+                parent: InodeId(parent),
+                name: name.into(),
+                mode,
+                exclusive: true,
+                layout: LayoutHint::default(),
+            },
+        )
+    }
+
+    pub fn lookup(&self, parent: u64, name: &str) -> Result<Attr, WireError> {
+        self.attr(
+            &Cred::root(),
+            Request::Lookup {
+                parent: InodeId(parent),
+                name: name.into(),
+            },
+        )
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr, WireError> {
+        self.attr(&Cred::root(), Request::GetAttr { ino: InodeId(ino) })
+    }
+
+    pub fn unlink(&self, cred: &Cred, parent: u64, name: &str) -> Result<Response, WireError> {
+        self.call(
+            cred,
+            Request::Unlink {
+                parent: InodeId(parent),
+                name: name.into(),
+            },
+        )
+    }
+
+    pub fn rename(
+        &self,
+        sp: u64,
+        sn: &str,
+        dp: u64,
+        dn: &str,
+        noreplace: bool,
+    ) -> Result<Response, WireError> {
+        self.root(Request::Rename {
+            src_parent: InodeId(sp),
+            src_name: sn.into(),
+            dst_parent: InodeId(dp),
+            dst_name: dn.into(),
+            noreplace,
+        })
+    }
+
+    pub fn resolve(&self, cred: &Cred, path: &str, follow: bool) -> Result<Attr, WireError> {
+        self.attr(
+            cred,
+            Request::Resolve {
+                path: path.into(),
+                follow,
+            },
+        )
+    }
+
+    /// All entry names of a directory, through paginated ReadDir.
+    pub fn list(&self, ino: u64, page: u32) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        loop {
+            let after = out.last().cloned().unwrap_or_default();
+            let r = self
+                .root(Request::ReadDir {
+                    ino: InodeId(ino),
+                    after,
+                    limit: page,
+                })
+                .unwrap();
+            let Response::Entries { entries, done } = r else {
+                panic!("{r:?}")
+            };
+            out.extend(entries.into_iter().map(|e| e.name));
+            if done {
+                return out;
+            }
+        }
+    }
+
+    pub fn status(&self) -> (u64, u64, u64, u64) {
+        match self.root(Request::MetaStatus {}).unwrap() {
+            Response::MetaStatus {
+                inodes,
+                files,
+                dirs,
+                open_files,
+                ..
+            } => (inodes, files, dirs, open_files),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    pub fn check(&self) -> stripefs_meta::Report {
+        self.svc.check().unwrap()
+    }
+}
+
+pub fn call(svc: &MetaService, cred: &Cred, req: Request) -> Result<Response, WireError> {
+    let conn = ConnInfo {
+        peer: SocketAddr::from(([127, 0, 0, 1], 9)),
+    };
+    svc.handle(
+        &conn,
+        Envelope {
+            cred: cred.clone(),
+            req,
+        },
+        Vec::new(),
+    )
+    .result
+}
+
+pub fn user(uid: u32, gid: u32) -> Cred {
+    Cred {
+        uid,
+        gid,
+        groups: vec![],
+    }
+}
+
+pub fn code<T: std::fmt::Debug>(r: Result<T, WireError>) -> ErrorCode {
+    r.unwrap_err().code
+}
+
+/// The seed of a randomised test: STRIPEFS_SEED if set, else random; printed.
+pub fn seed(test: &str) -> u64 {
+    let s = std::env::var("STRIPEFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("{test}: seed {s} (replay with STRIPEFS_SEED={s})");
+    s
+}

@@ -1,0 +1,671 @@
+//! Per-operation tests through `MetaService::handle`.
+
+mod common;
+use common::*;
+use stripefs_wire::*;
+
+const ROOT: u64 = 1;
+
+#[test]
+fn fresh_root_and_ping() {
+    let fs = Fs::new();
+    let r = fs.getattr(ROOT).unwrap();
+    assert_eq!(
+        (r.ftype, r.mode, r.nlink, r.uid, r.gid),
+        (FileType::Dir, 0o755, 2, 0, 0)
+    );
+    assert!(matches!(
+        fs.root(Request::Ping {}),
+        Ok(Response::Pong {
+            role: Role::Meta,
+            server_id: None,
+            ..
+        })
+    ));
+    let data = Request::Remove { fid: InodeId(5) };
+    assert_eq!(code(fs.root(data)), ErrorCode::Unsupported);
+    assert_eq!(code(fs.getattr(999)), ErrorCode::StaleHandle);
+    fs.check();
+}
+
+#[test]
+fn create_lookup_and_exclusive() {
+    let fs = Fs::new();
+    let me = user(1000, 100);
+    let d = fs.mkdir(&Cred::root(), ROOT, "d", 0o777).unwrap();
+    let f = fs.create(&me, d.ino.0, "f", 0o640).unwrap();
+    assert_eq!(
+        (f.uid, f.gid, f.mode, f.nlink, f.size),
+        (1000, 100, 0o640, 1, 0)
+    );
+    assert_eq!(fs.lookup(d.ino.0, "f").unwrap(), f);
+    assert_eq!(code(fs.create(&me, d.ino.0, "f", 0o640)), ErrorCode::Exists);
+    let again = fs.attr(
+        &me,
+        Request::Create {
+            parent: d.ino,
+            name: "f".into(),
+            mode: 0o600,
+            exclusive: false,
+            layout: LayoutHint::default(),
+        },
+    );
+    assert_eq!(again.unwrap().ino, f.ino);
+    let on_dir = fs.attr(
+        &me,
+        Request::Create {
+            parent: InodeId(ROOT),
+            name: "d".into(),
+            mode: 0o600,
+            exclusive: false,
+            layout: LayoutHint::default(),
+        },
+    );
+    assert_eq!(code(on_dir), ErrorCode::IsDir);
+    assert_eq!(code(fs.create(&me, f.ino.0, "x", 0o600)), ErrorCode::NotDir);
+    assert_eq!(
+        code(fs.create(&me, 12345, "x", 0o600)),
+        ErrorCode::StaleHandle
+    );
+    assert_eq!(
+        code(fs.create(&me, ROOT, "..", 0o600)),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(code(fs.lookup(ROOT, "nope")), ErrorCode::NotFound);
+    // Parent times move with its entries.
+    fs.clock.set(T0 + 5);
+    fs.create(&me, d.ino.0, "g", 0o600).unwrap();
+    let d2 = fs.getattr(d.ino.0).unwrap();
+    assert_eq!((d2.mtime_ns, d2.ctime_ns), (T0 + 5, T0 + 5));
+    fs.check();
+}
+
+#[test]
+fn mkdir_rmdir_nlink() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let a = fs.mkdir(&r, ROOT, "a", 0o755).unwrap();
+    assert_eq!(a.nlink, 2);
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 3);
+    fs.mkdir(&r, a.ino.0, "b", 0o755).unwrap();
+    assert_eq!(fs.getattr(a.ino.0).unwrap().nlink, 3);
+    let rmdir = |p: u64, n: &str| {
+        fs.root(Request::Rmdir {
+            parent: InodeId(p),
+            name: n.into(),
+        })
+    };
+    assert_eq!(code(rmdir(ROOT, "a")), ErrorCode::NotEmpty);
+    fs.create(&r, ROOT, "f", 0o644).unwrap();
+    assert_eq!(code(rmdir(ROOT, "f")), ErrorCode::NotDir);
+    assert_eq!(code(fs.unlink(&r, ROOT, "a")), ErrorCode::IsDir);
+    rmdir(a.ino.0, "b").unwrap();
+    rmdir(ROOT, "a").unwrap();
+    assert_eq!(fs.getattr(ROOT).unwrap().nlink, 2);
+    assert_eq!(code(fs.getattr(a.ino.0)), ErrorCode::StaleHandle);
+    let (inodes, files, dirs, _) = fs.status();
+    assert_eq!((inodes, files, dirs), (2, 1, 1));
+    fs.check();
+}
+
+#[test]
+fn hard_links() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let f = fs.create(&r, ROOT, "f", 0o644).unwrap();
+    let d = fs.mkdir(&r, ROOT, "d", 0o755).unwrap();
+    let l = fs
+        .attr(
+            &r,
+            Request::Link {
+                ino: f.ino,
+                parent: d.ino,
+                name: "g".into(),
+            },
+        )
+        .unwrap();
+    assert_eq!((l.ino, l.nlink), (f.ino, 2));
+    assert_eq!(
+        code(fs.attr(
+            &r,
+            Request::Link {
+                ino: d.ino,
+                parent: InodeId(ROOT),
+                name: "dd".into()
+            }
+        )),
+        ErrorCode::NotPermitted
+    );
+    assert_eq!(
+        code(fs.attr(
+            &r,
+            Request::Link {
+                ino: f.ino,
+                parent: d.ino,
+                name: "g".into()
+            }
+        )),
+        ErrorCode::Exists
+    );
+    fs.unlink(&r, ROOT, "f").unwrap();
+    assert_eq!(fs.getattr(f.ino.0).unwrap().nlink, 1);
+    assert_eq!(fs.lookup(d.ino.0, "g").unwrap().ino, f.ino);
+    assert_eq!(fs.svc.purge_queue_len().unwrap(), 0);
+    fs.unlink(&r, d.ino.0, "g").unwrap();
+    assert_eq!(code(fs.getattr(f.ino.0)), ErrorCode::StaleHandle);
+    assert_eq!(fs.svc.purge_queue_len().unwrap(), 1);
+    fs.check();
+}
+
+#[test]
+fn rename_cases() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let a = fs.mkdir(&r, ROOT, "a", 0o755).unwrap().ino.0;
+    let b = fs.mkdir(&r, ROOT, "b", 0o755).unwrap().ino.0;
+    let f = fs.create(&r, a, "f", 0o644).unwrap();
+    let g = fs.create(&r, b, "g", 0o644).unwrap();
+    // Plain move between directories.
+    fs.rename(a, "f", b, "f2", false).unwrap();
+    assert_eq!(fs.lookup(b, "f2").unwrap().ino, f.ino);
+    assert_eq!(code(fs.lookup(a, "f")), ErrorCode::NotFound);
+    // Over an existing file: atomic replace, the old one is purged.
+    fs.rename(b, "f2", b, "g", false).unwrap();
+    assert_eq!(fs.lookup(b, "g").unwrap().ino, f.ino);
+    assert_eq!(code(fs.getattr(g.ino.0)), ErrorCode::StaleHandle);
+    assert_eq!(fs.svc.purge_queue_len().unwrap(), 1);
+    // noreplace.
+    fs.create(&r, b, "h", 0o644).unwrap();
+    assert_eq!(code(fs.rename(b, "g", b, "h", true)), ErrorCode::Exists);
+    // Directory cases.
+    let sub = fs.mkdir(&r, a, "sub", 0o755).unwrap().ino.0;
+    fs.mkdir(&r, b, "empty", 0o755).unwrap();
+    let full = fs.mkdir(&r, b, "full", 0o755).unwrap().ino.0;
+    fs.create(&r, full, "x", 0o644).unwrap();
+    assert_eq!(
+        code(fs.rename(a, "sub", b, "full", false)),
+        ErrorCode::NotEmpty
+    );
+    assert_eq!(code(fs.rename(b, "g", b, "empty", false)), ErrorCode::IsDir);
+    assert_eq!(code(fs.rename(a, "sub", b, "g", false)), ErrorCode::NotDir);
+    assert_eq!(
+        code(fs.rename(ROOT, "a", sub, "a2", false)),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        code(fs.rename(ROOT, "a", a, "a2", false)),
+        ErrorCode::InvalidArgument
+    );
+    fs.rename(a, "sub", b, "empty", false).unwrap();
+    assert_eq!(fs.lookup(b, "empty").unwrap().ino.0, sub);
+    assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b).unwrap().nlink, 4); // ., .., empty(sub), full
+                                                 // `..` of the moved directory follows it.
+    assert_eq!(fs.resolve(&r, "/b/empty/..", true).unwrap().ino.0, b);
+    // Hard links to one inode: rename is a no-op.
+    fs.attr(
+        &r,
+        Request::Link {
+            ino: f.ino,
+            parent: InodeId(b),
+            name: "same".into(),
+        },
+    )
+    .unwrap();
+    fs.rename(b, "g", b, "same", false).unwrap();
+    assert_eq!(fs.lookup(b, "g").unwrap().nlink, 2);
+    // Same name: nothing happens.
+    fs.rename(b, "h", b, "h", false).unwrap();
+    fs.check();
+}
+
+#[test]
+fn unlink_while_open_then_close_purges() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let f = fs.create(&r, ROOT, "f", 0o644).unwrap();
+    let open = |s: u64| {
+        fs.root(Request::Open {
+            ino: f.ino,
+            session: s,
+            read: true,
+            write: true,
+        })
+    };
+    let close = |s: u64| {
+        fs.root(Request::Close {
+            ino: f.ino,
+            session: s,
+        })
+    };
+    open(7).unwrap();
+    open(8).unwrap();
+    assert_eq!(fs.status().3, 1);
+    fs.unlink(&r, ROOT, "f").unwrap();
+    let orphan = fs.getattr(f.ino.0).unwrap();
+    assert_eq!(orphan.nlink, 0);
+    assert_eq!(fs.svc.purge_queue_len().unwrap(), 0);
+    assert_eq!(fs.check().orphans, 1);
+    fs.attr(
+        &r,
+        Request::ExtendSize {
+            ino: f.ino,
+            size: 100,
+            mtime_ns: T0,
+        },
+    )
+    .unwrap();
+    close(7).unwrap();
+    assert!(fs.getattr(f.ino.0).is_ok());
+    close(8).unwrap();
+    assert_eq!(code(fs.getattr(f.ino.0)), ErrorCode::StaleHandle);
+    assert_eq!(fs.svc.purge_queue_len().unwrap(), 1);
+    assert_eq!(code(close(8)), ErrorCode::BadHandle);
+    assert_eq!(code(open(9)), ErrorCode::StaleHandle);
+    assert_eq!(fs.status().3, 0);
+    fs.check();
+}
+
+#[test]
+fn orphans_are_purged_on_restart() {
+    let mut fs = Fs::new();
+    let r = Cred::root();
+    let f = fs.create(&r, ROOT, "f", 0o644).unwrap();
+    fs.root(Request::Open {
+        ino: f.ino,
+        session: 1,
+        read: true,
+        write: false,
+    })
+    .unwrap();
+    fs.unlink(&r, ROOT, "f").unwrap();
+    fs.reopen();
+    assert_eq!(code(fs.getattr(f.ino.0)), ErrorCode::StaleHandle);
+    let rep = fs.check();
+    assert_eq!((rep.orphans, rep.purge_pending), (0, 1));
+}
+
+#[test]
+fn symlinks_fifo_and_resolve() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let a = fs.mkdir(&r, ROOT, "a", 0o755).unwrap().ino.0;
+    let b = fs.mkdir(&r, a, "b", 0o755).unwrap().ino.0;
+    let f = fs.create(&r, b, "f", 0o644).unwrap();
+    let sym = |p: u64, n: &str, t: &str| {
+        fs.attr(
+            &r,
+            Request::Symlink {
+                parent: InodeId(p),
+                name: n.into(),
+                target: t.into(),
+            },
+        )
+    };
+    let l = sym(ROOT, "abs", "/a/b").unwrap();
+    assert_eq!((l.ftype, l.size), (FileType::Symlink, 4));
+    assert_eq!(
+        fs.root(Request::Readlink { ino: l.ino }).unwrap(),
+        Response::Target("/a/b".into())
+    );
+    assert_eq!(
+        code(fs.root(Request::Readlink { ino: f.ino })),
+        ErrorCode::InvalidArgument
+    );
+    sym(a, "rel", "b/f").unwrap();
+    sym(ROOT, "loop1", "loop2").unwrap();
+    sym(ROOT, "loop2", "loop1").unwrap();
+    assert_eq!(fs.resolve(&r, "/", true).unwrap().ino.0, ROOT);
+    assert_eq!(fs.resolve(&r, "//a///b/./f", true).unwrap().ino, f.ino);
+    assert_eq!(fs.resolve(&r, "/abs/f", false).unwrap().ino, f.ino);
+    assert_eq!(fs.resolve(&r, "/abs", false).unwrap().ino, l.ino);
+    assert_eq!(fs.resolve(&r, "/abs", true).unwrap().ino.0, b);
+    assert_eq!(fs.resolve(&r, "/a/rel", true).unwrap().ino, f.ino);
+    assert_eq!(
+        fs.resolve(&r, "/../../a/b/../b/f", true).unwrap().ino,
+        f.ino
+    );
+    assert_eq!(fs.resolve(&r, "/abs/../b", true).unwrap().ino.0, b);
+    assert_eq!(code(fs.resolve(&r, "/loop1", true)), ErrorCode::Loop);
+    assert_eq!(
+        fs.resolve(&r, "/loop1", false).unwrap().ftype,
+        FileType::Symlink
+    );
+    assert_eq!(code(fs.resolve(&r, "/a/b/f/x", true)), ErrorCode::NotDir);
+    assert_eq!(code(fs.resolve(&r, "/a/b/f/", true)), ErrorCode::NotDir);
+    assert_eq!(code(fs.resolve(&r, "/a/nope", true)), ErrorCode::NotFound);
+    let fifo = fs
+        .attr(
+            &r,
+            Request::Mknod {
+                parent: InodeId(ROOT),
+                name: "p".into(),
+                mode: 0o600,
+                ftype: FileType::Fifo,
+            },
+        )
+        .unwrap();
+    assert_eq!((fifo.ftype, fifo.layout), (FileType::Fifo, None));
+    let dev = fs.attr(
+        &r,
+        Request::Mknod {
+            parent: InodeId(ROOT),
+            name: "q".into(),
+            mode: 0o600,
+            ftype: FileType::File,
+        },
+    );
+    assert_eq!(code(dev), ErrorCode::Unsupported);
+    fs.unlink(&r, ROOT, "p").unwrap();
+    fs.unlink(&r, ROOT, "abs").unwrap();
+    assert_eq!(fs.svc.purge_queue_len().unwrap(), 0);
+    fs.check();
+}
+
+#[test]
+fn readdir_pagination_10000() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let d = fs.mkdir(&r, ROOT, "big", 0o755).unwrap().ino.0;
+    let mut names: Vec<String> = (0..10_000)
+        .map(|i| format!("file-{i:05}-{}", i * 7919 % 10_007))
+        .collect();
+    std::thread::scope(|s| {
+        for chunk in names.chunks(2500) {
+            let fs = &fs;
+            s.spawn(move || {
+                for n in chunk {
+                    fs.create(&Cred::root(), d, n, 0o644).unwrap();
+                }
+            });
+        }
+    });
+    names.sort();
+    let t = std::time::Instant::now();
+    assert_eq!(fs.list(d, 1000), names);
+    assert!(t.elapsed().as_secs() < 5, "listing took {:?}", t.elapsed());
+    assert_eq!(fs.list(d, 4096), names);
+    let Response::Entries { entries, done } = fs
+        .root(Request::ReadDir {
+            ino: InodeId(d),
+            after: names[9998].clone(),
+            limit: 10,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!((entries.len(), done), (1, true));
+    assert_eq!(
+        code(fs.root(Request::ReadDir {
+            ino: InodeId(d),
+            after: String::new(),
+            limit: 0
+        })),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(fs.check().files, 10_000);
+}
+
+#[test]
+fn layout_inheritance_and_rotation() {
+    let fs = Fs::with_cluster(cluster(4));
+    let r = Cred::root();
+    // Cluster defaults: all servers, 1 MiB; the start rotates by one per file.
+    let starts: Vec<u32> = (0..8)
+        .map(|i| {
+            let l = fs
+                .create(&r, ROOT, &format!("f{i}"), 0o644)
+                .unwrap()
+                .layout
+                .unwrap();
+            assert_eq!((l.stripe_size_bytes, l.servers.len()), (1 << 20, 4));
+            l.servers[0].0
+        })
+        .collect();
+    assert_eq!(starts, vec![0, 1, 2, 3, 0, 1, 2, 3]);
+    let d = fs.mkdir(&r, ROOT, "d", 0o755).unwrap();
+    let hint = LayoutHint {
+        stripe_size_bytes: Some(65536),
+        stripe_count: Some(2),
+    };
+    let d2 = fs
+        .attr(&r, Request::SetLayout { ino: d.ino, hint })
+        .unwrap();
+    assert_eq!(d2.dir_layout, hint);
+    // Subdirectories inherit; hint fields override per field.
+    let sub = fs.mkdir(&r, d.ino.0, "sub", 0o755).unwrap();
+    assert_eq!(sub.dir_layout, hint);
+    let f = fs
+        .create(&r, sub.ino.0, "f", 0o644)
+        .unwrap()
+        .layout
+        .unwrap();
+    assert_eq!((f.stripe_size_bytes, f.servers.len()), (65536, 2));
+    assert_eq!(f.servers[1].0, (f.servers[0].0 + 1) % 4);
+    let g = fs
+        .attr(
+            &r,
+            Request::Create {
+                parent: sub.ino,
+                name: "g".into(),
+                mode: 0o644,
+                exclusive: true,
+                layout: LayoutHint {
+                    stripe_size_bytes: None,
+                    stripe_count: Some(9),
+                },
+            },
+        )
+        .unwrap()
+        .layout
+        .unwrap();
+    assert_eq!((g.stripe_size_bytes, g.servers.len()), (65536, 4));
+    // SetLayout on a file: only while empty.
+    let fa = fs.lookup(sub.ino.0, "f").unwrap();
+    let one = LayoutHint {
+        stripe_size_bytes: None,
+        stripe_count: Some(1),
+    };
+    let fa2 = fs
+        .attr(
+            &r,
+            Request::SetLayout {
+                ino: fa.ino,
+                hint: one,
+            },
+        )
+        .unwrap()
+        .layout
+        .unwrap();
+    assert_eq!((fa2.stripe_size_bytes, fa2.servers.len()), (65536, 1));
+    fs.attr(
+        &r,
+        Request::ExtendSize {
+            ino: fa.ino,
+            size: 10,
+            mtime_ns: T0,
+        },
+    )
+    .unwrap();
+    let e = fs
+        .attr(
+            &r,
+            Request::SetLayout {
+                ino: fa.ino,
+                hint: one,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidArgument);
+    assert!(e.message.contains("file has data"), "{e}");
+    let bad = LayoutHint {
+        stripe_size_bytes: Some(1000),
+        stripe_count: None,
+    };
+    assert_eq!(
+        code(fs.attr(
+            &r,
+            Request::SetLayout {
+                ino: d.ino,
+                hint: bad
+            }
+        )),
+        ErrorCode::InvalidArgument
+    );
+    fs.check();
+}
+
+#[test]
+fn set_attr_and_sizes() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let f = fs.create(&r, ROOT, "f", 0o644).unwrap();
+    fs.clock.set(T0 + 10);
+    let a = fs
+        .attr(
+            &r,
+            Request::ExtendSize {
+                ino: f.ino,
+                size: 500,
+                mtime_ns: T0 + 7,
+            },
+        )
+        .unwrap();
+    assert_eq!((a.size, a.mtime_ns), (500, T0 + 7));
+    let a = fs
+        .attr(
+            &r,
+            Request::ExtendSize {
+                ino: f.ino,
+                size: 100,
+                mtime_ns: T0 + 3,
+            },
+        )
+        .unwrap();
+    assert_eq!((a.size, a.mtime_ns), (500, T0 + 7));
+    let set = |c: &Cred, attrs: SetAttrs| fs.attr(c, Request::SetAttr { ino: f.ino, attrs });
+    let a = set(
+        &r,
+        SetAttrs {
+            size: Some(42),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((a.size, a.mtime_ns, a.ctime_ns), (42, T0 + 10, T0 + 10));
+    let a = set(
+        &r,
+        SetAttrs {
+            mode: Some(0o100600),
+            uid: Some(5),
+            gid: Some(6),
+            atime: Some(SetTime::AtNs(3)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((a.mode, a.uid, a.gid, a.atime_ns), (0o600, 5, 6, 3));
+    let d = fs.mkdir(&r, ROOT, "d", 0o755).unwrap();
+    assert_eq!(
+        code(fs.attr(
+            &r,
+            Request::SetAttr {
+                ino: d.ino,
+                attrs: SetAttrs {
+                    size: Some(1),
+                    ..Default::default()
+                }
+            }
+        )),
+        ErrorCode::IsDir
+    );
+    assert_eq!(
+        code(fs.attr(
+            &r,
+            Request::ExtendSize {
+                ino: d.ino,
+                size: 1,
+                mtime_ns: 0
+            }
+        )),
+        ErrorCode::IsDir
+    );
+    fs.check();
+}
+
+#[test]
+fn extend_size_from_8_threads() {
+    let fs = Fs::new();
+    let f = fs.create(&Cred::root(), ROOT, "f", 0o644).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let fs = &fs;
+            s.spawn(move || {
+                // Interleaved blocks, sent in a shuffled order per thread.
+                for i in (0..200u64).rev() {
+                    let end = (i * 8 + t + 1) * 4096;
+                    fs.attr(
+                        &Cred::root(),
+                        Request::ExtendSize {
+                            ino: f.ino,
+                            size: end,
+                            mtime_ns: T0 + end as i64,
+                        },
+                    )
+                    .unwrap();
+                }
+            });
+        }
+    });
+    let a = fs.getattr(f.ino.0).unwrap();
+    assert_eq!(a.size, 1600 * 4096);
+    assert_eq!(a.mtime_ns, T0 + 1600 * 4096);
+}
+
+#[test]
+fn bad_requests_do_not_panic() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let long = "x".repeat(300);
+    assert_eq!(
+        code(fs.create(&r, ROOT, &long, 0o644)),
+        ErrorCode::NameTooLong
+    );
+    assert_eq!(code(fs.create(&r, 0, "a", 0o644)), ErrorCode::StaleHandle);
+    assert_eq!(
+        code(fs.create(&r, u64::MAX, "a", 0o644)),
+        ErrorCode::StaleHandle
+    );
+    assert_eq!(
+        code(fs.root(Request::ReadDir {
+            ino: InodeId(u64::MAX),
+            after: String::new(),
+            limit: 5
+        })),
+        ErrorCode::StaleHandle
+    );
+    assert_eq!(
+        code(fs.root(Request::Access {
+            ino: InodeId(ROOT),
+            mask: 99
+        })),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(code(fs.resolve(&r, "", true)), ErrorCode::NotFound);
+    assert_eq!(
+        code(fs.root(Request::Rmdir {
+            parent: InodeId(ROOT),
+            name: "..".into()
+        })),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        code(fs.root(Request::Close {
+            ino: InodeId(ROOT),
+            session: 1
+        })),
+        ErrorCode::BadHandle
+    );
+    fs.check();
+}

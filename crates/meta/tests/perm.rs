@@ -1,0 +1,337 @@
+//! Permission checks with non-root credentials.
+
+mod common;
+use common::*;
+use stripefs_wire::*;
+
+const ROOT: u64 = 1;
+
+#[test]
+fn directory_write_and_search() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let alice = user(1000, 100);
+    let bob = user(1001, 101);
+    let home = fs.mkdir(&r, ROOT, "home", 0o755).unwrap().ino.0;
+    assert_eq!(
+        code(fs.create(&alice, ROOT, "x", 0o644)),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        code(fs.mkdir(&alice, home, "a", 0o755)),
+        ErrorCode::PermissionDenied
+    );
+    let a = fs.mkdir(&r, home, "alice", 0o700).unwrap().ino.0;
+    fs.attr(
+        &r,
+        Request::SetAttr {
+            ino: InodeId(a),
+            attrs: SetAttrs {
+                uid: Some(1000),
+                gid: Some(100),
+                ..Default::default()
+            },
+        },
+    )
+    .unwrap();
+    let f = fs.create(&alice, a, "f", 0o600).unwrap();
+    // bob cannot pass alice's 0700 directory, nor list it, nor remove in it.
+    assert_eq!(
+        code(fs.resolve(&bob, "/home/alice/f", true)),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        fs.resolve(&alice, "/home/alice/f", true).unwrap().ino,
+        f.ino
+    );
+    assert_eq!(
+        code(fs.call(
+            &bob,
+            Request::Lookup {
+                parent: InodeId(a),
+                name: "f".into()
+            }
+        )),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        code(fs.call(
+            &bob,
+            Request::ReadDir {
+                ino: InodeId(a),
+                after: String::new(),
+                limit: 10
+            }
+        )),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(code(fs.unlink(&bob, a, "f")), ErrorCode::PermissionDenied);
+    // Open checks r/w against the mode; root bypasses.
+    let open = |c: &Cred, read, write| {
+        fs.call(
+            c,
+            Request::Open {
+                ino: f.ino,
+                session: 1,
+                read,
+                write,
+            },
+        )
+    };
+    assert_eq!(code(open(&bob, true, false)), ErrorCode::PermissionDenied);
+    open(&alice, true, true).unwrap();
+    open(&r, true, true).unwrap();
+    // Access.
+    let access = |c: &Cred, mask| fs.call(c, Request::Access { ino: f.ino, mask });
+    access(&alice, 6).unwrap();
+    assert_eq!(code(access(&alice, 1)), ErrorCode::PermissionDenied);
+    assert_eq!(code(access(&r, 1)), ErrorCode::PermissionDenied); // no x bit at all
+    access(&r, 6).unwrap();
+    assert_eq!(code(access(&bob, 4)), ErrorCode::PermissionDenied);
+    access(&bob, 0).unwrap();
+    fs.check();
+}
+
+#[test]
+fn group_and_supplementary_groups() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let d = fs.mkdir(&r, ROOT, "shared", 0o770).unwrap();
+    fs.attr(
+        &r,
+        Request::SetAttr {
+            ino: d.ino,
+            attrs: SetAttrs {
+                gid: Some(50),
+                ..Default::default()
+            },
+        },
+    )
+    .unwrap();
+    let member = Cred {
+        uid: 1000,
+        gid: 100,
+        groups: vec![50],
+    };
+    let outsider = user(1001, 100);
+    fs.create(&member, d.ino.0, "f", 0o640).unwrap();
+    assert_eq!(
+        code(fs.create(&outsider, d.ino.0, "g", 0o640)),
+        ErrorCode::PermissionDenied
+    );
+}
+
+#[test]
+fn sticky_bit() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let alice = user(1000, 100);
+    let bob = user(1001, 100);
+    let tmp = fs.mkdir(&r, ROOT, "tmp", 0o1777).unwrap().ino.0;
+    fs.create(&alice, tmp, "a", 0o666).unwrap();
+    fs.create(&bob, tmp, "b", 0o666).unwrap();
+    assert_eq!(code(fs.unlink(&bob, tmp, "a")), ErrorCode::NotPermitted);
+    let mv = |c: &Cred, n: &str, to: &str| {
+        fs.call(
+            c,
+            Request::Rename {
+                src_parent: InodeId(tmp),
+                src_name: n.into(),
+                dst_parent: InodeId(tmp),
+                dst_name: to.into(),
+                noreplace: false,
+            },
+        )
+    };
+    assert_eq!(code(mv(&bob, "a", "c")), ErrorCode::NotPermitted);
+    // Replacing someone else's file in a sticky directory is refused too.
+    assert_eq!(code(mv(&bob, "b", "a")), ErrorCode::NotPermitted);
+    mv(&bob, "b", "b2").unwrap();
+    fs.unlink(&alice, tmp, "a").unwrap();
+    fs.unlink(&r, tmp, "b2").unwrap();
+    // Without the sticky bit, anyone with write permission on the directory may remove.
+    let open = fs.mkdir(&r, ROOT, "open", 0o777).unwrap().ino.0;
+    fs.create(&alice, open, "a", 0o600).unwrap();
+    fs.unlink(&bob, open, "a").unwrap();
+    fs.check();
+}
+
+#[test]
+fn set_attr_rules() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let alice = Cred {
+        uid: 1000,
+        gid: 100,
+        groups: vec![200],
+    };
+    let bob = user(1001, 100);
+    let pub_dir = fs.mkdir(&r, ROOT, "p", 0o777).unwrap().ino.0;
+    let f = fs.create(&alice, pub_dir, "f", 0o664).unwrap().ino;
+    let set = |c: &Cred, attrs: SetAttrs| fs.call(c, Request::SetAttr { ino: f, attrs });
+    let none = SetAttrs::default;
+    // chmod: owner or root only.
+    set(
+        &alice,
+        SetAttrs {
+            mode: Some(0o660),
+            ..none()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        code(set(
+            &bob,
+            SetAttrs {
+                mode: Some(0o777),
+                ..none()
+            }
+        )),
+        ErrorCode::NotPermitted
+    );
+    // chown: root only; chgrp by the owner to one of its groups.
+    assert_eq!(
+        code(set(
+            &alice,
+            SetAttrs {
+                uid: Some(1001),
+                ..none()
+            }
+        )),
+        ErrorCode::NotPermitted
+    );
+    set(
+        &alice,
+        SetAttrs {
+            gid: Some(200),
+            ..none()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        code(set(
+            &alice,
+            SetAttrs {
+                gid: Some(300),
+                ..none()
+            }
+        )),
+        ErrorCode::NotPermitted
+    );
+    set(
+        &r,
+        SetAttrs {
+            uid: Some(1001),
+            ..none()
+        },
+    )
+    .unwrap();
+    set(
+        &r,
+        SetAttrs {
+            uid: Some(1000),
+            gid: Some(100),
+            ..none()
+        },
+    )
+    .unwrap();
+    // Times: Now with write permission; explicit times only by the owner.
+    set(
+        &bob,
+        SetAttrs {
+            mtime: Some(SetTime::Now),
+            ..none()
+        },
+    )
+    .unwrap(); // group rw
+    assert_eq!(
+        code(set(
+            &bob,
+            SetAttrs {
+                mtime: Some(SetTime::AtNs(5)),
+                ..none()
+            }
+        )),
+        ErrorCode::NotPermitted
+    );
+    set(
+        &alice,
+        SetAttrs {
+            mtime: Some(SetTime::AtNs(5)),
+            ..none()
+        },
+    )
+    .unwrap();
+    // Size needs write permission, even for the owner.
+    set(
+        &alice,
+        SetAttrs {
+            mode: Some(0o444),
+            ..none()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        code(set(
+            &alice,
+            SetAttrs {
+                size: Some(0),
+                ..none()
+            }
+        )),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        code(set(
+            &bob,
+            SetAttrs {
+                mtime: Some(SetTime::Now),
+                ..none()
+            }
+        )),
+        ErrorCode::PermissionDenied
+    );
+    set(
+        &r,
+        SetAttrs {
+            size: Some(0),
+            ..none()
+        },
+    )
+    .unwrap();
+    // SetLayout: owner or root.
+    let hint = LayoutHint {
+        stripe_size_bytes: None,
+        stripe_count: Some(1),
+    };
+    assert_eq!(
+        code(fs.call(&bob, Request::SetLayout { ino: f, hint })),
+        ErrorCode::NotPermitted
+    );
+    fs.call(&alice, Request::SetLayout { ino: f, hint })
+        .unwrap();
+    fs.check();
+}
+
+#[test]
+fn setgid_directory_inheritance() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let d = fs.mkdir(&r, ROOT, "g", 0o2777).unwrap();
+    fs.attr(
+        &r,
+        Request::SetAttr {
+            ino: d.ino,
+            attrs: SetAttrs {
+                gid: Some(77),
+                ..Default::default()
+            },
+        },
+    )
+    .unwrap();
+    let alice = user(1000, 100);
+    let f = fs.create(&alice, d.ino.0, "f", 0o644).unwrap();
+    assert_eq!((f.uid, f.gid), (1000, 77));
+    let sub = fs.mkdir(&alice, d.ino.0, "sub", 0o755).unwrap();
+    assert_eq!((sub.gid, sub.mode & 0o2000), (77, 0o2000));
+}

@@ -39,12 +39,18 @@ impl Geometry {
     pub fn new(ino: InodeId, layout: &Layout) -> Result<Geometry, WireError> {
         let unit = layout.stripe_size_bytes;
         let bad = |why: String| {
-            WireError::new(ErrorCode::BadFrame, format!("{ino} has an unusable layout: {why}"))
+            WireError::new(
+                ErrorCode::BadFrame,
+                format!("{ino} has an unusable layout: {why}"),
+            )
         };
-        if unit == 0 || unit % BLOCK_BYTES != 0 || unit > MAX_DATA_BYTES {
-            return Err(bad(format!("stripe size {unit} is not a multiple of {BLOCK_BYTES} up to {MAX_DATA_BYTES}")));
+        if unit == 0 || unit / BLOCK_BYTES * BLOCK_BYTES != unit || unit > MAX_DATA_BYTES {
+            return Err(bad(format!(
+                "stripe size {unit} is not a multiple of {BLOCK_BYTES} up to {MAX_DATA_BYTES}"
+            )));
         }
-        let width = u32::try_from(layout.servers.len()).map_err(|_| bad("too many servers".into()))?;
+        let width =
+            u32::try_from(layout.servers.len()).map_err(|_| bad("too many servers".into()))?;
         let stripe = Stripe::new(unit as u64, width).map_err(|e| bad(e.to_string()))?;
         Ok(Geometry {
             stripe,
@@ -75,7 +81,11 @@ impl Geometry {
         for e in self.stripe.extents(offset, len) {
             self.cut(e.place, e.local, e.len, &mut out);
         }
-        assert_eq!(out.iter().map(|c| c.len).sum::<u64>(), len, "chunks cover the range");
+        assert_eq!(
+            out.iter().map(|c| c.len).sum::<u64>(),
+            len,
+            "chunks cover the range"
+        );
         out
     }
 
@@ -91,7 +101,10 @@ impl Geometry {
             self.cut(e.place, lo, hi - lo, &mut out);
         }
         for c in &out {
-            assert!(c.local % block == 0 && c.len % block == 0, "read chunk {c:?} aligned");
+            assert!(
+                c.local % block == 0 && c.len % block == 0,
+                "read chunk {c:?} aligned"
+            );
         }
         out
     }
@@ -104,7 +117,11 @@ impl Geometry {
             let cell_end = (pos / self.cell_bytes + 1) * self.cell_bytes;
             let n = cell_end.min(end) - pos;
             assert!(n <= MAX_DATA_BYTES as u64);
-            out.push(Chunk { place, local: pos, len: n });
+            out.push(Chunk {
+                place,
+                local: pos,
+                len: n,
+            });
             pos += n;
         }
     }
@@ -170,7 +187,7 @@ impl Geometry {
 fn cell_bytes(unit: u64) -> u64 {
     let target = CHUNK_TARGET_BYTES.max(unit);
     let cell = target / unit * unit;
-    assert!(cell >= unit && cell % unit == 0 && cell <= MAX_DATA_BYTES as u64);
+    assert!(cell >= unit && cell / unit * unit == cell && cell <= MAX_DATA_BYTES as u64);
     cell
 }
 
@@ -197,7 +214,10 @@ mod tests {
 
     #[test]
     fn bad_layouts_are_refused() {
-        let mut l = Layout { stripe_size_bytes: 1000, servers: vec![ServerId(0)] };
+        let mut l = Layout {
+            stripe_size_bytes: 1000,
+            servers: vec![ServerId(0)],
+        };
         assert!(Geometry::new(InodeId(3), &l).is_err());
         l.stripe_size_bytes = 4096;
         l.servers.clear();
@@ -207,13 +227,22 @@ mod tests {
     /// Every byte of a range is written once, through segments that map back to it.
     #[test]
     fn write_chunks_cover_exactly() {
-        for (unit, width) in [(4096, 1), (4096, 3), (65536, 4), (1 << 20, 2), (192 << 10, 5)] {
+        for (unit, width) in [
+            (4096, 1),
+            (4096, 3),
+            (65536, 4),
+            (1 << 20, 2),
+            (192 << 10, 5),
+        ] {
             let g = geo(unit, width);
             for (off, len) in [(0, 1), (5, 9000), (4095, 3 << 20), (123_456, 7 << 20)] {
                 let mut seen = vec![false; len as usize];
                 for c in g.write_chunks(off, len) {
                     assert!(c.len <= g.cell_bytes());
-                    assert_eq!(c.local / g.cell_bytes(), (c.local + c.len - 1) / g.cell_bytes());
+                    assert_eq!(
+                        c.local / g.cell_bytes(),
+                        (c.local + c.len - 1) / g.cell_bytes()
+                    );
                     for s in g.segments(c.place, c.local, c.len) {
                         for i in 0..s.len {
                             let at = (s.global + i - off) as usize;
@@ -222,7 +251,10 @@ mod tests {
                         }
                     }
                 }
-                assert!(seen.iter().all(|&b| b), "unit {unit} width {width} off {off} len {len}");
+                assert!(
+                    seen.iter().all(|&b| b),
+                    "unit {unit} width {width} off {off} len {len}"
+                );
             }
         }
     }
@@ -240,6 +272,32 @@ mod tests {
             }
         }
         assert_eq!(covered, len);
+    }
+
+    proptest::proptest! {
+        /// Write chunks tile the range exactly, stay inside one cell, and read chunks
+        /// are block-aligned and cover it, for random shapes and ranges.
+        #[test]
+        fn chunks_cover_random_ranges(
+            blocks in 1u32..40, width in 1u32..9, off in 0u64..(1 << 26), len in 0u64..(1 << 22)
+        ) {
+            let g = geo(blocks * BLOCK_BYTES, width);
+            let mut total = 0;
+            for c in g.write_chunks(off, len) {
+                proptest::prop_assert!(c.len > 0 && c.len <= g.cell_bytes());
+                proptest::prop_assert_eq!(c.local / g.cell_bytes(), (c.local + c.len - 1) / g.cell_bytes());
+                total += g.segments(c.place, c.local, c.len).map(|s| s.len).sum::<u64>();
+            }
+            proptest::prop_assert_eq!(total, len);
+            let mut covered = 0;
+            for c in g.read_chunks(off, len) {
+                proptest::prop_assert!(c.local % 4096 == 0 && c.len % 4096 == 0);
+                for s in g.segments(c.place, c.local, c.len) {
+                    covered += (s.global + s.len).min(off + len).saturating_sub(s.global.max(off));
+                }
+            }
+            proptest::prop_assert_eq!(covered, len);
+        }
     }
 
     #[test]

@@ -82,10 +82,6 @@ impl<T: Clone> Completion<T> {
     pub fn try_get(&self) -> Option<Outcome<T>> {
         lock(&self.0.value).clone()
     }
-
-    pub fn is_done(&self) -> bool {
-        lock(&self.0.value).is_some()
-    }
 }
 
 type JobFn = Box<dyn FnOnce() + Send + 'static>;
@@ -137,7 +133,11 @@ impl Executor {
         let mut st = lock(&self.shared.state);
         assert!(server < st.busy.len(), "job for unknown server {server}");
         while st.queue.len() >= MAX_QUEUED_JOBS {
-            st = self.shared.space.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = self
+                .shared
+                .space
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
         }
         st.queue.push_back(Job {
             server,
@@ -175,7 +175,10 @@ fn next_job(shared: &Shared) -> Option<Job> {
     let mut st = lock(&shared.state);
     loop {
         let busy = &st.busy;
-        let pick = st.queue.iter().position(|j| busy[j.server] < MAX_CONNS_PER_SERVER);
+        let pick = st
+            .queue
+            .iter()
+            .position(|j| busy[j.server] < MAX_CONNS_PER_SERVER);
         if let Some(i) = pick {
             let job = st.queue.remove(i).expect("position is in the queue");
             st.busy[job.server] += 1;

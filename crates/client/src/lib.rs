@@ -1,1 +1,249 @@
+//! The stripefs native client library: a blocking, thread-safe API over the metadata
+//! server and the data servers, used by the CLI, the FUSE adapter and the MPI-IO layer.
+//!
+//! Role. [`Client`] offers namespace calls by path and by inode, and [`File`] handles
+//! that read and write striped data. A file range maps to one local extent per data
+//! server of its layout; each extent is cut into requests of about
+//! [`CHUNK_TARGET_BYTES`] aligned to stripe units (so one request hits one storage
+//! target), and all requests of one call are in flight at once on a client-wide pool of
+//! [`IO_WORKERS`] threads, each using a pooled connection to its server (at most
+//! [`MAX_CONNS_PER_SERVER`] per server). Writes are write-behind within a per-handle
+//! window; sequential reads prefetch whole request cells ahead.
+//!
+//! Invariants. Data handed to a caller has passed the per-block CRC32C check against the
+//! checksum the data server stored at write time, so corruption anywhere between the
+//! writer's memory and the reader's is reported (`Checksum`, naming server, file and
+//! offset), never returned. Overlapping operations on one inode in one client happen in
+//! call order. The size this client reports for a file it writes is at least the end of
+//! its writes, and the metadata server learns it at `flush`, `fsync` and `close`.
+//!
+//! Fault model. Any server may be slow, stop, or return garbage. Every socket operation
+//! has the cluster's timeout, so a dead or hung server yields an error naming its
+//! address within that time, and only requests that need that server fail. Errors of
+//! background writes are latched and reported by the next call on the inode. Consistency
+//! between clients is close-to-open: sizes and data written by another client are seen
+//! after it closes (or flushes) and this client opens (or stats).
 
+mod chunk;
+mod client;
+mod exec;
+mod file;
+mod io;
+mod path;
+mod pool;
+
+pub use client::{DataStatus, MetaStatus, StatFs};
+pub use file::{File, OpenOptions};
+pub use stripefs_rpc::ClusterConfig;
+pub use stripefs_wire::{
+    Attr, Counters, Cred, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, ServerId,
+    SetAttrs, SetTime, TargetStatus, WireError,
+};
+
+use exec::Executor;
+use io::InodeIo;
+use pool::ServerPool;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use stripefs_wire::{Request, Response, MAX_DATA_BYTES, MAX_READDIR_ENTRIES};
+
+/// Threads in the client-wide I/O worker pool.
+pub const IO_WORKERS: usize = 64;
+/// Most connections (and so requests in flight) to one data server.
+pub const MAX_CONNS_PER_SERVER: usize = 16;
+/// Most connections to the metadata server.
+pub const MAX_META_CONNS: usize = 16;
+/// Most I/O jobs queued before submitting blocks.
+pub const MAX_QUEUED_JOBS: usize = 4096;
+/// Target size of one data request; requests are cut at multiples of the stripe unit.
+pub const CHUNK_TARGET_BYTES: u64 = 1 << 20;
+/// Default write-behind window of a handle.
+pub const DEFAULT_WRITE_WINDOW_BYTES: u64 = 64 << 20;
+/// Largest write-behind window a handle may ask for.
+pub const MAX_WRITE_WINDOW_BYTES: u64 = 1 << 30;
+/// Readahead grows to this, or to two rounds of the layout if larger, ...
+pub const READAHEAD_BASE_BYTES: u64 = 32 << 20;
+/// ... but never beyond this.
+pub const READAHEAD_MAX_BYTES: u64 = 64 << 20;
+/// Entries asked for per ReadDir.
+pub const READDIR_PAGE: u32 = 1024;
+/// Largest file size (keeps all striping arithmetic far from overflow).
+pub const MAX_FILE_BYTES: u64 = 1 << 60;
+/// Stack of an I/O worker; jobs are shallow.
+const WORKER_STACK_BYTES: usize = 256 << 10;
+
+const _: () = {
+    assert!(CHUNK_TARGET_BYTES <= MAX_DATA_BYTES as u64);
+    assert!(READDIR_PAGE <= MAX_READDIR_ENTRIES);
+    assert!(READAHEAD_BASE_BYTES <= READAHEAD_MAX_BYTES);
+    assert!(DEFAULT_WRITE_WINDOW_BYTES <= MAX_WRITE_WINDOW_BYTES);
+    assert!(IO_WORKERS >= MAX_CONNS_PER_SERVER);
+};
+
+/// A connection to a stripefs cluster. Cheap to clone; clones share connections,
+/// workers and open-file state, and may carry different credentials
+/// ([`Client::with_cred`]), as a FUSE adapter serving many users needs.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    cred: Cred,
+}
+
+/// State shared by all clones of a client and its open files.
+pub(crate) struct Inner {
+    pub cluster: ClusterConfig,
+    /// Identifies this client's opens to the metadata server.
+    pub session: u64,
+    pub meta: ServerPool,
+    /// Pools by data server id.
+    pub data: Vec<Arc<ServerPool>>,
+    pub exec: Executor,
+    /// I/O state of inodes open in this client, shared by their handles.
+    open: Mutex<HashMap<InodeId, Weak<InodeIo>>>,
+}
+
+impl Inner {
+    /// One metadata request.
+    pub fn meta_call(&self, cred: &Cred, req: Request) -> Result<Response, WireError> {
+        self.meta.call(cred, req, &[], &mut []).map(|(r, _)| r)
+    }
+
+    /// One metadata request answered with attributes.
+    pub fn meta_attr(&self, cred: &Cred, req: Request) -> Result<Attr, WireError> {
+        let op = req.opcode().name();
+        match self.meta_call(cred, req)? {
+            Response::Attr(a) => Ok(a),
+            other => Err(io::unexpected(&self.meta, op, &other)),
+        }
+    }
+
+    pub fn getattr(&self, cred: &Cred, ino: InodeId) -> Result<Attr, WireError> {
+        self.meta_attr(cred, Request::GetAttr { ino })
+    }
+
+    /// The shared I/O state of a file, created on first use.
+    pub fn inode_io(
+        self: &Arc<Self>,
+        attr: &Attr,
+        path: Option<&str>,
+    ) -> Result<Arc<InodeIo>, WireError> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(io) = open.get(&attr.ino).and_then(Weak::upgrade) {
+            if Some(&io.layout) == attr.layout.as_ref() {
+                return Ok(io);
+            }
+        }
+        open.retain(|_, w| w.strong_count() > 0);
+        let io = Arc::new(InodeIo::new(self.clone(), attr, path.map(str::to_string))?);
+        open.insert(attr.ino, Arc::downgrade(&io));
+        Ok(io)
+    }
+
+    /// The I/O state of `ino` if a handle of this client has it open.
+    pub fn live_io(&self, ino: InodeId) -> Option<Arc<InodeIo>> {
+        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        open.get(&ino).and_then(Weak::upgrade)
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("meta", &self.inner.cluster.meta_addr)
+            .field("data_servers", &self.inner.data.len())
+            .field("session", &self.inner.session)
+            .field("cred", &self.cred)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to the cluster: checks that the metadata server answers and accepts the
+    /// cluster secret. Data servers are connected on first use, so a client works with
+    /// whichever of them are up. Credentials default to the calling process's.
+    pub fn connect(cluster: &ClusterConfig) -> Result<Client, WireError> {
+        let timeout = Duration::from_millis(cluster.timeout_ms);
+        let meta = ServerPool::new(
+            None,
+            &cluster.meta_addr,
+            &cluster.secret,
+            timeout,
+            MAX_META_CONNS,
+        );
+        let data = cluster
+            .data
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let id = ServerId(i as u32);
+                Arc::new(ServerPool::new(
+                    Some(id),
+                    &d.addr,
+                    &cluster.secret,
+                    timeout,
+                    MAX_CONNS_PER_SERVER,
+                ))
+            })
+            .collect::<Vec<_>>();
+        meta.probe()?;
+        let mut session = [0u8; 8];
+        getrandom::getrandom(&mut session).map_err(|e| {
+            WireError::new(
+                ErrorCode::Internal,
+                format!("no randomness for a session id: {e}"),
+            )
+        })?;
+        let inner = Inner {
+            cluster: cluster.clone(),
+            session: u64::from_le_bytes(session),
+            meta,
+            exec: Executor::new(data.len()),
+            data,
+            open: Mutex::new(HashMap::new()),
+        };
+        Ok(Client {
+            inner: Arc::new(inner),
+            cred: process_cred(),
+        })
+    }
+
+    /// This client with other credentials, used in every metadata request.
+    pub fn with_cred(mut self, cred: Cred) -> Client {
+        self.cred = cred;
+        self
+    }
+
+    pub fn cred(&self) -> &Cred {
+        &self.cred
+    }
+
+    pub fn cluster(&self) -> &ClusterConfig {
+        &self.inner.cluster
+    }
+
+    /// The random id of this client's opens on the metadata server.
+    pub fn session(&self) -> u64 {
+        self.inner.session
+    }
+}
+
+/// The credentials of the calling process: real uid and gid and supplementary groups.
+pub fn process_cred() -> Cred {
+    // SAFETY: getuid/getgid cannot fail; getgroups writes at most `n` entries into a
+    // buffer of `n` entries and returns how many it wrote, or -1.
+    unsafe {
+        let uid = libc::getuid();
+        let gid = libc::getgid();
+        let n = libc::getgroups(0, std::ptr::null_mut());
+        let mut groups = vec![0 as libc::gid_t; n.max(0) as usize];
+        let got = if n > 0 {
+            libc::getgroups(n, groups.as_mut_ptr())
+        } else {
+            0
+        };
+        groups.truncate(got.max(0) as usize);
+        groups.retain(|&g| g != gid);
+        Cred { uid, gid, groups }
+    }
+}

@@ -9,12 +9,16 @@ pub(crate) fn components(path: &str) -> Result<Vec<&str>, WireError> {
     if path.len() > MAX_PATH_BYTES {
         return Err(WireError::new(
             ErrorCode::NameTooLong,
-            format!("path of {} bytes exceeds the limit of {MAX_PATH_BYTES}", path.len()),
+            format!(
+                "path of {} bytes exceeds the limit of {MAX_PATH_BYTES}",
+                path.len()
+            ),
         ));
     }
     let mut out = Vec::new();
     for c in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
-        validate_name(c).map_err(|e| WireError::new(e.code, format!("path {path:?}: {}", e.message)))?;
+        validate_name(c)
+            .map_err(|e| WireError::new(e.code, format!("path {path:?}: {}", e.message)))?;
         out.push(c);
     }
     Ok(out)
@@ -75,9 +79,16 @@ mod tests {
     #[test]
     fn refused() {
         for bad in ["/a/../b", "/..", "/a\0b"] {
-            assert_eq!(normalize(bad).unwrap_err().code, ErrorCode::InvalidArgument, "{bad:?}");
+            assert_eq!(
+                normalize(bad).unwrap_err().code,
+                ErrorCode::InvalidArgument,
+                "{bad:?}"
+            );
         }
-        assert_eq!(split_parent("/").unwrap_err().code, ErrorCode::InvalidArgument);
+        assert_eq!(
+            split_parent("/").unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
         let long = format!("/{}", "x".repeat(300));
         assert_eq!(normalize(&long).unwrap_err().code, ErrorCode::NameTooLong);
     }

@@ -75,7 +75,8 @@ impl ServerPool {
         let retry = idempotent(&req).then(|| req.clone());
         let (mut conn, reused) = self.checkout()?;
         let r = conn.call(cred, req, data, recv);
-        let stale = reused && conn.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
+        let stale =
+            reused && conn.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
         self.checkin(conn);
         match (r, retry) {
             (Err(_), Some(req)) if stale => {
@@ -148,9 +149,20 @@ fn idempotent(req: &Request) -> bool {
     use Request::*;
     matches!(
         req,
-        Ping {} | Lookup { .. } | GetAttr { .. } | Resolve { .. } | Readlink { .. }
-            | ReadDir { .. } | MetaStatus {} | Access { .. } | Write { .. } | Read { .. }
-            | Truncate { .. } | Remove { .. } | Fsync { .. } | DataStatus {}
+        Ping {}
+            | Lookup { .. }
+            | GetAttr { .. }
+            | Resolve { .. }
+            | Readlink { .. }
+            | ReadDir { .. }
+            | MetaStatus {}
+            | Access { .. }
+            | Write { .. }
+            | Read { .. }
+            | Truncate { .. }
+            | Remove { .. }
+            | Fsync { .. }
+            | DataStatus {}
             | ExtendSize { .. }
     )
 }

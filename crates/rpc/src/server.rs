@@ -197,6 +197,9 @@ fn connection(
             Ok(()) => handle_guarded(service, &info, env, data),
         };
         send_reply(&mut stream, header.request_id, opcode, reply).map_err(|e| e.to_string())?;
+        if shutdown.load(Ordering::Relaxed) {
+            return Ok(());
+        }
     }
 }
 

@@ -1,0 +1,726 @@
+//! Namespace calls of [`Client`], by path and by inode, and cluster status.
+//!
+//! Path calls resolve the parent directory with one `Resolve` round trip and then act on
+//! the final name, so every path call costs two round trips at most. Errors keep the
+//! server's code and gain a prefix naming the operation and the path or inode.
+
+use crate::file::{File, OpenOptions};
+use crate::io::{context, unexpected};
+use crate::path::{child, components, normalize, split_parent};
+use crate::{Client, READDIR_PAGE};
+use stripefs_wire::{
+    validate_name, Attr, Counters, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint,
+    Request, Response, ServerId, SetAttrs, SetTime, TargetStatus, WireError,
+};
+
+/// Space over all data servers (sum of their targets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+    pub bytes_used: u64,
+    pub data_servers: u32,
+    pub targets: u32,
+}
+
+/// One data server's answer to `DataStatus`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataStatus {
+    pub server_id: ServerId,
+    pub addr: String,
+    pub targets: Vec<TargetStatus>,
+    pub counters: Counters,
+}
+
+/// The metadata server's answer to `MetaStatus`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaStatus {
+    pub addr: String,
+    pub inodes: u64,
+    pub files: u64,
+    pub dirs: u64,
+    pub open_files: u64,
+    pub db_bytes: u64,
+    pub counters: Counters,
+}
+
+fn ctx<T>(r: Result<T, WireError>, what: impl FnOnce() -> String) -> Result<T, WireError> {
+    r.map_err(|e| context(e, what()))
+}
+
+fn name_ok(name: &str) -> Result<(), WireError> {
+    validate_name(name)
+}
+
+impl Client {
+    fn meta(&self, req: Request) -> Result<Response, WireError> {
+        self.inner.meta_call(&self.cred, req)
+    }
+
+    fn attr_of(&self, req: Request) -> Result<Attr, WireError> {
+        let attr = self.inner.meta_attr(&self.cred, req)?;
+        Ok(self.with_local_size(attr))
+    }
+
+    /// A request that answers `Done` (or, from some servers, attributes).
+    fn done(&self, req: Request) -> Result<(), WireError> {
+        let op = req.opcode().name();
+        match self.meta(req)? {
+            Response::Done | Response::Attr(_) => Ok(()),
+            other => Err(unexpected(&self.inner.meta, op, &other)),
+        }
+    }
+
+    /// Shows writes made in this client that the metadata server has not seen yet.
+    fn with_local_size(&self, mut attr: Attr) -> Attr {
+        if let Some(end) = self
+            .inner
+            .live_io(attr.ino)
+            .and_then(|io| io.unflushed_end())
+        {
+            attr.size = attr.size.max(end);
+        }
+        attr
+    }
+
+    // ---- inode-level calls ----
+
+    /// Attributes of `name` in directory `parent`.
+    pub fn lookup(&self, parent: InodeId, name: &str) -> Result<Attr, WireError> {
+        name_ok(name)?;
+        ctx(
+            self.attr_of(Request::Lookup {
+                parent,
+                name: name.into(),
+            }),
+            || format!("lookup {name:?} in {parent}"),
+        )
+    }
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: InodeId) -> Result<Attr, WireError> {
+        ctx(self.attr_of(Request::GetAttr { ino }), || {
+            format!("getattr {ino}")
+        })
+    }
+
+    /// Makes directory `name` in `parent`.
+    pub fn mkdir_at(&self, parent: InodeId, name: &str, mode: u32) -> Result<Attr, WireError> {
+        name_ok(name)?;
+        ctx(
+            self.attr_of(Request::Mkdir {
+                parent,
+                name: name.into(),
+                mode,
+            }),
+            || format!("mkdir {name:?} in {parent}"),
+        )
+    }
+
+    /// Makes a special file (a FIFO; the metadata server refuses other types).
+    pub fn mknod_at(
+        &self,
+        parent: InodeId,
+        name: &str,
+        mode: u32,
+        ftype: FileType,
+    ) -> Result<Attr, WireError> {
+        name_ok(name)?;
+        let req = Request::Mknod {
+            parent,
+            name: name.into(),
+            mode,
+            ftype,
+        };
+        ctx(self.attr_of(req), || format!("mknod {name:?} in {parent}"))
+    }
+
+    /// Creates (or with `!opts.exclusive`, opens an existing) `name` in `parent`.
+    pub fn create_at(
+        &self,
+        parent: InodeId,
+        name: &str,
+        opts: &OpenOptions,
+    ) -> Result<File, WireError> {
+        self.create_named(parent, name, opts, None)
+    }
+
+    fn create_named(
+        &self,
+        parent: InodeId,
+        name: &str,
+        opts: &OpenOptions,
+        path: Option<&str>,
+    ) -> Result<File, WireError> {
+        opts.validate()?;
+        name_ok(name)?;
+        let what = || match path {
+            Some(p) => format!("create {p}"),
+            None => format!("create {name:?} in {parent}"),
+        };
+        let req = Request::Create {
+            parent,
+            name: name.into(),
+            mode: opts.mode,
+            exclusive: opts.exclusive,
+            layout: opts.layout,
+        };
+        let attr = match self.inner.meta_attr(&self.cred, req) {
+            Err(e) if e.code == ErrorCode::Exists && !opts.exclusive => self.lookup(parent, name),
+            r => r,
+        };
+        let attr = ctx(attr, what)?;
+        self.open_attr(attr, opts, path)
+    }
+
+    /// Opens the file `ino`. `opts.create` is ignored: the inode exists.
+    pub fn open_ino(&self, ino: InodeId, opts: &OpenOptions) -> Result<File, WireError> {
+        opts.validate()?;
+        let attr = self.getattr(ino)?;
+        self.open_attr(attr, opts, None)
+    }
+
+    fn open_attr(
+        &self,
+        attr: Attr,
+        opts: &OpenOptions,
+        path: Option<&str>,
+    ) -> Result<File, WireError> {
+        let what = || match path {
+            Some(p) => format!("open {p}"),
+            None => format!("open {}", attr.ino),
+        };
+        match attr.ftype {
+            FileType::File => {}
+            FileType::Dir => {
+                return Err(WireError::new(
+                    ErrorCode::IsDir,
+                    format!("{}: is a directory", what()),
+                ))
+            }
+            _ => {
+                return Err(WireError::new(
+                    ErrorCode::Unsupported,
+                    format!("{}: not a regular file", what()),
+                ))
+            }
+        }
+        let req = Request::Open {
+            ino: attr.ino,
+            session: self.inner.session,
+            read: opts.read,
+            write: opts.write,
+        };
+        let attr = match ctx(self.meta(req), what)? {
+            Response::Attr(a) => a,
+            _ => attr,
+        };
+        let io = self.inner.inode_io(&attr, path)?;
+        io.note_meta_size(attr.size);
+        let file = File::new(
+            self.inner.clone(),
+            self.cred.clone(),
+            io.clone(),
+            path.map(str::to_string),
+            opts,
+        );
+        if opts.truncate && io.size() > 0 {
+            // On failure the handle is dropped, which closes it on the server.
+            file.set_len(0)?;
+        }
+        Ok(file)
+    }
+
+    /// Removes `name` from `parent`. The metadata server frees the data of a file whose
+    /// last link this was (after its last close, if it is open).
+    pub fn unlink_at(&self, parent: InodeId, name: &str) -> Result<(), WireError> {
+        name_ok(name)?;
+        ctx(
+            self.done(Request::Unlink {
+                parent,
+                name: name.into(),
+            }),
+            || format!("unlink {name:?} in {parent}"),
+        )
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir_at(&self, parent: InodeId, name: &str) -> Result<(), WireError> {
+        name_ok(name)?;
+        ctx(
+            self.done(Request::Rmdir {
+                parent,
+                name: name.into(),
+            }),
+            || format!("rmdir {name:?} in {parent}"),
+        )
+    }
+
+    /// Renames; with `noreplace`, fails with `Exists` instead of replacing the target.
+    pub fn rename_at(
+        &self,
+        src_parent: InodeId,
+        src_name: &str,
+        dst_parent: InodeId,
+        dst_name: &str,
+        noreplace: bool,
+    ) -> Result<(), WireError> {
+        name_ok(src_name)?;
+        name_ok(dst_name)?;
+        let req = Request::Rename {
+            src_parent,
+            src_name: src_name.into(),
+            dst_parent,
+            dst_name: dst_name.into(),
+            noreplace,
+        };
+        ctx(self.done(req), || {
+            format!("rename {src_name:?} in {src_parent} to {dst_name:?} in {dst_parent}")
+        })
+    }
+
+    /// Adds a hard link `name` in `parent` to `ino`.
+    pub fn link_at(&self, ino: InodeId, parent: InodeId, name: &str) -> Result<Attr, WireError> {
+        name_ok(name)?;
+        ctx(
+            self.attr_of(Request::Link {
+                ino,
+                parent,
+                name: name.into(),
+            }),
+            || format!("link {ino} as {name:?} in {parent}"),
+        )
+    }
+
+    /// Makes symlink `name` in `parent` pointing to `target`.
+    pub fn symlink_at(&self, parent: InodeId, name: &str, target: &str) -> Result<Attr, WireError> {
+        name_ok(name)?;
+        let req = Request::Symlink {
+            parent,
+            name: name.into(),
+            target: target.into(),
+        };
+        ctx(self.attr_of(req), || {
+            format!("symlink {name:?} in {parent}")
+        })
+    }
+
+    /// The target of symlink `ino`.
+    pub fn readlink_ino(&self, ino: InodeId) -> Result<String, WireError> {
+        match ctx(self.meta(Request::Readlink { ino }), || {
+            format!("readlink {ino}")
+        })? {
+            Response::Target(t) => Ok(t),
+            other => Err(unexpected(&self.inner.meta, "Readlink", &other)),
+        }
+    }
+
+    /// One page of directory `ino`: up to `limit` entries after name `after` (`""` for
+    /// the first page), and whether the listing is complete.
+    pub fn readdir_page(
+        &self,
+        ino: InodeId,
+        after: &str,
+        limit: u32,
+    ) -> Result<(Vec<DirEntry>, bool), WireError> {
+        let req = Request::ReadDir {
+            ino,
+            after: after.into(),
+            limit,
+        };
+        match ctx(self.meta(req), || format!("readdir {ino}"))? {
+            Response::Entries { entries, done } => Ok((entries, done)),
+            other => Err(unexpected(&self.inner.meta, "ReadDir", &other)),
+        }
+    }
+
+    /// All entries of directory `ino`, in pages of [`READDIR_PAGE`].
+    pub fn readdir_ino(&self, ino: InodeId) -> Result<Vec<DirEntry>, WireError> {
+        let mut all: Vec<DirEntry> = Vec::new();
+        loop {
+            let after = all.last().map(|e| e.name.clone()).unwrap_or_default();
+            let (page, done) = self.readdir_page(ino, &after, READDIR_PAGE)?;
+            if page.is_empty() && !done {
+                return Err(WireError::new(
+                    ErrorCode::UnexpectedMessage,
+                    format!(
+                        "{} returned an empty, unfinished page of {ino}",
+                        self.inner.meta.name()
+                    ),
+                ));
+            }
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Changes attributes. A new size is applied to the data servers first.
+    pub fn setattr_ino(&self, ino: InodeId, attrs: SetAttrs) -> Result<Attr, WireError> {
+        let what = || format!("setattr {ino}");
+        let mut rest = attrs;
+        let mut attr = None;
+        if let Some(size) = rest.size.take() {
+            let a = self.getattr(ino)?;
+            if a.ftype != FileType::File {
+                return Err(WireError::new(
+                    ErrorCode::IsDir,
+                    format!("{}: only regular files have a size to set", what()),
+                ));
+            }
+            let io = self.inner.inode_io(&a, None)?;
+            attr = Some(ctx(io.truncate(&self.cred, size), what)?);
+        }
+        if rest == SetAttrs::default() {
+            if let Some(a) = attr {
+                return Ok(self.with_local_size(a));
+            }
+        }
+        ctx(self.attr_of(Request::SetAttr { ino, attrs: rest }), what)
+    }
+
+    /// Sets the layout of an empty file, or the default layout of a directory.
+    pub fn set_layout_ino(&self, ino: InodeId, hint: LayoutHint) -> Result<Attr, WireError> {
+        stripefs_wire::validate_hint(&hint)?;
+        ctx(self.attr_of(Request::SetLayout { ino, hint }), || {
+            format!("set layout of {ino}")
+        })
+    }
+
+    /// Checks access: `mask` of R_OK (4), W_OK (2), X_OK (1), or 0 for existence.
+    pub fn access_ino(&self, ino: InodeId, mask: u32) -> Result<(), WireError> {
+        ctx(self.done(Request::Access { ino, mask }), || {
+            format!("access {ino}")
+        })
+    }
+
+    // ---- path-level calls ----
+
+    /// Attributes of `path`, following a final symlink if `follow`.
+    pub fn resolve(&self, path: &str, follow: bool) -> Result<Attr, WireError> {
+        let p = normalize(path)?;
+        ctx(self.attr_of(Request::Resolve { path: p, follow }), || {
+            path.to_string()
+        })
+    }
+
+    /// Attributes of `path`, following symlinks.
+    pub fn stat(&self, path: &str) -> Result<Attr, WireError> {
+        self.resolve(path, true)
+    }
+
+    /// Attributes of `path` itself, even if it is a symlink.
+    pub fn lstat(&self, path: &str) -> Result<Attr, WireError> {
+        self.resolve(path, false)
+    }
+
+    /// The parent directory's inode and the final name of `path`.
+    fn parent_of(&self, path: &str) -> Result<(InodeId, String), WireError> {
+        let (parent, name) = split_parent(path)?;
+        let dir = ctx(
+            self.inner.meta_attr(
+                &self.cred,
+                Request::Resolve {
+                    path: parent.clone(),
+                    follow: true,
+                },
+            ),
+            || format!("{path}: parent"),
+        )?;
+        if dir.ftype != FileType::Dir {
+            return Err(WireError::new(
+                ErrorCode::NotDir,
+                format!("{path}: {parent} is not a directory"),
+            ));
+        }
+        Ok((dir.ino, name))
+    }
+
+    pub fn mkdir(&self, path: &str, mode: u32) -> Result<Attr, WireError> {
+        let (dir, name) = self.parent_of(path)?;
+        ctx(
+            self.attr_of(Request::Mkdir {
+                parent: dir,
+                name,
+                mode,
+            }),
+            || format!("mkdir {path}"),
+        )
+    }
+
+    /// Creates or truncates `path` for writing (and reading), as `std::fs::File::create`.
+    pub fn create(&self, path: &str, mode: u32) -> Result<File, WireError> {
+        self.open(path, &OpenOptions::create_truncate().read(true).mode(mode))
+    }
+
+    /// Opens `path` as `opts` says, creating it if asked.
+    pub fn open(&self, path: &str, opts: &OpenOptions) -> Result<File, WireError> {
+        opts.validate()?;
+        let canon = normalize(path)?;
+        if opts.create {
+            let (dir, name) = self.parent_of(&canon)?;
+            return self.create_named(dir, &name, opts, Some(&canon));
+        }
+        let attr = self.stat(&canon)?;
+        self.open_attr(attr, opts, Some(&canon))
+    }
+
+    pub fn unlink(&self, path: &str) -> Result<(), WireError> {
+        let (dir, name) = self.parent_of(path)?;
+        ctx(self.unlink_at(dir, &name), || path.to_string())
+    }
+
+    pub fn rmdir(&self, path: &str) -> Result<(), WireError> {
+        let (dir, name) = self.parent_of(path)?;
+        ctx(self.rmdir_at(dir, &name), || path.to_string())
+    }
+
+    /// Renames `from` to `to`, replacing a file at `to`.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), WireError> {
+        let (sdir, sname) = self.parent_of(from)?;
+        let (ddir, dname) = self.parent_of(to)?;
+        ctx(self.rename_at(sdir, &sname, ddir, &dname, false), || {
+            format!("rename {from} to {to}")
+        })
+    }
+
+    /// Makes `new` another name of the file `existing`.
+    pub fn link(&self, existing: &str, new: &str) -> Result<Attr, WireError> {
+        let src = self.lstat(existing)?;
+        let (dir, name) = self.parent_of(new)?;
+        ctx(self.link_at(src.ino, dir, &name), || {
+            format!("link {existing} to {new}")
+        })
+    }
+
+    /// Makes a symlink at `linkpath` pointing to `target`.
+    pub fn symlink(&self, target: &str, linkpath: &str) -> Result<Attr, WireError> {
+        let (dir, name) = self.parent_of(linkpath)?;
+        ctx(self.symlink_at(dir, &name, target), || {
+            format!("symlink {linkpath}")
+        })
+    }
+
+    pub fn readlink(&self, path: &str) -> Result<String, WireError> {
+        let a = self.lstat(path)?;
+        ctx(self.readlink_ino(a.ino), || path.to_string())
+    }
+
+    /// All entries of the directory at `path`.
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, WireError> {
+        let a = self.stat(path)?;
+        ctx(self.readdir_ino(a.ino), || path.to_string())
+    }
+
+    pub fn setattr(&self, path: &str, attrs: SetAttrs) -> Result<Attr, WireError> {
+        let a = self.stat(path)?;
+        ctx(self.setattr_ino(a.ino, attrs), || path.to_string())
+    }
+
+    pub fn chmod(&self, path: &str, mode: u32) -> Result<Attr, WireError> {
+        self.setattr(
+            path,
+            SetAttrs {
+                mode: Some(mode),
+                ..SetAttrs::default()
+            },
+        )
+    }
+
+    pub fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<Attr, WireError> {
+        self.setattr(
+            path,
+            SetAttrs {
+                uid,
+                gid,
+                ..SetAttrs::default()
+            },
+        )
+    }
+
+    pub fn utimes(
+        &self,
+        path: &str,
+        atime: Option<SetTime>,
+        mtime: Option<SetTime>,
+    ) -> Result<Attr, WireError> {
+        self.setattr(
+            path,
+            SetAttrs {
+                atime,
+                mtime,
+                ..SetAttrs::default()
+            },
+        )
+    }
+
+    /// Sets the size of the file at `path`.
+    pub fn truncate(&self, path: &str, size: u64) -> Result<Attr, WireError> {
+        self.setattr(
+            path,
+            SetAttrs {
+                size: Some(size),
+                ..SetAttrs::default()
+            },
+        )
+    }
+
+    /// Sets the layout of an empty file or the default layout of a directory
+    /// (`lfs setstripe`).
+    pub fn set_stripe(&self, path: &str, hint: LayoutHint) -> Result<Attr, WireError> {
+        let a = self.stat(path)?;
+        ctx(self.set_layout_ino(a.ino, hint), || path.to_string())
+    }
+
+    /// The layout of the file at `path`.
+    pub fn get_layout(&self, path: &str) -> Result<Layout, WireError> {
+        let a = self.stat(path)?;
+        a.layout.ok_or_else(|| {
+            WireError::new(
+                ErrorCode::IsDir,
+                format!("{path} has no data layout (not a regular file)"),
+            )
+        })
+    }
+
+    /// Checks access to `path` (see [`Client::access_ino`]).
+    pub fn access(&self, path: &str, mask: u32) -> Result<(), WireError> {
+        let a = self.stat(path)?;
+        ctx(self.access_ino(a.ino, mask), || path.to_string())
+    }
+
+    /// Makes every missing directory of `path`.
+    pub fn mkdir_all(&self, path: &str, mode: u32) -> Result<Attr, WireError> {
+        let mut dir = self.stat("/")?;
+        let mut at = String::new();
+        for c in components(path)? {
+            at = child(if at.is_empty() { "/" } else { &at }, c);
+            dir = match self.lookup(dir.ino, c) {
+                Ok(a) => a,
+                Err(e) if e.code == ErrorCode::NotFound => match self.mkdir_at(dir.ino, c, mode) {
+                    Err(e) if e.code == ErrorCode::Exists => self.lookup(dir.ino, c)?,
+                    r => ctx(r, || format!("mkdir {at}"))?,
+                },
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(dir)
+    }
+
+    /// The whole content of the file at `path`.
+    pub fn read_file(&self, path: &str) -> Result<Vec<u8>, WireError> {
+        let f = self.open(path, &OpenOptions::new())?;
+        let mut out = vec![0u8; f.size() as usize];
+        let mut at = 0;
+        loop {
+            if at == out.len() {
+                out.resize(at + (1 << 20), 0);
+            }
+            let n = f.read_at(at as u64, &mut out[at..])?;
+            if n == 0 {
+                break;
+            }
+            at += n;
+        }
+        out.truncate(at);
+        f.close()?;
+        Ok(out)
+    }
+
+    /// Creates or replaces the file at `path` with `data`, durably.
+    pub fn write_file(&self, path: &str, data: &[u8], mode: u32) -> Result<(), WireError> {
+        let f = self.open(path, &OpenOptions::create_truncate().mode(mode))?;
+        f.write_at(0, data)?;
+        f.fsync()?;
+        f.close()
+    }
+
+    // ---- cluster status ----
+
+    /// The metadata server's counters.
+    pub fn meta_status(&self) -> Result<MetaStatus, WireError> {
+        match self.meta(Request::MetaStatus {})? {
+            Response::MetaStatus {
+                inodes,
+                files,
+                dirs,
+                open_files,
+                db_bytes,
+                counters,
+            } => Ok(MetaStatus {
+                addr: self.inner.meta.addr.clone(),
+                inodes,
+                files,
+                dirs,
+                open_files,
+                db_bytes,
+                counters,
+            }),
+            other => Err(unexpected(&self.inner.meta, "MetaStatus", &other)),
+        }
+    }
+
+    /// One data server's targets and counters.
+    pub fn data_status(&self, server: ServerId) -> Result<DataStatus, WireError> {
+        let pool = self.inner.data.get(server.0 as usize).ok_or_else(|| {
+            WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("no data server {} in the cluster file", server.0),
+            )
+        })?;
+        let (resp, _) = pool.call(&self.cred, Request::DataStatus {}, &[], &mut [])?;
+        match resp {
+            Response::DataStatus {
+                server_id,
+                targets,
+                counters,
+            } => {
+                if server_id != server {
+                    return Err(WireError::new(
+                        ErrorCode::UnexpectedMessage,
+                        format!("{} says it is data server {}: the cluster file and the servers disagree", pool.name(), server_id.0),
+                    ));
+                }
+                Ok(DataStatus {
+                    server_id,
+                    addr: pool.addr.clone(),
+                    targets,
+                    counters,
+                })
+            }
+            other => Err(unexpected(pool, "DataStatus", &other)),
+        }
+    }
+
+    /// Space over all data servers, asked in parallel; fails naming any server that
+    /// does not answer.
+    pub fn statfs(&self) -> Result<StatFs, WireError> {
+        let n = self.inner.data.len();
+        let mut waits = Vec::with_capacity(n);
+        for i in 0..n {
+            let (p, c) = crate::exec::promise::<DataStatus>();
+            let me = self.clone();
+            self.inner
+                .exec
+                .submit(i, move || p.fulfil(me.data_status(ServerId(i as u32))));
+            waits.push(c);
+        }
+        let mut fs = StatFs {
+            bytes_total: 0,
+            bytes_free: 0,
+            bytes_used: 0,
+            data_servers: n as u32,
+            targets: 0,
+        };
+        for c in waits {
+            for t in c.wait()?.targets {
+                fs.bytes_total += t.bytes_total;
+                fs.bytes_free += t.bytes_free;
+                fs.bytes_used += t.bytes_used;
+                fs.targets += 1;
+            }
+        }
+        Ok(fs)
+    }
+}

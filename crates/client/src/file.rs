@@ -1,0 +1,280 @@
+//! Open files: [`OpenOptions`] and the [`File`] handle.
+
+use crate::io::InodeIo;
+use crate::{Inner, DEFAULT_WRITE_WINDOW_BYTES, MAX_WRITE_WINDOW_BYTES};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use stripefs_wire::{Attr, Cred, ErrorCode, InodeId, Layout, LayoutHint, Request, WireError};
+
+/// How to open a file, as with `std::fs::OpenOptions`. The default opens for reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenOptions {
+    pub read: bool,
+    pub write: bool,
+    /// Create the file if it does not exist.
+    pub create: bool,
+    /// With `create`: fail with `Exists` if it does exist.
+    pub exclusive: bool,
+    /// Cut an existing file to zero bytes (needs `write`).
+    pub truncate: bool,
+    /// Permission bits of a created file.
+    pub mode: u32,
+    /// Layout of a created file; unset fields come from the directory or the cluster.
+    pub layout: LayoutHint,
+    /// Most bytes of this handle's writes in flight before `write_at` waits.
+    pub write_window_bytes: u64,
+}
+
+impl Default for OpenOptions {
+    fn default() -> OpenOptions {
+        OpenOptions {
+            read: true,
+            write: false,
+            create: false,
+            exclusive: false,
+            truncate: false,
+            mode: 0o644,
+            layout: LayoutHint::default(),
+            write_window_bytes: DEFAULT_WRITE_WINDOW_BYTES,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Read-only, no creation.
+    pub fn new() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    /// Read and write, created if missing, truncated if present (as `File::create`).
+    pub fn create_truncate() -> OpenOptions {
+        OpenOptions::new().write(true).create(true).truncate(true)
+    }
+
+    pub fn read(mut self, yes: bool) -> Self {
+        self.read = yes;
+        self
+    }
+
+    pub fn write(mut self, yes: bool) -> Self {
+        self.write = yes;
+        self
+    }
+
+    pub fn create(mut self, yes: bool) -> Self {
+        self.create = yes;
+        self
+    }
+
+    pub fn exclusive(mut self, yes: bool) -> Self {
+        self.exclusive = yes;
+        self
+    }
+
+    pub fn truncate(mut self, yes: bool) -> Self {
+        self.truncate = yes;
+        self
+    }
+
+    pub fn mode(mut self, mode: u32) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub fn layout(mut self, hint: LayoutHint) -> Self {
+        self.layout = hint;
+        self
+    }
+
+    pub fn write_window_bytes(mut self, bytes: u64) -> Self {
+        self.write_window_bytes = bytes;
+        self
+    }
+
+    /// Checks the combination; returns the reason it is bad.
+    pub(crate) fn validate(&self) -> Result<(), WireError> {
+        let bad = |why: &str| Err(WireError::new(ErrorCode::InvalidArgument, why.to_string()));
+        if !self.read && !self.write {
+            return bad("open for neither reading nor writing");
+        }
+        if self.truncate && !self.write {
+            return bad("truncate needs write access");
+        }
+        if self.exclusive && !self.create {
+            return bad("exclusive needs create");
+        }
+        if self.write_window_bytes == 0 || self.write_window_bytes > MAX_WRITE_WINDOW_BYTES {
+            return bad("write window must be between 1 byte and MAX_WRITE_WINDOW_BYTES");
+        }
+        if self.mode & !0o7777 != 0 {
+            return bad("mode has bits outside 07777");
+        }
+        stripefs_wire::validate_hint(&self.layout)
+    }
+}
+
+/// An open file. Thread-safe: `read_at` and `write_at` may be called from many threads
+/// at once. Writes are write-behind: errors of background writes are reported by a later
+/// `write_at`, `flush`, `fsync` or `close`. Dropping a handle closes it, best effort;
+/// call [`File::close`] to see errors.
+pub struct File {
+    inner: Arc<Inner>,
+    cred: Cred,
+    io: Arc<InodeIo>,
+    path: Option<String>,
+    read: bool,
+    write: bool,
+    window: u64,
+    last_read_end: AtomicU64,
+    closed: AtomicBool,
+}
+
+impl File {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        cred: Cred,
+        io: Arc<InodeIo>,
+        path: Option<String>,
+        opts: &OpenOptions,
+    ) -> File {
+        File {
+            inner,
+            cred,
+            io,
+            path,
+            read: opts.read,
+            write: opts.write,
+            window: opts.write_window_bytes,
+            last_read_end: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn ino(&self) -> InodeId {
+        self.io.ino
+    }
+
+    /// The path the file was opened by, if it was opened by path.
+    pub fn path(&self) -> Option<&str> {
+        self.path.as_deref()
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.io.layout
+    }
+
+    /// The size as this client knows it, without a round trip: the metadata server's
+    /// size when last seen, or the end of writes made here if further.
+    pub fn size(&self) -> u64 {
+        self.io.size()
+    }
+
+    fn describe(&self) -> String {
+        self.io.describe()
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; fewer only at end of file, none at or
+    /// past it. Holes read as zeros. Every block is checked against its stored CRC.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, WireError> {
+        if !self.read {
+            return Err(WireError::new(
+                ErrorCode::BadHandle,
+                format!("{} is not open for reading", self.describe()),
+            ));
+        }
+        let sequential = self.last_read_end.load(Ordering::Relaxed) == offset;
+        let n = self.io.read(&self.cred, offset, buf, sequential)?;
+        self.last_read_end
+            .store(offset + n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Queues all of `data` for writing at `offset` and returns; waits only while the
+    /// handle has more than its write window in flight, or for earlier writes that
+    /// overlap. Returns an earlier background write's error if one is pending.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), WireError> {
+        if !self.write {
+            return Err(WireError::new(
+                ErrorCode::BadHandle,
+                format!("{} is not open for writing", self.describe()),
+            ));
+        }
+        self.io.write(&self.cred, offset, data, self.window)
+    }
+
+    /// Waits for queued writes and records the file's size on the metadata server, so
+    /// that other clients see it; data is not forced to disk.
+    pub fn flush(&self) -> Result<(), WireError> {
+        self.io.flush(&self.cred, false)
+    }
+
+    /// Makes all writes so far durable on every data server of the layout, then records
+    /// the size on the metadata server.
+    pub fn fsync(&self) -> Result<(), WireError> {
+        self.io.flush(&self.cred, true)
+    }
+
+    /// Sets the size, cutting or zero-extending the file.
+    pub fn set_len(&self, size: u64) -> Result<(), WireError> {
+        if !self.write {
+            return Err(WireError::new(
+                ErrorCode::BadHandle,
+                format!("{} is not open for writing", self.describe()),
+            ));
+        }
+        self.io.truncate(&self.cred, size).map(|_| ())
+    }
+
+    /// Fresh attributes from the metadata server, with the size including writes made
+    /// in this client that it has not been told of yet.
+    pub fn attr(&self) -> Result<Attr, WireError> {
+        let mut attr = self.inner.getattr(&self.cred, self.io.ino)?;
+        self.io.note_meta_size(attr.size);
+        attr.size = self.io.size();
+        Ok(attr)
+    }
+
+    /// Waits for queued writes, records the size, and closes the handle on the metadata
+    /// server. Reports any error of a background write.
+    pub fn close(self) -> Result<(), WireError> {
+        self.close_inner()
+    }
+
+    fn close_inner(&self) -> Result<(), WireError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // A read-only handle has no writes of its own to wait for; flushing would only
+        // take errors that belong to a writer's handle.
+        let flushed = if self.write {
+            self.io.flush(&self.cred, false)
+        } else {
+            Ok(())
+        };
+        let req = Request::Close {
+            ino: self.io.ino,
+            session: self.inner.session,
+        };
+        let closed = self.inner.meta_call(&self.cred, req).map(|_| ());
+        flushed.and(closed)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        if let Err(e) = self.close_inner() {
+            tracing::warn!("closing {} on drop failed: {e}", self.describe());
+        }
+    }
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("ino", &self.io.ino)
+            .field("path", &self.path)
+            .field("read", &self.read)
+            .field("write", &self.write)
+            .finish()
+    }
+}

@@ -1,0 +1,748 @@
+//! Striped I/O on one inode: write-behind, parallel reads, readahead, size tracking.
+//!
+//! All handles of one inode in one client share an [`InodeIo`], so that a read through
+//! one handle waits for overlapping writes queued through another (read-your-writes
+//! within a client) and a write drops readahead data that any handle prefetched.
+//!
+//! Invariants: a pending write chunk and a read or write of an overlapping range are
+//! never in flight at once (overlaps wait), so the order of overlapping operations is
+//! the order of the calls. `inflight_bytes` is the sum of the lengths of unreaped
+//! pending chunks. Data returned to a caller has passed its block CRC check.
+
+use crate::chunk::{Chunk, Geometry};
+use crate::exec::{promise, Completion};
+use crate::pool::ServerPool;
+use crate::{Inner, MAX_FILE_BYTES, READAHEAD_BASE_BYTES, READAHEAD_MAX_BYTES};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use stripefs_wire::{
+    crc32c, padded_block_crc, piece_crcs, Attr, Cred, ErrorCode, InodeId, Layout, Request,
+    Response, SetAttrs, WireError, BLOCK_BYTES,
+};
+
+/// One queued or running write request.
+struct Pending {
+    /// Global span the chunk lies in (an over-estimate, see `Geometry::global_span`).
+    lo: u64,
+    hi: u64,
+    bytes: u64,
+    done: Completion<()>,
+}
+
+/// A request of a read: the chunk, the local offset its buffer starts at (a cell may
+/// start before the chunk), and the buffer to come.
+type ReadPart = (Chunk, u64, Completion<Arc<Vec<u8>>>);
+
+/// One readahead cell: `len` bytes at `local` of a server, being read or read.
+struct Cell {
+    local: u64,
+    len: u64,
+    span: (u64, u64),
+    data: Completion<Arc<Vec<u8>>>,
+}
+
+struct State {
+    pending: VecDeque<Pending>,
+    inflight_bytes: u64,
+    /// First error of a background write not yet reported to a caller.
+    latched: Option<WireError>,
+    /// Highest end written since the size was last sent to the metadata server.
+    unflushed_end: Option<u64>,
+    /// Size as last seen from the metadata server.
+    meta_size: u64,
+    cells: HashMap<(u32, u64), Cell>,
+    cell_bytes_held: u64,
+    ra_window: u64,
+}
+
+pub(crate) struct InodeIo {
+    inner: Arc<Inner>,
+    pub ino: InodeId,
+    pub layout: Layout,
+    geo: Geometry,
+    /// Executor index (data server id) of each place of the layout.
+    places: Vec<usize>,
+    /// For messages: the path this inode was first opened by, if any.
+    path: Option<String>,
+    ra_max: u64,
+    state: Mutex<State>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn overlaps(a: (u64, u64), lo: u64, hi: u64) -> bool {
+    a.0 < hi && lo < a.1
+}
+
+impl State {
+    /// Retires finished writes, latching the first error.
+    fn reap(&mut self) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            match self.pending[i].done.try_get() {
+                None => i += 1,
+                Some(r) => {
+                    let p = self.pending.remove(i).expect("index in range");
+                    self.inflight_bytes -= p.bytes;
+                    if let Err(e) = r {
+                        self.latched.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        debug_assert_eq!(
+            self.inflight_bytes,
+            self.pending.iter().map(|p| p.bytes).sum::<u64>()
+        );
+    }
+
+    fn first_overlap(&self, lo: u64, hi: u64) -> Option<Completion<()>> {
+        let p = self
+            .pending
+            .iter()
+            .find(|p| overlaps((p.lo, p.hi), lo, hi))?;
+        Some(p.done.clone())
+    }
+
+    fn drop_cells(&mut self, keep: impl Fn(&Cell) -> bool) {
+        let mut freed = 0;
+        self.cells.retain(|_, c| {
+            let k = keep(c);
+            if !k {
+                freed += c.len;
+            }
+            k
+        });
+        self.cell_bytes_held -= freed;
+    }
+
+    fn size(&self) -> u64 {
+        self.meta_size.max(self.unflushed_end.unwrap_or(0))
+    }
+}
+
+impl InodeIo {
+    pub fn new(inner: Arc<Inner>, attr: &Attr, path: Option<String>) -> Result<InodeIo, WireError> {
+        let layout = attr.layout.clone().ok_or_else(|| {
+            WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("{} has no data layout", attr.ino),
+            )
+        })?;
+        let geo = Geometry::new(attr.ino, &layout)?;
+        let mut places = Vec::with_capacity(layout.servers.len());
+        for s in &layout.servers {
+            if s.0 as usize >= inner.data.len() {
+                return Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "{} is striped over data server {}, which the cluster file does not list",
+                        attr.ino, s.0
+                    ),
+                ));
+            }
+            places.push(s.0 as usize);
+        }
+        let round = geo.width() as u64 * geo.unit() as u64;
+        let ra_max = READAHEAD_BASE_BYTES.max(2 * round).min(READAHEAD_MAX_BYTES);
+        Ok(InodeIo {
+            inner,
+            ino: attr.ino,
+            layout,
+            geo,
+            places,
+            path,
+            ra_max,
+            state: Mutex::new(State {
+                pending: VecDeque::new(),
+                inflight_bytes: 0,
+                latched: None,
+                unflushed_end: None,
+                meta_size: attr.size,
+                cells: HashMap::new(),
+                cell_bytes_held: 0,
+                ra_window: 0,
+            }),
+        })
+    }
+
+    /// How the file is named in messages: inode and, when known, path.
+    pub fn describe(&self) -> String {
+        match &self.path {
+            Some(p) => format!("{} ({p})", self.ino),
+            None => self.ino.to_string(),
+        }
+    }
+
+    fn pool(&self, place: u32) -> &Arc<ServerPool> {
+        &self.inner.data[self.places[place as usize]]
+    }
+
+    /// The size this client knows: the metadata server's, or further if written here.
+    pub fn size(&self) -> u64 {
+        lock(&self.state).size()
+    }
+
+    /// Bytes written here that the metadata server does not know about yet.
+    pub fn unflushed_end(&self) -> Option<u64> {
+        lock(&self.state).unflushed_end
+    }
+
+    pub fn note_meta_size(&self, size: u64) {
+        lock(&self.state).meta_size = size;
+    }
+
+    // ---- waiting on pending writes ----
+
+    fn wait_overlapping(&self, lo: u64, hi: u64) {
+        loop {
+            let c = {
+                let mut st = lock(&self.state);
+                st.reap();
+                match st.first_overlap(lo, hi) {
+                    Some(c) => c,
+                    None => return,
+                }
+            };
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for every pending write of this inode.
+    pub fn wait_all(&self) {
+        self.wait_overlapping(0, u64::MAX);
+    }
+
+    /// Waits until `n` more bytes fit in `window` (or nothing is in flight).
+    fn wait_room(&self, n: u64, window: u64) {
+        loop {
+            let c = {
+                let mut st = lock(&self.state);
+                st.reap();
+                if st.inflight_bytes == 0 || st.inflight_bytes + n <= window {
+                    return;
+                }
+                st.pending.front().expect("bytes in flight").done.clone()
+            };
+            let _ = c.wait();
+        }
+    }
+
+    /// Returns (and clears) the latched error of a background write.
+    pub fn take_latched(&self) -> Result<(), WireError> {
+        let mut st = lock(&self.state);
+        st.reap();
+        match st.latched.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    // ---- writes ----
+
+    /// Queues `data` for writing at `offset`; returns once it is queued and in-flight
+    /// bytes are under `window`.
+    pub fn write(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        data: &[u8],
+        window: u64,
+    ) -> Result<(), WireError> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_BYTES)
+            .ok_or_else(|| {
+                WireError::new(
+                    ErrorCode::FileTooBig,
+                    format!(
+                        "write of {} bytes at {offset} to {} ends beyond {MAX_FILE_BYTES}",
+                        data.len(),
+                        self.describe()
+                    ),
+                )
+            })?;
+        self.take_latched()?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.wait_overlapping(offset, end);
+        {
+            let mut st = lock(&self.state);
+            st.unflushed_end = Some(st.unflushed_end.unwrap_or(0).max(end));
+        }
+        let mut queued = 0;
+        for chunk in self.geo.write_chunks(offset, data.len() as u64) {
+            let bytes = self.gather(&chunk, offset, data);
+            self.wait_room(chunk.len, window);
+            let (lo, hi) = self.geo.global_span(chunk.place, chunk.local, chunk.len);
+            let done = self.submit_write(cred, chunk, bytes);
+            let mut st = lock(&self.state);
+            // Under the same lock as the push: no cell overlapping a pending write stays
+            // cached (it may hold bytes from before the write), and `plan_read` and
+            // `prefetch` create none while the write is pending.
+            st.drop_cells(|c| !overlaps(c.span, lo, hi));
+            st.pending.push_back(Pending {
+                lo,
+                hi,
+                bytes: chunk.len,
+                done,
+            });
+            st.inflight_bytes += chunk.len;
+            queued += chunk.len;
+        }
+        assert_eq!(
+            queued,
+            data.len() as u64,
+            "write chunks add up to the write"
+        );
+        self.take_latched()
+    }
+
+    /// Copies the bytes of `chunk` out of a caller's buffer that starts at `offset`.
+    fn gather(&self, chunk: &Chunk, offset: u64, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(chunk.len as usize);
+        for s in self.geo.segments(chunk.place, chunk.local, chunk.len) {
+            let at = (s.global - offset) as usize;
+            out.extend_from_slice(&data[at..at + s.len as usize]);
+        }
+        assert_eq!(out.len() as u64, chunk.len);
+        out
+    }
+
+    fn submit_write(&self, cred: &Cred, chunk: Chunk, bytes: Vec<u8>) -> Completion<()> {
+        let (p, c) = promise();
+        let pool = self.pool(chunk.place).clone();
+        let (cred, fid, unit) = (cred.clone(), self.ino, self.geo.unit());
+        let what = self.describe();
+        let global = self.geo.stripe().to_global(chunk.place, chunk.local);
+        self.inner
+            .exec
+            .submit(self.places[chunk.place as usize], move || {
+                // Checksums are computed here, on the worker, so that they run in parallel.
+                let crcs = piece_crcs(chunk.local, &bytes);
+                let req = Request::Write {
+                    fid,
+                    unit,
+                    offset: chunk.local,
+                    crcs,
+                };
+                let r = pool
+                    .call(&cred, req, &bytes, &mut [])
+                    .and_then(|(resp, _)| match resp {
+                        Response::Done => Ok(()),
+                        other => Err(unexpected(&pool, "Write", &other)),
+                    });
+                p.fulfil(r.map_err(|e| {
+                    context(
+                        e,
+                        format!(
+                            "writing {} bytes of {what} at file offset {global} (local {}) to {}",
+                            chunk.len,
+                            chunk.local,
+                            pool.name()
+                        ),
+                    )
+                }));
+            });
+        c
+    }
+
+    // ---- reads ----
+
+    /// Reads into `buf` at `offset`; short only at end of file. `sequential` says the
+    /// read starts where the handle's previous read ended, which enables readahead.
+    pub fn read(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        buf: &mut [u8],
+        sequential: bool,
+    ) -> Result<usize, WireError> {
+        let (n, size) = self.clamp(cred, offset, buf.len() as u64)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let end = offset + n;
+        self.wait_overlapping(offset, end);
+        let parts = self.plan_read(cred, offset, n, size, sequential);
+        let out = &mut buf[..n as usize];
+        let mut copied = 0;
+        for (chunk, base, done) in parts {
+            let data = match done.wait() {
+                Ok(d) => d,
+                Err(e) => {
+                    // A failed cell must not stay cached, or every retry would fail too.
+                    lock(&self.state).drop_cells(|c| !matches!(c.data.try_get(), Some(Err(_))));
+                    return Err(e);
+                }
+            };
+            copied += self.scatter(&chunk, base, &data, offset, out);
+        }
+        assert_eq!(copied, n, "read pieces add up to the read");
+        if sequential {
+            lock(&self.state).drop_cells(|c| c.span.1 > end);
+        }
+        Ok(n as usize)
+    }
+
+    /// How many of `len` bytes at `offset` exist, and the size that says so. Reads that
+    /// reach past the known size ask the metadata server, since another client may have
+    /// extended the file.
+    fn clamp(&self, cred: &Cred, offset: u64, len: u64) -> Result<(u64, u64), WireError> {
+        let mut size = self.size();
+        if offset.saturating_add(len) > size {
+            let attr = self.inner.getattr(cred, self.ino)?;
+            self.note_meta_size(attr.size);
+            size = self.size();
+        }
+        Ok((size.saturating_sub(offset).min(len), size))
+    }
+
+    /// Finds or issues the requests for a read: `(chunk, local start of its buffer,
+    /// completion)`. Sequential reads go through whole cells, which are cached, and
+    /// prefetch the cells ahead.
+    fn plan_read(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        n: u64,
+        size: u64,
+        sequential: bool,
+    ) -> Vec<ReadPart> {
+        let mut st = lock(&self.state);
+        if !sequential {
+            st.drop_cells(|_| false);
+            st.ra_window = 0;
+        }
+        let mut parts = Vec::new();
+        for chunk in self.geo.read_chunks(offset, n) {
+            let idx = chunk.local / self.geo.cell_bytes();
+            let key = (chunk.place, idx);
+            let cached = st
+                .cells
+                .get(&key)
+                .filter(|c| c.local <= chunk.local && chunk.local + chunk.len <= c.local + c.len);
+            if let Some(c) = cached {
+                parts.push((chunk, c.local, c.data.clone()));
+                continue;
+            }
+            let span = self.geo.cell_span(chunk.place, idx);
+            let cell = self
+                .geo
+                .cell_range(chunk.place, idx, size)
+                .filter(|_| sequential && st.first_overlap(span.0, span.1).is_none());
+            match cell {
+                Some((lo, len)) if lo <= chunk.local && chunk.local + chunk.len <= lo + len => {
+                    let data = self.insert_cell(&mut st, cred, key, lo, len);
+                    parts.push((chunk, lo, data));
+                }
+                _ => parts.push((
+                    chunk,
+                    chunk.local,
+                    self.submit_read(cred, chunk.place, chunk.local, chunk.len),
+                )),
+            }
+        }
+        if sequential {
+            self.prefetch(&mut st, cred, offset + n, size);
+        }
+        parts
+    }
+
+    fn insert_cell(
+        &self,
+        st: &mut State,
+        cred: &Cred,
+        key: (u32, u64),
+        local: u64,
+        len: u64,
+    ) -> Completion<Arc<Vec<u8>>> {
+        let data = self.submit_read(cred, key.0, local, len);
+        let span = self.geo.cell_span(key.0, key.1);
+        let old = st.cells.insert(
+            key,
+            Cell {
+                local,
+                len,
+                span,
+                data: data.clone(),
+            },
+        );
+        st.cell_bytes_held += len;
+        if let Some(old) = old {
+            st.cell_bytes_held -= old.len;
+        }
+        data
+    }
+
+    /// Issues reads of the cells of `[from, from + window)` not yet cached, growing the
+    /// window, never past `size`, never over pending writes, and holding at most
+    /// `ra_max` bytes plus one cell per server.
+    fn prefetch(&self, st: &mut State, cred: &Cred, from: u64, size: u64) {
+        let start = self.geo.width() as u64 * self.geo.cell_bytes();
+        st.ra_window = (st.ra_window * 2).max(start).min(self.ra_max.max(start));
+        let to = from.saturating_add(st.ra_window).min(size);
+        if to <= from {
+            return;
+        }
+        let budget = self.ra_max + start;
+        for key in self.geo.cells_of(from, to - from) {
+            if st.cells.contains_key(&key) {
+                continue;
+            }
+            let Some((lo, len)) = self.geo.cell_range(key.0, key.1, size) else {
+                continue;
+            };
+            let span = self.geo.cell_span(key.0, key.1);
+            if st.cell_bytes_held + len > budget || st.first_overlap(span.0, span.1).is_some() {
+                continue;
+            }
+            self.insert_cell(st, cred, key, lo, len);
+        }
+    }
+
+    fn submit_read(
+        &self,
+        cred: &Cred,
+        place: u32,
+        local: u64,
+        len: u64,
+    ) -> Completion<Arc<Vec<u8>>> {
+        let (p, c) = promise();
+        let pool = self.pool(place).clone();
+        let (cred, fid, unit, geo) = (cred.clone(), self.ino, self.geo.unit(), self.geo);
+        let what = self.describe();
+        self.inner
+            .exec
+            .submit(self.places[place as usize], move || {
+                let mut buf = vec![0u8; len as usize];
+                let req = Request::Read {
+                    fid,
+                    unit,
+                    offset: local,
+                    len: len as u32,
+                };
+                let r = pool
+                    .call(&cred, req, &[], &mut buf)
+                    .and_then(|(resp, got)| match resp {
+                        Response::ReadData { crcs } => {
+                            verify(&crcs, &buf[..got], local, &pool, &geo, place, &what)
+                        }
+                        other => Err(unexpected(&pool, "Read", &other)),
+                    });
+                // Bytes past what the server returned are holes or lie past its object's end:
+                // zeros, which `buf` already holds.
+                p.fulfil(r.map(|()| Arc::new(buf)).map_err(|e| {
+                    context(
+                        e,
+                        format!(
+                    "reading {len} bytes of {what} at file offset {} (local {local}) from {}",
+                    geo.stripe().to_global(place, local), pool.name()
+                ),
+                    )
+                }));
+            });
+        c
+    }
+
+    /// Copies the part of `chunk` inside `[offset, offset + out.len())` from `data`,
+    /// which holds local bytes from `base` on; returns the bytes copied.
+    fn scatter(&self, chunk: &Chunk, base: u64, data: &[u8], offset: u64, out: &mut [u8]) -> u64 {
+        let end = offset + out.len() as u64;
+        let mut copied = 0;
+        for s in self.geo.segments(chunk.place, chunk.local, chunk.len) {
+            let lo = s.global.max(offset);
+            let hi = (s.global + s.len).min(end);
+            if lo >= hi {
+                continue;
+            }
+            let src = (s.local + (lo - s.global) - base) as usize;
+            let dst = (lo - offset) as usize;
+            let n = (hi - lo) as usize;
+            out[dst..dst + n].copy_from_slice(&data[src..src + n]);
+            copied += n as u64;
+        }
+        copied
+    }
+
+    // ---- durability and size ----
+
+    /// Waits for pending writes, optionally makes them durable on every server of the
+    /// layout, then tells the metadata server the new size and mtime.
+    pub fn flush(&self, cred: &Cred, data_sync: bool) -> Result<(), WireError> {
+        self.wait_all();
+        self.take_latched()?;
+        if data_sync {
+            self.on_all_servers(cred, "Fsync", |_| Request::Fsync { fid: self.ino })?;
+        }
+        let end = lock(&self.state).unflushed_end.take();
+        let Some(end) = end else { return Ok(()) };
+        let req = Request::ExtendSize {
+            ino: self.ino,
+            size: end,
+            mtime_ns: now_ns(),
+        };
+        match self.inner.meta_call(cred, req) {
+            Ok(resp) => {
+                if let Response::Attr(a) = resp {
+                    self.note_meta_size(a.size);
+                } else {
+                    let mut st = lock(&self.state);
+                    st.meta_size = st.meta_size.max(end);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let mut st = lock(&self.state);
+                st.unflushed_end = Some(st.unflushed_end.unwrap_or(0).max(end));
+                Err(context(
+                    e,
+                    format!("recording the size {end} of {}", self.describe()),
+                ))
+            }
+        }
+    }
+
+    /// Sets the size: waits for pending writes, cuts (or extends) every server's object,
+    /// then records the size on the metadata server.
+    pub fn truncate(&self, cred: &Cred, size: u64) -> Result<Attr, WireError> {
+        if size > MAX_FILE_BYTES {
+            return Err(WireError::new(
+                ErrorCode::FileTooBig,
+                format!(
+                    "size {size} of {} exceeds {MAX_FILE_BYTES}",
+                    self.describe()
+                ),
+            ));
+        }
+        self.wait_all();
+        self.take_latched()?;
+        {
+            let mut st = lock(&self.state);
+            st.drop_cells(|_| false);
+            // Bytes written past the new size are cut off; the SetAttr below records
+            // the size (and mtime) that stands.
+            st.unflushed_end = None;
+        }
+        let (unit, stripe) = (self.geo.unit(), *self.geo.stripe());
+        self.on_all_servers(cred, "Truncate", |place| Request::Truncate {
+            fid: self.ino,
+            unit,
+            local_size: stripe.local_size(size, place),
+        })?;
+        let attrs = SetAttrs {
+            size: Some(size),
+            ..SetAttrs::default()
+        };
+        let attr = self.inner.meta_attr(
+            cred,
+            Request::SetAttr {
+                ino: self.ino,
+                attrs,
+            },
+        )?;
+        self.note_meta_size(attr.size);
+        Ok(attr)
+    }
+
+    /// Sends one request to every server of the layout at once; the first error wins.
+    pub fn on_all_servers(
+        &self,
+        cred: &Cred,
+        op: &'static str,
+        make: impl Fn(u32) -> Request,
+    ) -> Result<(), WireError> {
+        let mut waits = Vec::new();
+        for place in 0..self.geo.width() {
+            let (p, c) = promise::<()>();
+            let pool = self.pool(place).clone();
+            let (cred, req, what) = (cred.clone(), make(place), self.describe());
+            self.inner
+                .exec
+                .submit(self.places[place as usize], move || {
+                    let r = pool
+                        .call(&cred, req, &[], &mut [])
+                        .and_then(|(resp, _)| match resp {
+                            Response::Done => Ok(()),
+                            other => Err(unexpected(&pool, op, &other)),
+                        });
+                    p.fulfil(
+                        r.map_err(|e| context(e, format!("{op} of {what} on {}", pool.name()))),
+                    );
+                });
+            waits.push(c);
+        }
+        let results: Vec<_> = waits.iter().map(|c| c.wait()).collect();
+        results.into_iter().collect()
+    }
+}
+
+/// Checks each returned block against the CRC the server stored for it. A short last
+/// block is checksummed as stored: padded with zeros to a full block.
+fn verify(
+    crcs: &[u32],
+    data: &[u8],
+    local: u64,
+    pool: &ServerPool,
+    geo: &Geometry,
+    place: u32,
+    what: &str,
+) -> Result<(), WireError> {
+    let block = BLOCK_BYTES as usize;
+    let blocks = data.len().div_ceil(block);
+    if crcs.len() != blocks {
+        return Err(WireError::new(
+            ErrorCode::UnexpectedMessage,
+            format!(
+                "{} returned {} bytes with {} checksums, expected {blocks}",
+                pool.name(),
+                data.len(),
+                crcs.len()
+            ),
+        ));
+    }
+    for (i, (b, &want)) in data.chunks(block).zip(crcs).enumerate() {
+        let ok = if b.len() == block {
+            crc32c(b) == want
+        } else {
+            padded_block_crc(b) == want
+        };
+        if !ok {
+            let at = local + (i * block) as u64;
+            return Err(WireError::new(
+                ErrorCode::Checksum,
+                format!(
+                    "checksum mismatch in {what} at file offset {} (local offset {at}) returned by {}: the stored block is corrupt or was damaged in transit",
+                    geo.stripe().to_global(place, at),
+                    pool.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An answer of the wrong kind: the server speaks another protocol revision or is buggy.
+pub(crate) fn unexpected(pool: &ServerPool, op: &str, resp: &Response) -> WireError {
+    let kind = format!("{resp:?}");
+    let kind = kind.split([' ', '(', '{']).next().unwrap_or("?");
+    WireError::new(
+        ErrorCode::UnexpectedMessage,
+        format!("{} answered {op} with {kind}", pool.name()),
+    )
+}
+
+/// Prefixes `what` to an error's message, keeping its code.
+pub(crate) fn context(e: WireError, what: String) -> WireError {
+    WireError::new(e.code, format!("{what}: {}", e.message))
+}
+
+pub(crate) fn now_ns() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,173 @@
+//! A throwaway in-process cluster for integration tests: one metadata server and N data
+//! servers with T targets each, on 127.0.0.1 port 0, in a temporary directory. Dropping
+//! the fixture stops every server (also when a test fails).
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use stripefs_client::{Client, Cred, InodeId, LayoutHint};
+use stripefs_data::DataService;
+use stripefs_meta::MetaService;
+use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults, Secret, Service};
+
+pub const SMALL_STRIPE: u32 = 64 << 10;
+
+struct Server {
+    shutdown: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(listener: TcpListener, secret: &Secret, service: Arc<dyn Service>) -> Server {
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let (flag, secret) = (shutdown.clone(), secret.clone());
+        let thread = std::thread::spawn(move || {
+            stripefs_rpc::serve(listener, secret, service, flag).expect("serve");
+        });
+        Server {
+            shutdown,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops accepting and closes the listener; connection threads notice within
+    /// the server's idle poll and close their connections.
+    fn stop(&mut self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub struct Cluster {
+    pub config: ClusterConfig,
+    pub data: Vec<Arc<DataService>>,
+    pub targets: Vec<Vec<PathBuf>>,
+    servers: Vec<Server>,
+    meta: Server,
+    pub dir: tempfile::TempDir,
+}
+
+fn bind() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0")
+}
+
+impl Cluster {
+    /// 1 metadata server and 4 data servers with 2 targets each; default layout
+    /// 64 KiB x all servers.
+    pub fn start() -> Cluster {
+        Cluster::with(4, 2, SMALL_STRIPE)
+    }
+
+    pub fn with(n_data: usize, n_targets: usize, stripe: u32) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let meta_l = bind();
+        let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
+        let config = ClusterConfig {
+            secret: Secret::generate(),
+            timeout_ms: 10_000,
+            meta_addr: meta_l.local_addr().unwrap().to_string(),
+            data: data_l
+                .iter()
+                .map(|l| DataServerEntry {
+                    addr: l.local_addr().unwrap().to_string(),
+                })
+                .collect(),
+            defaults: Defaults {
+                stripe_size_bytes: stripe,
+                stripe_count: 0,
+            },
+        };
+        let mut data = Vec::new();
+        let mut targets = Vec::new();
+        let mut servers = Vec::new();
+        for (i, l) in data_l.into_iter().enumerate() {
+            let t: Vec<PathBuf> = (0..n_targets)
+                .map(|t| dir.path().join(format!("d{i}/t{t}")))
+                .collect();
+            for p in &t {
+                std::fs::create_dir_all(p).unwrap();
+            }
+            let svc = DataService::open(stripefs_client::ServerId(i as u32), &t, None)
+                .expect("data service");
+            servers.push(Server::start(l, &config.secret, svc.clone()));
+            data.push(svc);
+            targets.push(t);
+        }
+        let meta_svc =
+            MetaService::open(&dir.path().join("meta.redb"), &config).expect("meta service");
+        let meta = Server::start(meta_l, &config.secret, meta_svc);
+        Cluster {
+            config,
+            data,
+            targets,
+            servers,
+            meta,
+            dir,
+        }
+    }
+
+    /// A client acting as root (test files are created in the root directory).
+    pub fn client(&self) -> Client {
+        Client::connect(&self.config)
+            .expect("connect")
+            .with_cred(Cred::root())
+    }
+
+    /// Stops data server `i` like a killed process: no new connections, and the
+    /// established ones close (the rpc server checks for shutdown on connections idle
+    /// for its 500 ms poll, hence the wait).
+    pub fn stop_data(&mut self, i: usize) {
+        self.servers[i].stop();
+        std::thread::sleep(std::time::Duration::from_millis(800));
+    }
+
+    /// Object files (data, checksums) of `ino` on data server `i`, target `t`.
+    pub fn object_paths(&self, i: usize, t: usize, ino: InodeId) -> (PathBuf, PathBuf) {
+        self.data[i].object_paths(t, ino)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            s.stop();
+        }
+        self.meta.stop();
+    }
+}
+
+pub fn hint(stripe: u32, count: u32) -> LayoutHint {
+    LayoutHint {
+        stripe_size_bytes: Some(stripe),
+        stripe_count: Some(count),
+    }
+}
+
+/// Deterministic test bytes: position-dependent so misplaced bytes show.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The seed of a randomised test: STRIPEFS_SEED if set, else random; printed.
+pub fn seed(test: &str) -> u64 {
+    let s = match std::env::var("STRIPEFS_SEED") {
+        Ok(v) => v.parse().expect("STRIPEFS_SEED is a u64"),
+        Err(_) => rand::random(),
+    };
+    eprintln!("{test}: seed {s} (replay with STRIPEFS_SEED={s})");
+    s
+}

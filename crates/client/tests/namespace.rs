@@ -1,0 +1,132 @@
+//! Namespace calls by path and by inode.
+
+mod common;
+
+use common::{hint, Cluster};
+use stripefs_client::{ErrorCode, FileType, InodeId, OpenOptions};
+
+#[test]
+fn bad_names_are_refused() {
+    let cl = Cluster::start();
+    let c = cl.client();
+    for bad in ["a/b", "a\0b", "..", ".", ""] {
+        assert_eq!(
+            c.mkdir_at(InodeId::ROOT, bad, 0o755).unwrap_err().code,
+            ErrorCode::InvalidArgument,
+            "{bad:?}"
+        );
+        assert_eq!(
+            c.lookup(InodeId::ROOT, bad).unwrap_err().code,
+            ErrorCode::InvalidArgument,
+            "{bad:?}"
+        );
+        let opts = OpenOptions::create_truncate();
+        assert_eq!(
+            c.create_at(InodeId::ROOT, bad, &opts).unwrap_err().code,
+            ErrorCode::InvalidArgument,
+            "{bad:?}"
+        );
+    }
+    for bad in ["/a/../b", "/..", "/x\0y", "/"] {
+        assert_eq!(
+            c.mkdir(bad, 0o755).unwrap_err().code,
+            ErrorCode::InvalidArgument,
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        c.stat("/a/../b").unwrap_err().code,
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        c.lookup(InodeId::ROOT, &"x".repeat(256)).unwrap_err().code,
+        ErrorCode::NameTooLong
+    );
+}
+
+#[test]
+fn tree_operations() {
+    let cl = Cluster::start();
+    let c = cl.client();
+    c.mkdir("/d", 0o755).unwrap();
+    c.mkdir_all("/d/e/f", 0o755).unwrap();
+    assert_eq!(c.mkdir("/d", 0o755).unwrap_err().code, ErrorCode::Exists);
+    c.write_file("/d/file", b"hello", 0o644).unwrap();
+    assert_eq!(c.read_file("/d/file").unwrap(), b"hello");
+    c.link("/d/file", "/d/hard").unwrap();
+    assert_eq!(c.stat("/d/hard").unwrap().nlink, 2);
+    c.symlink("/d/file", "/d/sym").unwrap();
+    assert_eq!(c.readlink("/d/sym").unwrap(), "/d/file");
+    assert_eq!(c.lstat("/d/sym").unwrap().ftype, FileType::Symlink);
+    assert_eq!(c.stat("/d/sym").unwrap().ftype, FileType::File);
+    c.rename("/d/hard", "/d/e/moved").unwrap();
+    let names: Vec<String> = c
+        .readdir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec!["e", "file", "sym"]);
+    c.chmod("/d/file", 0o600).unwrap();
+    assert_eq!(c.stat("/d/file").unwrap().mode & 0o777, 0o600);
+    c.unlink("/d/e/moved").unwrap();
+    assert_eq!(c.stat("/d/file").unwrap().nlink, 1);
+    assert_eq!(c.rmdir("/d").unwrap_err().code, ErrorCode::NotEmpty);
+    assert_eq!(c.stat("/nope/x").unwrap_err().code, ErrorCode::NotFound);
+    let err = c.stat("/d/missing").unwrap_err();
+    assert!(err.message.contains("/d/missing"), "{err}");
+    assert_eq!(
+        c.open("/d", &OpenOptions::new()).unwrap_err().code,
+        ErrorCode::IsDir
+    );
+    let excl = OpenOptions::create_truncate().exclusive(true);
+    assert_eq!(
+        c.open("/d/file", &excl).unwrap_err().code,
+        ErrorCode::Exists
+    );
+}
+
+#[test]
+fn readdir_pages_through_large_directories() {
+    let cl = Cluster::start();
+    let c = cl.client();
+    let d = c.mkdir("/big", 0o755).unwrap();
+    // More than two pages; made from 8 threads so that group commit batches them.
+    let n = 2100;
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let c = c.clone();
+            s.spawn(move || {
+                for i in (t..n).step_by(8) {
+                    c.mknod_at(d.ino, &format!("f{i:05}"), 0o644, FileType::Fifo)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let entries = c.readdir("/big").unwrap();
+    assert_eq!(entries.len(), n);
+    let mut names: Vec<_> = entries.iter().map(|e| e.name.clone()).collect();
+    names.dedup();
+    assert_eq!(names.len(), n);
+}
+
+#[test]
+fn layouts_and_status() {
+    let cl = Cluster::start();
+    let c = cl.client();
+    c.mkdir("/striped", 0o755).unwrap();
+    c.set_stripe("/striped", hint(128 << 10, 2)).unwrap();
+    c.write_file("/striped/x", b"abc", 0o644).unwrap();
+    let l = c.get_layout("/striped/x").unwrap();
+    assert_eq!(l.stripe_size_bytes, 128 << 10);
+    assert_eq!(l.servers.len(), 2);
+    let fs = c.statfs().unwrap();
+    assert_eq!(fs.data_servers, 4);
+    assert_eq!(fs.targets, 8);
+    assert!(fs.bytes_total > 0 && fs.bytes_free > 0);
+    let ds = c.data_status(stripefs_client::ServerId(1)).unwrap();
+    assert_eq!(ds.targets.len(), 2);
+    let ms = c.meta_status().unwrap();
+    assert!(ms.files >= 1 && ms.dirs >= 2, "{ms:?}");
+}

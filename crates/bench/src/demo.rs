@@ -37,7 +37,10 @@ struct ClusterGuard(PathBuf);
 impl Drop for ClusterGuard {
     fn drop(&mut self) {
         if let Err(e) = stripefs_launch::down(&self.0) {
-            eprintln!("warning: stopping the demo cluster in {}: {e:#}", self.0.display());
+            eprintln!(
+                "warning: stopping the demo cluster in {}: {e:#}",
+                self.0.display()
+            );
         }
     }
 }
@@ -47,7 +50,9 @@ pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
     let dir = match &a.dir {
         Some(d) => d.clone(),
         None => {
-            tmp = tempfile::Builder::new().prefix("stripefs-demo-").tempdir()?;
+            tmp = tempfile::Builder::new()
+                .prefix("stripefs-demo-")
+                .tempdir()?;
             tmp.path().to_path_buf()
         }
     };

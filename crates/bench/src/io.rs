@@ -74,6 +74,8 @@ pub struct Phases {
 
 /// One open file of a client, on stripefs or locally.
 trait Handle: Send {
+    /// The caller will read `[off, off + len)` sequentially (a hint, like posix_fadvise).
+    fn advise_sequential(&mut self, _off: u64, _len: u64) {}
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()>;
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
     fn fsync(&mut self) -> Result<()>;
@@ -153,7 +155,11 @@ fn print_table(a: &IoArgs, r: &Remote, ours: &Phases, ceiling: Option<f64>, base
         a.clients,
         format_size(a.block),
         format_size(a.xfer),
-        if a.file_per_process { "file per process" } else { "one shared file" },
+        if a.file_per_process {
+            "file per process"
+        } else {
+            "one shared file"
+        },
         format_size(r.stripe_size as u64),
         r.stripe_count
     );
@@ -178,7 +184,11 @@ fn print_table(a: &IoArgs, r: &Remote, ours: &Phases, ceiling: Option<f64>, base
     }
     println!(
         "verified: yes   page cache dropped before reads: {}",
-        if ours.caches_dropped { "yes" } else { "no (not root)" }
+        if ours.caches_dropped {
+            "yes"
+        } else {
+            "no (not root)"
+        }
     );
 }
 
@@ -203,7 +213,13 @@ fn run_pattern(b: &dyn Backend, a: &IoArgs, pattern: &Arc<Pattern>, label: &str)
 
 /// Runs one phase on all clients at once; returns seconds from the first start to the
 /// last finish (opens, fsyncs and closes included).
-fn phase(b: &dyn Backend, a: &IoArgs, pattern: &Arc<Pattern>, write: bool, pb: &ProgressBar) -> Result<f64> {
+fn phase(
+    b: &dyn Backend,
+    a: &IoArgs,
+    pattern: &Arc<Pattern>,
+    write: bool,
+    pb: &ProgressBar,
+) -> Result<f64> {
     let barrier = Barrier::new(a.clients as usize);
     let results: Vec<Result<(Instant, Instant)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..a.clients)
@@ -218,7 +234,10 @@ fn phase(b: &dyn Backend, a: &IoArgs, pattern: &Arc<Pattern>, write: bool, pb: &
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("client thread panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
+            })
             .collect()
     });
     let mut first = None::<Instant>;
@@ -244,11 +263,18 @@ fn client_phase(
     pb: &ProgressBar,
 ) -> Result<(Instant, Instant)> {
     let file = if a.file_per_process { owner } else { 0 };
-    let region = if a.file_per_process { 0 } else { owner as u64 * a.block };
+    let region = if a.file_per_process {
+        0
+    } else {
+        owner as u64 * a.block
+    };
     let mut buf = vec![0u8; a.xfer as usize];
     barrier.wait();
     let start = Instant::now();
     let mut h = b.open(owner, file, write)?;
+    if !write {
+        h.advise_sequential(region, a.block);
+    }
     let mut off = region;
     while off < region + a.block {
         if write {
@@ -256,9 +282,9 @@ fn client_phase(
             h.write_at(off, &buf)?;
         } else {
             h.read_at(off, &mut buf)?;
-            pattern
-                .verify(off, &buf)
-                .map_err(|bad| anyhow!("verification failed: wrong data at offset {bad} of file {file}"))?;
+            pattern.verify(off, &buf).map_err(|bad| {
+                anyhow!("verification failed: wrong data at offset {bad} of file {file}")
+            })?;
         }
         pb.inc(a.xfer);
         off += a.xfer;
@@ -286,7 +312,9 @@ impl Remote {
         let admin = Client::connect(cluster)?;
         let dir = a.path.trim_end_matches('/').to_string();
         if admin.stat(&dir).is_err() {
-            admin.mkdir(&dir, 0o755).with_context(|| format!("cannot create {dir}"))?;
+            admin
+                .mkdir(&dir, 0o755)
+                .with_context(|| format!("cannot create {dir}"))?;
         }
         let hint = LayoutHint {
             stripe_size_bytes: a.stripe_size.map(|s| s as u32),
@@ -297,10 +325,18 @@ impl Remote {
         for f in 0..files {
             let path = format!("{dir}/file{f}");
             let _ = admin.unlink(&path);
-            let opts = OpenOptions { layout: hint, ..OpenOptions::create_new(0o644) };
-            let file = admin.open(&path, &opts).with_context(|| format!("cannot create {path}"))?;
-            let attr = file.attr();
-            let layout = attr.layout.clone().ok_or_else(|| anyhow!("{path} has no layout"))?;
+            let opts = OpenOptions {
+                layout: hint,
+                ..OpenOptions::create_new(0o644)
+            };
+            let file = admin
+                .open(&path, &opts)
+                .with_context(|| format!("cannot create {path}"))?;
+            let attr = file.attr()?;
+            let layout = attr
+                .layout
+                .clone()
+                .ok_or_else(|| anyhow!("{path} has no layout"))?;
             ss = layout.stripe_size_bytes;
             sc = layout.servers.len() as u32;
             servers.extend(layout.servers.iter().map(|s| s.0));
@@ -323,7 +359,7 @@ impl Remote {
         let mut sum = 0u64;
         for &s in &self.servers {
             let st = self.admin.data_status(stripefs_wire::ServerId(s))?;
-            for t in st {
+            for t in st.targets {
                 match t.throttle_bytes_s {
                     Some(r) => sum += r,
                     None => return Ok(None),
@@ -343,6 +379,11 @@ impl Remote {
 struct RemoteHandle(Option<stripefs_client::File>);
 
 impl Handle for RemoteHandle {
+    fn advise_sequential(&mut self, off: u64, len: u64) {
+        if let Some(f) = &self.0 {
+            f.advise_sequential(off, len);
+        }
+    }
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()> {
         Ok(self.file()?.write_at(off, buf)?)
     }
@@ -366,7 +407,9 @@ impl Handle for RemoteHandle {
 
 impl RemoteHandle {
     fn file(&self) -> Result<&stripefs_client::File> {
-        self.0.as_ref().ok_or_else(|| anyhow!("file already closed"))
+        self.0
+            .as_ref()
+            .ok_or_else(|| anyhow!("file already closed"))
     }
 }
 
@@ -375,8 +418,14 @@ impl Backend for Remote {
         // A client of its own per rank and phase: its own connections, no shared caches.
         let client = Client::connect(&self.cluster)?;
         let path = format!("{}/file{file}", self.dir);
-        let opts = if write { OpenOptions::write_only() } else { OpenOptions::read_only() };
-        let f = client.open(&path, &opts).with_context(|| format!("cannot open {path}"))?;
+        let opts = if write {
+            OpenOptions::write_only()
+        } else {
+            OpenOptions::read_only()
+        };
+        let f = client
+            .open(&path, &opts)
+            .with_context(|| format!("cannot open {path}"))?;
         Ok(Box::new(RemoteHandle(Some(f))))
     }
 }
@@ -399,7 +448,10 @@ impl Local {
                 format_size(bytes)
             );
         }
-        let l = Local { dir: dir.to_path_buf(), files };
+        let l = Local {
+            dir: dir.to_path_buf(),
+            files,
+        };
         for f in 0..files {
             std::fs::File::create(l.path(f))?;
         }
@@ -423,7 +475,8 @@ fn free_bytes(dir: &std::path::Path) -> Result<u64> {
     // SAFETY: statvfs writes into a zeroed struct we own; the path is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("statvfs {}", dir.display()));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statvfs {}", dir.display()));
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
@@ -439,6 +492,18 @@ impl Handle for LocalHandle {
     }
     fn fsync(&mut self) -> Result<()> {
         Ok(self.0.sync_all()?)
+    }
+    fn advise_sequential(&mut self, off: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a hint on our own open descriptor; no memory is touched.
+        unsafe {
+            libc::posix_fadvise(
+                self.0.as_raw_fd(),
+                off as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_SEQUENTIAL,
+            )
+        };
     }
     fn close(self: Box<Self>) -> Result<()> {
         Ok(())

@@ -99,7 +99,10 @@ fn up(a: UpArgs) -> Result<()> {
             println!("  logs:         {}/{{meta,data0..}}.log", logs.display());
         }
     }
-    println!("use it with:  export STRIPEFS_CLUSTER={}", up.cluster_file.display());
+    println!(
+        "use it with:  export STRIPEFS_CLUSTER={}",
+        up.cluster_file.display()
+    );
     Ok(())
 }
 
@@ -109,7 +112,11 @@ fn down(dir: PathBuf) -> Result<()> {
         println!("stopped: {}", d.stopped.join(" "));
     }
     if !d.killed.is_empty() {
-        println!("killed after {} s: {}", stripefs_launch::STOP_TIMEOUT.as_secs(), d.killed.join(" "));
+        println!(
+            "killed after {} s: {}",
+            stripefs_launch::STOP_TIMEOUT.as_secs(),
+            d.killed.join(" ")
+        );
     }
     if !d.not_running.is_empty() {
         println!("not running: {}", d.not_running.join(" "));
@@ -125,27 +132,49 @@ fn status(a: StatusArgs) -> Result<()> {
         servers.push(data_status(&cluster, &d.addr, timeout));
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&json!({ "servers": servers }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "servers": servers }))?
+        );
         return Ok(());
     }
-    println!("{:<5} {:<22} {:<8} {:>12} {:>10} {:>12}", "ROLE", "ADDRESS", "HEALTH", "USED", "REQUESTS", "ERRORS");
+    println!(
+        "{:<5} {:<22} {:<8} {:>12} {:>10} {:>12}",
+        "ROLE", "ADDRESS", "HEALTH", "USED", "REQUESTS", "ERRORS"
+    );
     for s in &servers {
-        let used = s["bytes_used"].as_u64().map(format_size).unwrap_or("-".into());
+        let used = s["bytes_used"]
+            .as_u64()
+            .map(format_size)
+            .unwrap_or("-".into());
         println!(
             "{:<5} {:<22} {:<8} {:>12} {:>10} {:>12}",
             s["role"].as_str().unwrap_or("?"),
             s["addr"].as_str().unwrap_or("?"),
-            if s["healthy"].as_bool() == Some(true) { "ok" } else { "DOWN" },
+            if s["healthy"].as_bool() == Some(true) {
+                "ok"
+            } else {
+                "DOWN"
+            },
             used,
-            s["requests"].as_u64().map(|n| n.to_string()).unwrap_or("-".into()),
-            s["errors"].as_u64().map(|n| n.to_string()).unwrap_or("-".into()),
+            s["requests"]
+                .as_u64()
+                .map(|n| n.to_string())
+                .unwrap_or("-".into()),
+            s["errors"]
+                .as_u64()
+                .map(|n| n.to_string())
+                .unwrap_or("-".into()),
         );
         if let Some(targets) = s["targets"].as_array() {
             for t in targets {
                 println!(
                     "        target {:<40} {:>12}",
                     t["path"].as_str().unwrap_or("?"),
-                    t["bytes_used"].as_u64().map(format_size).unwrap_or_default()
+                    t["bytes_used"]
+                        .as_u64()
+                        .map(format_size)
+                        .unwrap_or_default()
                 );
             }
         }
@@ -164,7 +193,14 @@ fn call(cluster: &ClusterConfig, addr: &str, timeout: Duration, req: Request) ->
 fn meta_status(cluster: &ClusterConfig, timeout: Duration) -> serde_json::Value {
     let addr = &cluster.meta_addr;
     match call(cluster, addr, timeout, Request::MetaStatus {}) {
-        Ok(Response::MetaStatus { inodes, files, dirs, open_files, db_bytes, counters }) => json!({
+        Ok(Response::MetaStatus {
+            inodes,
+            files,
+            dirs,
+            open_files,
+            db_bytes,
+            counters,
+        }) => json!({
             "role": "meta", "addr": addr, "healthy": true, "bytes_used": db_bytes,
             "inodes": inodes, "files": files, "dirs": dirs, "open_files": open_files,
             "requests": counters.requests, "errors": counters.errors,
@@ -176,14 +212,20 @@ fn meta_status(cluster: &ClusterConfig, timeout: Duration) -> serde_json::Value 
 
 fn data_status(cluster: &ClusterConfig, addr: &str, timeout: Duration) -> serde_json::Value {
     match call(cluster, addr, timeout, Request::DataStatus {}) {
-        Ok(Response::DataStatus { server_id, targets, counters }) => {
+        Ok(Response::DataStatus {
+            server_id,
+            targets,
+            counters,
+        }) => {
             let used: u64 = targets.iter().map(|t| t.bytes_used).sum();
             let t: Vec<_> = targets
                 .iter()
-                .map(|t| json!({
-                    "path": t.path, "bytes_used": t.bytes_used, "bytes_total": t.bytes_total,
-                    "bytes_free": t.bytes_free, "throttle_bytes_s": t.throttle_bytes_s,
-                }))
+                .map(|t| {
+                    json!({
+                        "path": t.path, "bytes_used": t.bytes_used, "bytes_total": t.bytes_total,
+                        "bytes_free": t.bytes_free, "throttle_bytes_s": t.throttle_bytes_s,
+                    })
+                })
                 .collect();
             json!({
                 "role": "data", "id": server_id.0, "addr": addr, "healthy": true,

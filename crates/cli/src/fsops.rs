@@ -163,7 +163,8 @@ pub fn put(a: PutArgs) -> Result<()> {
         .with_context(|| format!("cannot open {}", a.local.display()))?;
     let len = src.metadata()?.len();
     let mut dest = a.path.clone();
-    if dest.ends_with('/') || matches!(client.stat(&dest), Ok(attr) if attr.ftype == FileType::Dir) {
+    if dest.ends_with('/') || matches!(client.stat(&dest), Ok(attr) if attr.ftype == FileType::Dir)
+    {
         let name = a
             .local
             .file_name()
@@ -172,9 +173,11 @@ pub fn put(a: PutArgs) -> Result<()> {
     }
     let opts = OpenOptions {
         layout: hint(a.stripe_size, a.stripe_count)?,
-        ..OpenOptions::create_truncate(0o644)
+        ..OpenOptions::create_truncate()
     };
-    let file = client.open(&dest, &opts).with_context(|| format!("cannot create {dest}"))?;
+    let file = client
+        .open(&dest, &opts)
+        .with_context(|| format!("cannot create {dest}"))?;
     let pb = bar(len);
     let start = Instant::now();
     let mut buf = vec![0u8; COPY_CHUNK_BYTES];
@@ -223,7 +226,7 @@ pub fn get(a: GetArgs) -> Result<()> {
     let file = client
         .open(&a.path, &OpenOptions::read_only())
         .with_context(|| format!("cannot open {}", a.path))?;
-    let len = file.attr().size;
+    let len = file.size();
     let to_stdout = a.local.as_os_str() == "-";
     let (mut out, tmp): (Box<dyn Write>, Option<PathBuf>) = if to_stdout {
         (Box::new(std::io::stdout().lock()), None)
@@ -231,8 +234,12 @@ pub fn get(a: GetArgs) -> Result<()> {
         // Written beside the destination and renamed into place when complete, so that an
         // error never leaves a half-written file under the requested name.
         let tmp = temp_beside(&a.local);
-        let f = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-        (Box::new(std::io::BufWriter::with_capacity(1 << 20, f)), Some(tmp))
+        let f = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        (
+            Box::new(std::io::BufWriter::with_capacity(1 << 20, f)),
+            Some(tmp),
+        )
     };
     let result = copy_out(&file, len, &mut out, &a.path);
     let result = result.and_then(|n| {
@@ -243,8 +250,9 @@ pub fn get(a: GetArgs) -> Result<()> {
     let _ = file.close();
     match (result, tmp) {
         (Ok(_), Some(tmp)) => {
-            std::fs::rename(&tmp, &a.local)
-                .with_context(|| format!("cannot move {} to {}", tmp.display(), a.local.display()))?;
+            std::fs::rename(&tmp, &a.local).with_context(|| {
+                format!("cannot move {} to {}", tmp.display(), a.local.display())
+            })?;
             Ok(())
         }
         (Ok(_), None) => Ok(()),
@@ -258,11 +266,19 @@ pub fn get(a: GetArgs) -> Result<()> {
 }
 
 fn temp_beside(p: &Path) -> PathBuf {
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = p
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     p.with_file_name(format!(".{name}.stripefs-partial-{}", std::process::id()))
 }
 
-fn copy_out(file: &stripefs_client::File, len: u64, out: &mut dyn Write, path: &str) -> Result<u64> {
+fn copy_out(
+    file: &stripefs_client::File,
+    len: u64,
+    out: &mut dyn Write,
+    path: &str,
+) -> Result<u64> {
     let pb = bar(len);
     let start = Instant::now();
     let mut buf = vec![0u8; COPY_CHUNK_BYTES];
@@ -314,12 +330,16 @@ fn mode_string(attr: &Attr) -> String {
 
 pub fn ls(a: LsArgs) -> Result<()> {
     let client = a.c.connect()?;
-    let attr = client.stat(&a.path).with_context(|| format!("cannot access {}", a.path))?;
+    let attr = client
+        .stat(&a.path)
+        .with_context(|| format!("cannot access {}", a.path))?;
     if attr.ftype != FileType::Dir {
         println!("{}", a.path);
         return Ok(());
     }
-    let entries = client.readdir(&a.path).with_context(|| format!("cannot list {}", a.path))?;
+    let entries = client
+        .readdir(&a.path)
+        .with_context(|| format!("cannot list {}", a.path))?;
     let mut out = std::io::stdout().lock();
     for e in entries {
         if a.long {
@@ -359,31 +379,57 @@ fn attr_json(a: &Attr) -> serde_json::Value {
 
 pub fn stat(a: PathArgs) -> Result<()> {
     let client = a.c.connect()?;
-    let at = client.lstat(&a.path).with_context(|| format!("cannot stat {}", a.path))?;
+    let at = client
+        .lstat(&a.path)
+        .with_context(|| format!("cannot stat {}", a.path))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&attr_json(&at))?);
         return Ok(());
     }
     println!("  path: {}", a.path);
-    println!("  type: {:?}   inode: {}   links: {}", at.ftype, at.ino.0, at.nlink);
+    println!(
+        "  type: {:?}   inode: {}   links: {}",
+        at.ftype, at.ino.0, at.nlink
+    );
     println!("  size: {} ({} bytes)", format_size(at.size), at.size);
-    println!("  mode: {:04o} ({})   uid: {}   gid: {}", at.mode, mode_string(&at), at.uid, at.gid);
-    println!("  mtime: {}   ctime: {}", fmt_time(at.mtime_ns), fmt_time(at.ctime_ns));
+    println!(
+        "  mode: {:04o} ({})   uid: {}   gid: {}",
+        at.mode,
+        mode_string(&at),
+        at.uid,
+        at.gid
+    );
+    println!(
+        "  mtime: {}   ctime: {}",
+        fmt_time(at.mtime_ns),
+        fmt_time(at.ctime_ns)
+    );
     if let Some(l) = &at.layout {
-        println!("  stripe: {} x {}", format_size(l.stripe_size_bytes as u64), l.servers.len());
+        println!(
+            "  stripe: {} x {}",
+            format_size(l.stripe_size_bytes as u64),
+            l.servers.len()
+        );
     }
     Ok(())
 }
 
 fn fmt_time(ns: i64) -> String {
-    format!("{}.{:09}", ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000))
+    format!(
+        "{}.{:09}",
+        ns.div_euclid(1_000_000_000),
+        ns.rem_euclid(1_000_000_000)
+    )
 }
 
 pub fn mkdir(a: MkdirArgs) -> Result<()> {
     let client = a.c.connect()?;
-    let mode = u32::from_str_radix(&a.mode, 8).map_err(|_| anyhow!("--mode {} is not octal", a.mode))?;
+    let mode =
+        u32::from_str_radix(&a.mode, 8).map_err(|_| anyhow!("--mode {} is not octal", a.mode))?;
     if !a.parents {
-        client.mkdir(&a.path, mode).with_context(|| format!("cannot create directory {}", a.path))?;
+        client
+            .mkdir(&a.path, mode)
+            .with_context(|| format!("cannot create directory {}", a.path))?;
         return Ok(());
     }
     let mut cur = String::new();
@@ -401,29 +447,40 @@ pub fn mkdir(a: MkdirArgs) -> Result<()> {
 pub fn rm(a: RmArgs) -> Result<()> {
     let client = a.c.connect()?;
     for p in &a.paths {
-        let at = client.lstat(p).with_context(|| format!("cannot remove {p}"))?;
+        let at = client
+            .lstat(p)
+            .with_context(|| format!("cannot remove {p}"))?;
         if at.ftype == FileType::Dir {
             if !a.recursive {
                 bail!("cannot remove {p}: is a directory (use -r)");
             }
             remove_tree(&client, p)?;
         } else {
-            client.unlink(p).with_context(|| format!("cannot remove {p}"))?;
+            client
+                .unlink(p)
+                .with_context(|| format!("cannot remove {p}"))?;
         }
     }
     Ok(())
 }
 
 fn remove_tree(client: &Client, dir: &str) -> Result<()> {
-    for e in client.readdir(dir).with_context(|| format!("cannot list {dir}"))? {
+    for e in client
+        .readdir(dir)
+        .with_context(|| format!("cannot list {dir}"))?
+    {
         let p = join(dir, &e.name);
         if e.ftype == FileType::Dir {
             remove_tree(client, &p)?;
         } else {
-            client.unlink(&p).with_context(|| format!("cannot remove {p}"))?;
+            client
+                .unlink(&p)
+                .with_context(|| format!("cannot remove {p}"))?;
         }
     }
-    client.rmdir(dir).with_context(|| format!("cannot remove directory {dir}"))?;
+    client
+        .rmdir(dir)
+        .with_context(|| format!("cannot remove directory {dir}"))?;
     Ok(())
 }
 
@@ -431,7 +488,12 @@ pub fn mv(a: MvArgs) -> Result<()> {
     let client = a.c.connect()?;
     let mut to = a.to.clone();
     if matches!(client.stat(&to), Ok(at) if at.ftype == FileType::Dir) {
-        let name = a.from.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+        let name = a
+            .from
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or("");
         to = join(&to, name);
     }
     client
@@ -464,7 +526,9 @@ pub fn setstripe(a: SetstripeArgs) -> Result<()> {
 
 pub fn getstripe(a: PathArgs) -> Result<()> {
     let client = a.c.connect()?;
-    let at = client.stat(&a.path).with_context(|| format!("cannot stat {}", a.path))?;
+    let at = client
+        .stat(&a.path)
+        .with_context(|| format!("cannot stat {}", a.path))?;
     let (size, count, servers) = match (&at.layout, at.ftype) {
         (Some(l), _) => (
             Some(l.stripe_size_bytes as u64),
@@ -490,7 +554,11 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
         return Ok(());
     }
     println!("{}", a.path);
-    let dflt = if at.ftype == FileType::Dir { " (inherited by new files)" } else { "" };
+    let dflt = if at.ftype == FileType::Dir {
+        " (inherited by new files)"
+    } else {
+        ""
+    };
     match size {
         Some(s) => println!("  stripe_size:  {}{dflt}", format_size(s)),
         None => println!("  stripe_size:  cluster default{dflt}"),

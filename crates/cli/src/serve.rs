@@ -67,7 +67,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
 fn init_logging(log: Option<&PathBuf>) -> Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("STRIPEFS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
     match log {
         Some(p) => {
             let f = std::fs::OpenOptions::new()

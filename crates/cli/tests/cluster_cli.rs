@@ -14,26 +14,47 @@ fn put_get_balance_status_getstripe_restart() {
     let data = random_bytes(200 << 20);
     std::fs::write(&src, &data).unwrap();
     let src_s = src.display().to_string();
-    c.ok(&["put", &src_s, "/big", "--stripe-size", "1M", "--stripe-count", "4"]);
+    c.ok(&[
+        "put",
+        &src_s,
+        "/big",
+        "--stripe-size",
+        "1M",
+        "--stripe-count",
+        "4",
+    ]);
     let back = work.path().join("back.bin");
     let back_s = back.display().to_string();
     c.ok(&["get", "/big", &back_s]);
-    assert!(std::fs::read(&back).unwrap() == data, "get returned different bytes");
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "get returned different bytes"
+    );
 
     let status: Value = serde_json::from_str(&c.ok(&["cluster", "status", "--json"])).unwrap();
     let servers = status["servers"].as_array().unwrap();
     assert_eq!(servers.len(), 5);
     assert!(servers.iter().all(|s| s["healthy"] == true), "{status}");
     let data_servers: Vec<&Value> = servers.iter().filter(|s| s["role"] == "data").collect();
-    let total: u64 = data_servers.iter().map(|s| s["bytes_used"].as_u64().unwrap()).sum();
+    let total: u64 = data_servers
+        .iter()
+        .map(|s| s["bytes_used"].as_u64().unwrap())
+        .sum();
     assert!(total >= 200 << 20, "{total}");
     for s in &data_servers {
         let share = s["bytes_used"].as_u64().unwrap() as f64 / total as f64;
-        assert!((share - 0.25).abs() <= 0.02, "server {} holds {share:.3} of the bytes", s["addr"]);
+        assert!(
+            (share - 0.25).abs() <= 0.02,
+            "server {} holds {share:.3} of the bytes",
+            s["addr"]
+        );
         let targets = s["targets"].as_array().unwrap();
         assert_eq!(targets.len(), 2);
         for t in targets {
-            assert!(t["bytes_used"].as_u64().unwrap() > 20 << 20, "target unused: {t}");
+            assert!(
+                t["bytes_used"].as_u64().unwrap() > 20 << 20,
+                "target unused: {t}"
+            );
         }
     }
 
@@ -41,17 +62,26 @@ fn put_get_balance_status_getstripe_restart() {
     assert_eq!(gs["stripe_size"], 1 << 20);
     assert_eq!(gs["stripe_count"], 4);
     let human = c.ok(&["getstripe", "/big"]);
-    assert!(human.contains("1 MiB") && human.contains("stripe_count: 4"), "{human}");
+    assert!(
+        human.contains("1 MiB") && human.contains("stripe_count: 4"),
+        "{human}"
+    );
 
     // A stopped cluster restarts on its existing data.
     c.down();
     let st = c.run(&["cluster", "status", "--json"]);
     let v: Value = serde_json::from_slice(&st.stdout).unwrap_or(Value::Null);
-    assert!(v["servers"].as_array().map(|s| s.iter().all(|s| s["healthy"] == false)).unwrap_or(true));
+    assert!(v["servers"]
+        .as_array()
+        .map(|s| s.iter().all(|s| s["healthy"] == false))
+        .unwrap_or(true));
     c.restart();
     std::fs::remove_file(&back).unwrap();
     c.ok(&["get", "/big", &back_s]);
-    assert!(std::fs::read(&back).unwrap() == data, "data changed across a restart");
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "data changed across a restart"
+    );
 }
 
 #[test]
@@ -64,7 +94,10 @@ fn namespace_commands_and_errors() {
     std::fs::write(&src, b"hello stripefs").unwrap();
     c.ok(&["put", &src.display().to_string(), "/a/"]);
     let gs: Value = serde_json::from_str(&c.ok(&["getstripe", "/a/f", "--json"])).unwrap();
-    assert_eq!(gs["stripe_size"], 65536, "directory default not inherited: {gs}");
+    assert_eq!(
+        gs["stripe_size"], 65536,
+        "directory default not inherited: {gs}"
+    );
     assert_eq!(gs["stripe_count"], 1);
     c.ok(&["mv", "/a/f", "/a/b/g"]);
     let ls = c.ok(&["ls", "/a/b"]);
@@ -80,13 +113,29 @@ fn namespace_commands_and_errors() {
     // Bad input gets a clear error and a non-zero exit.
     let bad = c.run(&["stat", "/no/such"]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("no such file"), "{}", text(&bad));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no such file"),
+        "{}",
+        text(&bad)
+    );
     let bad = c.run(&["setstripe", "/x", "--size", "1000"]);
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("multiple of 4K"), "{}", text(&bad));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("multiple of 4K"),
+        "{}",
+        text(&bad)
+    );
     let bad = c.run(&["mkdir", "/a\u{0}b"]);
     assert!(!bad.status.success());
-    let missing = std::process::Command::new(exe()).args(["ls", "/"]).env_remove("STRIPEFS_CLUSTER").output().unwrap();
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("STRIPEFS_CLUSTER"), "{}", text(&missing));
+    let missing = std::process::Command::new(exe())
+        .args(["ls", "/"])
+        .env_remove("STRIPEFS_CLUSTER")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("STRIPEFS_CLUSTER"),
+        "{}",
+        text(&missing)
+    );
 }
 
 #[test]
@@ -111,6 +160,9 @@ fn wrong_secret_is_refused_clearly_and_logged() {
     assert!(log.contains("authentication"), "{log}");
     // The cluster file holds the secret: only its owner may read it.
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(c.cluster_file()).unwrap().permissions().mode();
+    let mode = std::fs::metadata(c.cluster_file())
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o600);
 }

@@ -50,16 +50,30 @@ fn kill9_meta_during_create_storm_loses_no_acknowledged_create() {
         w.join().unwrap();
     }
     let acked = acked.lock().unwrap().clone();
-    assert!(before > 100, "the storm made only {before} files before the kill");
+    assert!(
+        before > 100,
+        "the storm made only {before} files before the kill"
+    );
     c.restart();
     let cl = client(&c);
-    let names: std::collections::HashSet<String> =
-        cl.readdir("/storm").unwrap().into_iter().map(|e| e.name).collect();
+    let names: std::collections::HashSet<String> = cl
+        .readdir("/storm")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     for p in &acked {
         let name = p.rsplit('/').next().unwrap();
-        assert!(names.contains(name), "acknowledged create {p} lost after kill -9");
+        assert!(
+            names.contains(name),
+            "acknowledged create {p} lost after kill -9"
+        );
     }
-    eprintln!("{} acknowledged creates all present after kill -9 ({} entries)", acked.len(), names.len());
+    eprintln!(
+        "{} acknowledged creates all present after kill -9 ({} entries)",
+        acked.len(),
+        names.len()
+    );
     // Nothing dangles: the offline consistency check of the store passes.
     c.down();
     let report = stripefs_meta::check(&c.path().join("meta/meta.redb")).unwrap();
@@ -89,7 +103,10 @@ fn killed_data_server_fails_fast_naming_it_and_other_files_work() {
     let err = f.read_at(0, &mut buf).unwrap_err();
     let took = start.elapsed();
     assert!(took < Duration::from_secs(10), "failing took {took:?}");
-    assert!(err.to_string().contains(&cfg.data[0].addr), "error does not name the server: {err}");
+    assert!(
+        err.to_string().contains(&cfg.data[0].addr),
+        "error does not name the server: {err}"
+    );
     let f = cl.open(&alive, &OpenOptions::read_only()).unwrap();
     assert_eq!(f.read_at(0, &mut buf).unwrap(), 300_000);
 }

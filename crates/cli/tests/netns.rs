@@ -59,7 +59,11 @@ const HOSTS: [&str; 5] = ["m", "d0", "d1", "d2", "c"];
 
 fn setup() -> Hosts {
     let tag = format!("{}", std::process::id() % 100_000);
-    let mut h = Hosts { tag, names: vec![], children: vec![] };
+    let mut h = Hosts {
+        tag,
+        names: vec![],
+        children: vec![],
+    };
     let br = h.ns("br");
     sh(&["ip", "netns", "add", &br]);
     h.names.push(br.clone());
@@ -70,7 +74,10 @@ fn setup() -> Hosts {
         sh(&["ip", "netns", "add", &ns]);
         h.names.push(ns.clone());
         let peer = format!("p-{host}");
-        sh(&["ip", "-n", &ns, "link", "add", "eth0", "type", "veth", "peer", "name", &peer, "netns", &br]);
+        sh(&[
+            "ip", "-n", &ns, "link", "add", "eth0", "type", "veth", "peer", "name", &peer, "netns",
+            &br,
+        ]);
         sh(&["ip", "-n", &br, "link", "set", &peer, "master", "br0", "up"]);
         let addr = format!("10.203.0.{}/24", i + 1);
         sh(&["ip", "-n", &ns, "addr", "add", &addr, "dev", "eth0"]);
@@ -96,9 +103,14 @@ fn servers_and_client_in_separate_network_namespaces() {
          [[data]]\naddr = \"10.203.0.4:7100\"\n"
     );
     std::fs::write(d.join("cluster.toml"), cluster).unwrap();
-    std::fs::write(d.join("meta.toml"), "cluster = \"cluster.toml\"\ndb = \"meta.redb\"\n").unwrap();
+    std::fs::write(
+        d.join("meta.toml"),
+        "cluster = \"cluster.toml\"\ndb = \"meta.redb\"\n",
+    )
+    .unwrap();
     for i in 0..3 {
-        let cfg = format!("cluster = \"cluster.toml\"\nid = {i}\ntargets = [\"d{i}t0\", \"d{i}t1\"]\n");
+        let cfg =
+            format!("cluster = \"cluster.toml\"\nid = {i}\ntargets = [\"d{i}t0\", \"d{i}t1\"]\n");
         std::fs::write(d.join(format!("data{i}.toml")), cfg).unwrap();
     }
     let spawn = |h: &Hosts, host: &str, role: &str, cfg: &str| {
@@ -122,22 +134,63 @@ fn servers_and_client_in_separate_network_namespaces() {
     // Servers start in the background; retry the first command for a while.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let out = h.exec("c", &[exe(), "ls", "/", "--cluster", cf]).output().unwrap();
+        let out = h
+            .exec("c", &[exe(), "ls", "/", "--cluster", cf])
+            .output()
+            .unwrap();
         if out.status.success() {
             break;
         }
-        assert!(Instant::now() < deadline, "cluster never served: {}", text(&out));
+        assert!(
+            Instant::now() < deadline,
+            "cluster never served: {}",
+            text(&out)
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let put = h
-        .exec("c", &[exe(), "put", d.join("in").to_str().unwrap(), "/x", "--stripe-size", "64K", "--cluster", cf])
+        .exec(
+            "c",
+            &[
+                exe(),
+                "put",
+                d.join("in").to_str().unwrap(),
+                "/x",
+                "--stripe-size",
+                "64K",
+                "--cluster",
+                cf,
+            ],
+        )
         .output()
         .unwrap();
     assert!(put.status.success(), "{}", text(&put));
-    let get = h.exec("c", &[exe(), "get", "/x", d.join("out").to_str().unwrap(), "--cluster", cf]).output().unwrap();
+    let get = h
+        .exec(
+            "c",
+            &[
+                exe(),
+                "get",
+                "/x",
+                d.join("out").to_str().unwrap(),
+                "--cluster",
+                cf,
+            ],
+        )
+        .output()
+        .unwrap();
     assert!(get.status.success(), "{}", text(&get));
-    assert!(std::fs::read(d.join("out")).unwrap() == data, "bytes differ after the round trip");
-    let st = h.exec("c", &[exe(), "cluster", "status", "--json", "--cluster", cf]).output().unwrap();
+    assert!(
+        std::fs::read(d.join("out")).unwrap() == data,
+        "bytes differ after the round trip"
+    );
+    let st = h
+        .exec(
+            "c",
+            &[exe(), "cluster", "status", "--json", "--cluster", cf],
+        )
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     for s in v["servers"].as_array().unwrap() {
         assert_eq!(s["healthy"], true, "{s}");

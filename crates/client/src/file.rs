@@ -51,6 +51,25 @@ impl OpenOptions {
         OpenOptions::new().write(true).create(true).truncate(true)
     }
 
+    /// Read-only, no creation (the same as `new`).
+    pub fn read_only() -> OpenOptions {
+        OpenOptions::new()
+    }
+
+    /// Write-only, no creation.
+    pub fn write_only() -> OpenOptions {
+        OpenOptions::new().read(false).write(true)
+    }
+
+    /// Read and write a new file with permission bits `mode`; fails if it exists.
+    pub fn create_new(mode: u32) -> OpenOptions {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .exclusive(true)
+            .mode(mode)
+    }
+
     pub fn read(mut self, yes: bool) -> Self {
         self.read = yes;
         self
@@ -187,6 +206,15 @@ impl File {
         self.last_read_end
             .store(offset + n as u64, Ordering::Relaxed);
         Ok(n)
+    }
+
+    /// Declares that this handle will read `[offset, offset + len)` from start to end,
+    /// as `posix_fadvise(SEQUENTIAL)` on a range does: readahead starts with the first
+    /// read and never fetches past the range, so no server works on bytes nobody reads.
+    pub fn advise_sequential(&self, offset: u64, len: u64) {
+        self.last_read_end.store(offset, Ordering::Relaxed);
+        self.io
+            .set_readahead_limit(Some(offset.saturating_add(len)));
     }
 
     /// Queues all of `data` for writing at `offset` and returns; waits only while the

@@ -53,6 +53,8 @@ struct State {
     cells: HashMap<(u32, u64), Cell>,
     cell_bytes_held: u64,
     ra_window: u64,
+    /// Readahead stops here when the reader declared its range (`advise_sequential`).
+    ra_limit: Option<u64>,
 }
 
 pub(crate) struct InodeIo {
@@ -164,6 +166,7 @@ impl InodeIo {
                 cells: HashMap::new(),
                 cell_bytes_held: 0,
                 ra_window: 0,
+                ra_limit: None,
             }),
         })
     }
@@ -478,13 +481,21 @@ impl InodeIo {
         data
     }
 
+    /// Bounds readahead to end at `end` (`None`: the file size).
+    pub fn set_readahead_limit(&self, end: Option<u64>) {
+        lock(&self.state).ra_limit = end;
+    }
+
     /// Issues reads of the cells of `[from, from + window)` not yet cached, growing the
     /// window, never past `size`, never over pending writes, and holding at most
     /// `ra_max` bytes plus one cell per server.
     fn prefetch(&self, st: &mut State, cred: &Cred, from: u64, size: u64) {
         let start = self.geo.width() as u64 * self.geo.cell_bytes();
         st.ra_window = (st.ra_window * 2).max(start).min(self.ra_max.max(start));
-        let to = from.saturating_add(st.ra_window).min(size);
+        let to = from
+            .saturating_add(st.ra_window)
+            .min(size)
+            .min(st.ra_limit.unwrap_or(u64::MAX));
         if to <= from {
             return;
         }

@@ -178,6 +178,9 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
                 )
             })?;
     }
+    // Disk write-out overlaps the transfer of the next requests instead of piling up
+    // for the client's fsync (the page cache would otherwise hold it all).
+    obj.data.start_writeback(off, len);
     if let Some(p) = tail.as_mut() {
         let crc = p.store(c, obj, 0, &data[data.len() - tail_len..])?;
         let at = entries.len() - ENTRY_BYTES as usize;

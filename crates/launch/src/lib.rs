@@ -96,7 +96,10 @@ pub fn up(opts: &UpOptions) -> Result<Up> {
     let restarted = cluster_file.exists();
     let shape = if restarted {
         let s = load_shape(&dir)?;
-        if s.servers != opts.servers || s.targets != opts.targets || s.throttle_bytes_s != opts.throttle_bytes_s {
+        if s.servers != opts.servers
+            || s.targets != opts.targets
+            || s.throttle_bytes_s != opts.throttle_bytes_s
+        {
             eprintln!(
                 "note: {} already holds a cluster of {} data servers x {} targets; restarting it as it was",
                 dir.display(),
@@ -162,9 +165,7 @@ fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
             .with_context(|| format!("cannot bind a port on {host}"))?;
         held.push(l);
     }
-    held.iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
 fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
@@ -194,7 +195,10 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;
     }
-    write(&dir.join("meta/server.toml"), "cluster = \"../cluster.toml\"\ndb = \"meta.redb\"\n")?;
+    write(
+        &dir.join("meta/server.toml"),
+        "cluster = \"../cluster.toml\"\ndb = \"meta.redb\"\n",
+    )?;
     for i in 0..opts.servers {
         let d = dir.join(format!("data{i}"));
         std::fs::create_dir_all(&d)?;
@@ -249,12 +253,22 @@ fn spawn(exe: &Path, s: &ServerProc) -> Result<u32> {
 
 /// The pid in `s.pid_file` if that process is alive and is this server.
 fn running_pid(s: &ServerProc, _dir: &Path) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(&s.pid_file).ok()?.trim().parse().ok()?;
+    let pid: u32 = std::fs::read_to_string(&s.pid_file)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     let ours = cmdline.contains(" serve ") && cmdline.contains(&*s.config.to_string_lossy());
     let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|st| st.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .map(|st| {
+            st.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
         .unwrap_or(true);
     (ours && !zombie).then_some(pid)
 }
@@ -262,7 +276,12 @@ fn running_pid(s: &ServerProc, _dir: &Path) -> Option<u32> {
 fn alive(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"));
     match stat {
-        Ok(st) => !st.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(st) => !st
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }

@@ -184,9 +184,21 @@ mod tests {
         assert_eq!(
             s.extents(3, 10),
             vec![
-                Extent { place: 0, local: 3, len: 2 },
-                Extent { place: 1, local: 0, len: 4 },
-                Extent { place: 2, local: 0, len: 4 },
+                Extent {
+                    place: 0,
+                    local: 3,
+                    len: 2
+                },
+                Extent {
+                    place: 1,
+                    local: 0,
+                    len: 4
+                },
+                Extent {
+                    place: 2,
+                    local: 0,
+                    len: 4
+                },
             ]
         );
     }
@@ -223,7 +235,13 @@ mod tests {
         for p in s.split(start, len) {
             assert_eq!(p.global, pos);
             assert!(p.len > 0 && p.len <= s.unit());
-            assert_eq!(s.locate(p.global), Location { place: p.place, local: p.local });
+            assert_eq!(
+                s.locate(p.global),
+                Location {
+                    place: p.place,
+                    local: p.local
+                }
+            );
             assert_eq!(s.locate(p.global + p.len - 1).local, p.local + p.len - 1);
             pos += p.len;
         }

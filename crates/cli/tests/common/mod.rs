@@ -16,7 +16,10 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn up(servers: u32, targets: u32, extra: &[&str]) -> Cluster {
-        let dir = tempfile::Builder::new().prefix("stripefs-test-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("stripefs-test-")
+            .tempdir()
+            .unwrap();
         let c = Cluster { dir };
         let mut args = vec![
             "cluster".to_string(),
@@ -54,7 +57,11 @@ impl Cluster {
     /// Runs and asserts success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(out.status.success(), "stripefs {args:?} failed: {}", text(&out));
+        assert!(
+            out.status.success(),
+            "stripefs {args:?} failed: {}",
+            text(&out)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -64,7 +71,11 @@ impl Cluster {
             .arg(self.dir.path())
             .output()
             .unwrap();
-        assert!(out.status.success(), "cluster up (restart) failed: {}", text(&out));
+        assert!(
+            out.status.success(),
+            "cluster up (restart) failed: {}",
+            text(&out)
+        );
     }
 
     pub fn down(&self) {

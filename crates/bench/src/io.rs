@@ -289,10 +289,19 @@ fn client_phase(
         pb.inc(a.xfer);
         off += a.xfer;
     }
+    let sync_start = Instant::now();
     if write {
         h.fsync()?;
     }
     h.close()?;
+    if std::env::var_os("STRIPEFS_BENCH_TRACE").is_some() {
+        eprintln!(
+            "client {owner} {}: {:.3} s moving data, {:.3} s in fsync+close",
+            if write { "write" } else { "read" },
+            (sync_start - start).as_secs_f64(),
+            sync_start.elapsed().as_secs_f64()
+        );
+    }
     Ok((start, Instant::now()))
 }
 

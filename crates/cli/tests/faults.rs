@@ -86,12 +86,12 @@ fn killed_data_server_fails_fast_naming_it_and_other_files_work() {
     let cl = client(&c);
     let cfg = ClusterConfig::load(&c.cluster_file()).unwrap();
     // With one stripe each, files rotate over the servers; keep one on each.
-    let mut on = [None, None];
+    let mut on: [Option<String>; 2] = [None, None];
     for i in 0..8 {
         let p = format!("/f{i}");
         let f = cl.open(&p, &OpenOptions::create_new(0o644)).unwrap();
         f.write_at(0, &vec![i as u8; 300_000]).unwrap();
-        let s = f.attr().layout.unwrap().servers[0].0 as usize;
+        let s = f.layout().servers[0].0 as usize;
         f.close().unwrap();
         on[s].get_or_insert(p);
     }

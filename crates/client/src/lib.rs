@@ -49,9 +49,9 @@ use std::time::Duration;
 use stripefs_wire::{Request, Response, MAX_DATA_BYTES, MAX_READDIR_ENTRIES};
 
 /// Threads in the client-wide I/O worker pool.
-pub const IO_WORKERS: usize = 64;
+pub const IO_WORKERS: usize = 32;
 /// Most connections (and so requests in flight) to one data server.
-pub const MAX_CONNS_PER_SERVER: usize = 16;
+pub const MAX_CONNS_PER_SERVER: usize = 4;
 /// Most connections to the metadata server.
 pub const MAX_META_CONNS: usize = 16;
 /// Most I/O jobs queued before submitting blocks.

@@ -470,10 +470,10 @@ fn verify_transit(
 }
 
 impl Service for DataService {
-    fn handle(&self, conn: &ConnInfo, env: stripefs_wire::Envelope, data: Vec<u8>) -> Reply {
+    fn handle(&self, conn: &ConnInfo, env: stripefs_wire::Envelope, data: &[u8]) -> Reply {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let op = env.req.opcode();
-        let reply = self.dispatch(conn, env.req, &data);
+        let reply = self.dispatch(conn, env.req, data);
         if let Err(e) = &reply.result {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("{} from {} failed: {e}", op.name(), conn.peer);

@@ -366,7 +366,7 @@ fn check_open(
 }
 
 impl Service for MetaService {
-    fn handle(&self, _conn: &ConnInfo, env: Envelope, _data: Vec<u8>) -> Reply {
+    fn handle(&self, _conn: &ConnInfo, env: Envelope, _data: &[u8]) -> Reply {
         self.core.requests.fetch_add(1, Ordering::Relaxed);
         let answer = self.dispatch(env);
         if answer.is_err() {

@@ -33,7 +33,7 @@ fn unreachable_data_servers_do_not_block_and_queue_persists() {
 struct FakeData(Mutex<Vec<u64>>);
 
 impl Service for FakeData {
-    fn handle(&self, _c: &ConnInfo, env: Envelope, _d: Vec<u8>) -> Reply {
+    fn handle(&self, _c: &ConnInfo, env: Envelope, _d: &[u8]) -> Reply {
         match env.req {
             Request::Remove { fid } => {
                 self.0.lock().unwrap().push(fid.0);

@@ -73,7 +73,7 @@ pub struct ConnInfo {
 /// A server's request handler. Requests arrive decoded, authenticated and validated
 /// (`Request::validate`); `data` is the bulk data that followed the request.
 pub trait Service: Send + Sync + 'static {
-    fn handle(&self, conn: &ConnInfo, env: Envelope, data: Vec<u8>) -> Reply;
+    fn handle(&self, conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply;
 }
 
 /// Counts a connection while it lives, also when its thread unwinds.
@@ -164,6 +164,7 @@ fn connection(
     handshake(&mut stream, peer, secret)?;
     let info = ConnInfo { peer };
     let mut body = Vec::new();
+    let mut data_buf = Vec::new();
     // Reads poll with a short timeout so that shutdown is noticed; a frame that has begun
     // may take up to PEER_TIMEOUT (see frame::fill).
     stream
@@ -177,7 +178,7 @@ fn connection(
             Err(ReadError::Frame(f)) => return Err(refuse(&mut stream, peer, 0, None, &f)),
             Err(e) => return Err(e.to_string()),
         };
-        let (env, data) = match read_request(&mut stream, &header, &mut body) {
+        let env = match read_request(&mut stream, &header, &mut body, &mut data_buf) {
             Ok(x) => x,
             Err(ReadError::Frame(f)) => {
                 let op = Opcode::from_u16(header.opcode);
@@ -194,7 +195,10 @@ fn connection(
                     "already authenticated",
                 ))
             }
-            Ok(()) => handle_guarded(service, &info, env, data),
+            Ok(()) => {
+                let data = &data_buf[..header.data_len as usize];
+                handle_guarded(service, &info, env, data)
+            }
         };
         send_reply(&mut stream, header.request_id, opcode, reply).map_err(|e| e.to_string())?;
         if shutdown.load(Ordering::Relaxed) {
@@ -204,7 +208,7 @@ fn connection(
 }
 
 /// Runs the handler; a panic (a bug) becomes an `Internal` error for that request only.
-fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: Vec<u8>) -> Reply {
+fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: &[u8]) -> Reply {
     let op = env.req.opcode();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         service.handle(info, env, data)
@@ -220,11 +224,14 @@ fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: V
     }
 }
 
+/// Reads a request's body and bulk data; the data lands in `data`, a buffer the
+/// connection reuses so that large writes cost no allocation, zeroing or page faults.
 fn read_request(
     stream: &mut TcpStream,
     header: &Header,
     body: &mut Vec<u8>,
-) -> Result<(Envelope, Vec<u8>), ReadError> {
+    data: &mut Vec<u8>,
+) -> Result<Envelope, ReadError> {
     body.resize(header.body_len as usize, 0);
     read_exact(stream, body, PEER_TIMEOUT)?;
     let env = match decode_request(header, body) {
@@ -235,9 +242,12 @@ fn read_request(
             return Err(ReadError::Frame(f));
         }
     };
-    let mut data = vec![0u8; header.data_len as usize];
-    read_exact(stream, &mut data, PEER_TIMEOUT)?;
-    Ok((env, data))
+    let n = header.data_len as usize;
+    if data.len() < n {
+        data.resize(n, 0);
+    }
+    read_exact(stream, &mut data[..n], PEER_TIMEOUT)?;
+    Ok(env)
 }
 
 fn send_reply(
@@ -275,7 +285,7 @@ fn refuse(
 
 fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Result<(), String> {
     let mut body = Vec::new();
-    let (h, env, _) = read_one(stream, peer, &mut body).map_err(|e| {
+    let (h, env) = read_one(stream, peer, &mut body).map_err(|e| {
         tracing::warn!("connection from {peer}: no valid Hello: {e}");
         e
     })?;
@@ -295,7 +305,7 @@ fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Resul
         proof,
     });
     send_reply(stream, h.request_id, Opcode::Hello, challenge).map_err(|e| e.to_string())?;
-    let (h, env, _) = read_one(stream, peer, &mut body).map_err(|e| {
+    let (h, env) = read_one(stream, peer, &mut body).map_err(|e| {
         // A client that does not know the cluster secret hangs up here, after checking
         // our proof; say so, since the client's side of the story is on another machine.
         tracing::warn!(
@@ -334,7 +344,7 @@ fn read_one(
     stream: &mut TcpStream,
     peer: SocketAddr,
     body: &mut Vec<u8>,
-) -> Result<(Header, Envelope, Vec<u8>), String> {
+) -> Result<(Header, Envelope), String> {
     // A bad header is answered too, as after authentication: the peer learns the reason.
     let h = match read_header(stream, PEER_TIMEOUT) {
         Ok(h) => h,
@@ -357,7 +367,8 @@ fn read_one(
         let _ = refuse_auth(stream, peer, h.request_id, op, &why);
         return Err(format!("authentication failed: {why}"));
     }
-    let (env, data) = match read_request(stream, &h, body) {
+    // Handshake frames carry no bulk data (checked above).
+    let env = match read_request(stream, &h, body, &mut Vec::new()) {
         Ok(x) => x,
         Err(ReadError::Frame(f)) => {
             return Err(refuse(
@@ -370,7 +381,7 @@ fn read_one(
         }
         Err(e) => return Err(e.to_string()),
     };
-    Ok((h, env, data))
+    Ok((h, env))
 }
 
 fn refuse_auth(

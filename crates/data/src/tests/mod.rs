@@ -32,7 +32,7 @@ pub fn call(svc: &DataService, req: Request, data: Vec<u8>) -> Reply {
             cred: Cred::root(),
             req,
         },
-        data,
+        &data,
     )
 }
 

@@ -30,9 +30,8 @@ fn run(svc: &DataService, threads: usize) -> (f64, f64) {
                             cred: Cred::root(),
                             req,
                         };
-                        let payload = data.clone();
                         let t0 = Instant::now();
-                        assert!(svc.handle(&conn(), env, payload).result.is_ok());
+                        assert!(svc.handle(&conn(), env, &data).result.is_ok());
                         w += t0.elapsed();
                     }
                     for i in 0..per {
@@ -48,7 +47,7 @@ fn run(svc: &DataService, threads: usize) -> (f64, f64) {
                             req,
                         };
                         let t0 = Instant::now();
-                        let reply = svc.handle(&conn(), env, vec![]);
+                        let reply = svc.handle(&conn(), env, &[]);
                         r += t0.elapsed();
                         assert!(reply.result.is_ok());
                     }

@@ -223,7 +223,7 @@ pub fn call(svc: &MetaService, cred: &Cred, req: Request) -> Result<Response, Wi
             cred: cred.clone(),
             req,
         },
-        Vec::new(),
+        &[],
     )
     .result
 }

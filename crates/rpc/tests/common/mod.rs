@@ -22,13 +22,13 @@ pub const TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Echo;
 
 impl Service for Echo {
-    fn handle(&self, _conn: &ConnInfo, env: Envelope, data: Vec<u8>) -> Reply {
+    fn handle(&self, _conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply {
         match env.req {
             Request::Write { .. } => Reply {
                 result: Ok(Response::ReadData {
-                    crcs: block_crcs(&data),
+                    crcs: block_crcs(data),
                 }),
-                data: Payload::Bytes(data),
+                data: Payload::Bytes(data.to_vec()),
             },
             Request::Ping {} => Reply::ok(Response::Pong {
                 role: Role::Data,

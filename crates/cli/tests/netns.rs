@@ -131,14 +131,18 @@ fn servers_and_client_in_separate_network_namespaces() {
     std::fs::write(d.join("in"), &data).unwrap();
     let cluster_file = d.join("cluster.toml");
     let cf = cluster_file.to_str().unwrap();
-    // Servers start in the background; retry the first command for a while.
+    // Servers start in the background; wait until the client sees all of them healthy.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = h
-            .exec("c", &[exe(), "ls", "/", "--cluster", cf])
+            .exec("c", &[exe(), "cluster", "status", "--json", "--cluster", cf])
             .output()
             .unwrap();
-        if out.status.success() {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let healthy = v["servers"]
+            .as_array()
+            .is_some_and(|s| s.len() == 4 && s.iter().all(|s| s["healthy"] == true));
+        if healthy {
             break;
         }
         assert!(

@@ -126,7 +126,11 @@ fn namespace_commands_and_errors() {
     );
     let bad = c.run(&["mkdir", "/x/.."]);
     assert!(!bad.status.success(), "{}", text(&bad));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains(".."), "{}", text(&bad));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains(".."),
+        "{}",
+        text(&bad)
+    );
     let missing = std::process::Command::new(exe())
         .args(["ls", "/"])
         .env_remove("STRIPEFS_CLUSTER")

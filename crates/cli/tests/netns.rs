@@ -135,7 +135,10 @@ fn servers_and_client_in_separate_network_namespaces() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = h
-            .exec("c", &[exe(), "cluster", "status", "--json", "--cluster", cf])
+            .exec(
+                "c",
+                &[exe(), "cluster", "status", "--json", "--cluster", cf],
+            )
             .output()
             .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();

@@ -328,6 +328,7 @@ impl Remote {
         let hint = LayoutHint {
             stripe_size_bytes: a.stripe_size.map(|s| s as u32),
             stripe_count: a.stripe_count,
+            start_server: None,
         };
         let mut servers = std::collections::BTreeSet::new();
         let (mut ss, mut sc) = (0, 0);

@@ -6,9 +6,15 @@
 //! same access pattern on a local directory), because the machines we run on are shared
 //! and noisy; each benchmark measures and reports that reference beside its own figure.
 
+pub mod balance;
 pub mod demo;
+pub mod disk;
 pub mod io;
+pub mod md;
 mod pattern;
+pub mod scan;
+pub mod sweep;
+pub mod transpose;
 mod util;
 
 use anyhow::Result;
@@ -20,10 +26,31 @@ pub enum BenchCmd {
     /// mpi-io-test: N clients each write a contiguous block of one shared file (or one file
     /// each), fsync, then read back another client's block and verify it.
     Io(io::IoArgs),
+    /// mpi-md-test and mdtest-easy: collective create/open/resize, then per-client and
+    /// shared-directory create, stat and remove rates.
+    Md(md::MdArgs),
+    /// Disk/Net balance: producer-consumer pairs copying files within a server and
+    /// between servers, for every mix of pairs and several file sizes.
+    Balance(balance::BalanceArgs),
+    /// bonnie-like test of a local directory: block write, rewrite, read, seeks, and
+    /// file create/stat/delete rates, to calibrate each node's disks.
+    Disk(disk::DiskArgs),
+    /// Streaming scan: select the records whose key falls in a range into a new file.
+    Scan(scan::ScanArgs),
+    /// Streaming transpose of a blocked M x M matrix, one block row per client.
+    Transpose(transpose::TransposeArgs),
+    /// Repeat `bench io` over values of one parameter; JSON array and a plot.
+    Sweep(sweep::SweepArgs),
 }
 
-pub fn run(cmd: BenchCmd, _exe: PathBuf) -> Result<()> {
+pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
     match cmd {
         BenchCmd::Io(a) => io::run(a).map(|_| ()),
+        BenchCmd::Md(a) => md::run(a).map(|_| ()),
+        BenchCmd::Balance(a) => balance::run(a).map(|_| ()),
+        BenchCmd::Disk(a) => disk::run(a).map(|_| ()),
+        BenchCmd::Scan(a) => scan::run(a).map(|_| ()),
+        BenchCmd::Transpose(a) => transpose::run(a).map(|_| ()),
+        BenchCmd::Sweep(a) => sweep::run(a, exe).map(|_| ()),
     }
 }

@@ -137,6 +137,7 @@ fn hint(size: Option<u64>, count: Option<u32>) -> Result<LayoutHint> {
     Ok(LayoutHint {
         stripe_size_bytes,
         stripe_count: count,
+        start_server: None,
     })
 }
 

@@ -242,6 +242,16 @@ impl File {
         self.io.flush(&self.cred, true)
     }
 
+    /// Makes the data servers drop their cached pages of this file, so that the next
+    /// reads come from their disks (cold-read benchmarks). Changes no data; pending
+    /// writes are made durable first, since the kernel keeps dirty pages.
+    pub fn drop_server_cache(&self) -> Result<(), WireError> {
+        if self.write {
+            self.fsync()?;
+        }
+        self.io.drop_server_cache(&self.cred)
+    }
+
     /// Sets the size, cutting or zero-extending the file.
     pub fn set_len(&self, size: u64) -> Result<(), WireError> {
         if !self.write {

@@ -583,6 +583,11 @@ impl InodeIo {
 
     /// Waits for pending writes, optionally makes them durable on every server of the
     /// layout, then tells the metadata server the new size and mtime.
+    /// Asks every server of the layout to drop its cached pages of this file.
+    pub fn drop_server_cache(&self, cred: &Cred) -> Result<(), WireError> {
+        self.on_all_servers(cred, "DropCache", |_| Request::DropCache { fid: self.ino })
+    }
+
     pub fn flush(&self, cred: &Cred, data_sync: bool) -> Result<(), WireError> {
         self.wait_all();
         self.take_latched()?;

@@ -325,6 +325,18 @@ impl DataService {
         Ok(Response::Done)
     }
 
+    /// Drops cached pages of the fid's objects on every target. Dirty pages are not
+    /// dropped by the kernel, so callers fsync first.
+    fn drop_cache(&self, fid: InodeId) -> Result<Response, WireError> {
+        for t in 0..self.targets.len() {
+            if let Some(obj) = self.object(t, fid, false)? {
+                obj.data.drop_cache();
+                obj.crcs.drop_cache();
+            }
+        }
+        Ok(Response::Done)
+    }
+
     fn fsync(&self, fid: InodeId) -> Result<Response, WireError> {
         for t in 0..self.targets.len() {
             let Some(obj) = self.object(t, fid, false)? else {
@@ -428,6 +440,7 @@ impl DataService {
             } => self.truncate(fid, unit, local_size),
             Request::Remove { fid } => self.remove(fid),
             Request::Fsync { fid } => self.fsync(fid),
+            Request::DropCache { fid } => self.drop_cache(fid),
             Request::DataStatus {} => self.status(),
             other => Err(WireError::new(
                 ErrorCode::Unsupported,

@@ -71,6 +71,7 @@ fn hint(rng: &mut StdRng) -> LayoutHint {
     LayoutHint {
         stripe_size_bytes: rng.gen_bool(0.5).then(|| unit(rng)),
         stripe_count: rng.gen_bool(0.5).then(|| rng.gen_range(0..8)),
+        start_server: rng.gen_bool(0.3).then(|| rng.gen_range(0..8)),
     }
 }
 
@@ -207,6 +208,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::Remove => Request::Remove { fid: ino(rng) },
         Opcode::Fsync => Request::Fsync { fid: ino(rng) },
         Opcode::DataStatus => Request::DataStatus {},
+        Opcode::DropCache => Request::DropCache { fid: ino(rng) },
     };
     (r, 0)
 }
@@ -326,7 +328,8 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Write
         | Opcode::Truncate
         | Opcode::Remove
-        | Opcode::Fsync => Response::Done,
+        | Opcode::Fsync
+        | Opcode::DropCache => Response::Done,
     };
     (r, 0)
 }

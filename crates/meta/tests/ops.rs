@@ -428,6 +428,7 @@ fn layout_inheritance_and_rotation() {
     let hint = LayoutHint {
         stripe_size_bytes: Some(65536),
         stripe_count: Some(2),
+        start_server: None,
     };
     let d2 = fs
         .attr(&r, Request::SetLayout { ino: d.ino, hint })
@@ -454,6 +455,7 @@ fn layout_inheritance_and_rotation() {
                 layout: LayoutHint {
                     stripe_size_bytes: None,
                     stripe_count: Some(9),
+                    start_server: None,
                 },
             },
         )
@@ -466,6 +468,7 @@ fn layout_inheritance_and_rotation() {
     let one = LayoutHint {
         stripe_size_bytes: None,
         stripe_count: Some(1),
+        start_server: None,
     };
     let fa2 = fs
         .attr(
@@ -502,6 +505,7 @@ fn layout_inheritance_and_rotation() {
     let bad = LayoutHint {
         stripe_size_bytes: Some(1000),
         stripe_count: None,
+        start_server: None,
     };
     assert_eq!(
         code(fs.attr(

@@ -303,6 +303,7 @@ fn set_attr_rules() {
     let hint = LayoutHint {
         stripe_size_bytes: None,
         stripe_count: Some(1),
+        start_server: None,
     };
     assert_eq!(
         code(fs.call(&bob, Request::SetLayout { ino: f, hint })),

@@ -62,6 +62,9 @@ pub struct LayoutHint {
     pub stripe_size_bytes: Option<u32>,
     /// `Some(0)` means "all data servers".
     pub stripe_count: Option<u32>,
+    /// The data server of the first stripe (as `lfs setstripe -i`); the others follow in
+    /// order. Unset: the metadata server rotates the start so that files spread.
+    pub start_server: Option<u32>,
 }
 
 /// Attributes of an inode. Times are nanoseconds since the Unix epoch.
@@ -209,6 +212,9 @@ requests! {
     63 => Remove { fid: InodeId },
     64 => Fsync { fid: InodeId },
     65 => DataStatus {},
+    // Drops the server's cached pages of a file (posix_fadvise DONTNEED), so that the next
+    // read comes from the disks. Benchmarks use it; it changes no data.
+    66 => DropCache { fid: InodeId },
 }
 
 /// Responses. The response frame's opcode echoes the request's.
@@ -461,7 +467,7 @@ pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
 fn check_unit(unit: u32) -> Result<(), WireError> {
     validate_hint(&LayoutHint {
         stripe_size_bytes: Some(unit),
-        stripe_count: None,
+        ..LayoutHint::default()
     })
 }
 
@@ -586,6 +592,7 @@ mod tests {
             layout: LayoutHint {
                 stripe_size_bytes: Some(1 << 20),
                 stripe_count: Some(4),
+                start_server: None,
             },
         });
         let frame = encode_request(7, &e, 0);

@@ -24,10 +24,16 @@ fn cred() -> impl Strategy<Value = Cred> {
 }
 
 fn hint() -> impl Strategy<Value = LayoutHint> {
-    (any::<Option<u32>>(), any::<Option<u32>>()).prop_map(|(s, c)| LayoutHint {
-        stripe_size_bytes: s,
-        stripe_count: c,
-    })
+    (
+        any::<Option<u32>>(),
+        any::<Option<u32>>(),
+        any::<Option<u32>>(),
+    )
+        .prop_map(|(s, c, i)| LayoutHint {
+            stripe_size_bytes: s,
+            stripe_count: c,
+            start_server: i,
+        })
 }
 
 fn ftype() -> impl Strategy<Value = FileType> {
@@ -166,6 +172,7 @@ fn more_request() -> impl Strategy<Value = Request> {
         inode().prop_map(|fid| Request::Remove { fid }),
         inode().prop_map(|fid| Request::Fsync { fid }),
         Just(Request::DataStatus {}),
+        inode().prop_map(|fid| Request::DropCache { fid }),
     ]
 }
 
@@ -576,6 +583,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (63, "Remove"),
     (64, "Fsync"),
     (65, "DataStatus"),
+    (66, "DropCache"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -682,6 +690,7 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::Remove => Request::Remove { fid: ino },
         Opcode::Fsync => Request::Fsync { fid: ino },
         Opcode::DataStatus => Request::DataStatus {},
+        Opcode::DropCache => Request::DropCache { fid: ino },
     }
 }
 

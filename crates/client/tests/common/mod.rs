@@ -146,6 +146,7 @@ pub fn hint(stripe: u32, count: u32) -> LayoutHint {
     LayoutHint {
         stripe_size_bytes: Some(stripe),
         stripe_count: Some(count),
+        start_server: None,
     }
 }
 

@@ -133,6 +133,7 @@ pub fn set_layout(ctx: &mut Ctx, ino: u64, hint: LayoutHint) -> Result<Response,
             let current = inode.layout.as_ref().map(|l| LayoutHint {
                 stripe_size_bytes: Some(l.stripe_size_bytes),
                 stripe_count: Some(l.servers.len() as u32),
+                start_server: None,
             });
             let layout =
                 super::create::place(ctx.w, ctx.placement, hint, current.unwrap_or_default())?;

@@ -183,8 +183,20 @@ pub fn place(
         .or(inherit.stripe_count)
         .unwrap_or(p.defaults.stripe_count);
     let count = if count == 0 || count > n { n } else { count };
-    let start = (w.counter(META_NEXT_SERVER)? % n as u64) as u32;
-    w.set_counter(META_NEXT_SERVER, ((start + 1) % n) as u64)?;
+    let start = match hint.start_server.or(inherit.start_server) {
+        Some(s) if s >= n => {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("start server {s} does not exist: the cluster has {n} data servers"),
+            ))
+        }
+        Some(s) => s,
+        None => {
+            let s = (w.counter(META_NEXT_SERVER)? % n as u64) as u32;
+            w.set_counter(META_NEXT_SERVER, ((s + 1) % n) as u64)?;
+            s
+        }
+    };
     let servers = (0..count).map(|i| ServerId((start + i) % n)).collect();
     Ok(Layout {
         stripe_size_bytes: unit,

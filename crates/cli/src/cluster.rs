@@ -28,12 +28,12 @@ pub struct UpArgs {
     /// Directory for configuration, data, logs and pid files.
     #[arg(long)]
     dir: PathBuf,
-    /// Number of data servers.
-    #[arg(long, default_value_t = 4)]
-    servers: u32,
-    /// Storage targets (directories, one per emulated disk) per data server.
-    #[arg(long, default_value_t = 1)]
-    targets: u32,
+    /// Number of data servers [default: 4].
+    #[arg(long)]
+    servers: Option<u32>,
+    /// Storage targets (directories, one per emulated disk) per data server [default: 1].
+    #[arg(long)]
+    targets: Option<u32>,
     /// Emulate a commodity disk: limit each target to RATE (e.g. 25MiB) for reads and writes.
     #[arg(long, value_parser = parse_rate)]
     throttle: Option<u64>,
@@ -72,8 +72,8 @@ fn up(a: UpArgs) -> Result<()> {
     }
     let opts = stripefs_launch::UpOptions {
         dir: a.dir,
-        servers: a.servers,
-        targets: a.targets,
+        servers: a.servers.unwrap_or(4),
+        targets: a.targets.unwrap_or(1),
         throttle_bytes_s: a.throttle,
         defaults: Defaults {
             stripe_size_bytes: a.stripe_size as u32,
@@ -83,6 +83,18 @@ fn up(a: UpArgs) -> Result<()> {
         exe: crate::exe(),
     };
     let up = stripefs_launch::up(&opts)?;
+    let differs = |asked: Option<u32>, has: u32| asked.is_some_and(|a| a != has);
+    if up.restarted && (differs(a.servers, up.data_servers) || differs(a.targets, up.targets)) {
+        eprintln!(
+            "note: {} holds a cluster of {} data servers x {} targets; restarted it as it was",
+            up.cluster_file
+                .parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            up.data_servers,
+            up.targets
+        );
+    }
     let verb = if up.restarted { "restarted" } else { "started" };
     let data = up.servers.len() - 1;
     println!(

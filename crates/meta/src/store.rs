@@ -34,7 +34,9 @@ pub const META_FILES: &str = "files";
 pub const META_DIRS: &str = "dirs";
 
 /// Leading byte of an encoded inode record, so that the format can evolve.
-const RECORD_VERSION: u8 = 1;
+/// Format of inode records. 1: the first release's; 2: layout hints gained
+/// `start_server`. Old records are read and rewritten in the new form when changed.
+const RECORD_VERSION: u8 = 2;
 /// Largest encoded record we accept from disk (a layout of many servers plus a target).
 const MAX_RECORD_BYTES: u64 = 1 << 20;
 
@@ -89,12 +91,148 @@ fn codec() -> impl Options {
         .reject_trailing_bytes()
 }
 
+/// The on-disk form of an inode: its own types, so that a change of the wire protocol
+/// can never silently change the database format.
+#[derive(Serialize, Deserialize)]
+struct DiskInode {
+    ftype: u8,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime_ns: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    layout: Option<DiskLayout>,
+    dir_layout: DiskHint,
+    target: Option<String>,
+    parent: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DiskLayout {
+    stripe_size_bytes: u32,
+    servers: Vec<u32>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DiskHint {
+    stripe_size_bytes: Option<u32>,
+    stripe_count: Option<u32>,
+    start_server: Option<u32>,
+}
+
+/// Version 1 records: the hint had no start server.
+#[derive(Serialize, Deserialize)]
+struct DiskInodeV1 {
+    ftype: FileType,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime_ns: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    layout: Option<DiskLayout>,
+    dir_layout: (Option<u32>, Option<u32>),
+    target: Option<String>,
+    parent: u64,
+}
+
+impl From<&Layout> for DiskLayout {
+    fn from(l: &Layout) -> DiskLayout {
+        DiskLayout {
+            stripe_size_bytes: l.stripe_size_bytes,
+            servers: l.servers.iter().map(|s| s.0).collect(),
+        }
+    }
+}
+
+impl From<DiskLayout> for Layout {
+    fn from(l: DiskLayout) -> Layout {
+        Layout {
+            stripe_size_bytes: l.stripe_size_bytes,
+            servers: l.servers.into_iter().map(stripefs_wire::ServerId).collect(),
+        }
+    }
+}
+
+fn to_disk(inode: &Inode) -> DiskInode {
+    let h = inode.dir_layout;
+    DiskInode {
+        ftype: type_code(inode.ftype),
+        mode: inode.mode,
+        nlink: inode.nlink,
+        uid: inode.uid,
+        gid: inode.gid,
+        size: inode.size,
+        atime_ns: inode.atime_ns,
+        mtime_ns: inode.mtime_ns,
+        ctime_ns: inode.ctime_ns,
+        layout: inode.layout.as_ref().map(DiskLayout::from),
+        dir_layout: DiskHint {
+            stripe_size_bytes: h.stripe_size_bytes,
+            stripe_count: h.stripe_count,
+            start_server: h.start_server,
+        },
+        target: inode.target.clone(),
+        parent: inode.parent,
+    }
+}
+
+fn from_disk(d: DiskInode) -> Result<Inode, String> {
+    Ok(Inode {
+        ftype: type_from_code(0, "", d.ftype)
+            .map_err(|_| format!("unknown file type {}", d.ftype))?,
+        mode: d.mode,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        size: d.size,
+        atime_ns: d.atime_ns,
+        mtime_ns: d.mtime_ns,
+        ctime_ns: d.ctime_ns,
+        layout: d.layout.map(Layout::from),
+        dir_layout: LayoutHint {
+            stripe_size_bytes: d.dir_layout.stripe_size_bytes,
+            stripe_count: d.dir_layout.stripe_count,
+            start_server: d.dir_layout.start_server,
+        },
+        target: d.target,
+        parent: d.parent,
+    })
+}
+
+fn from_disk_v1(d: DiskInodeV1) -> Inode {
+    Inode {
+        ftype: d.ftype,
+        mode: d.mode,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        size: d.size,
+        atime_ns: d.atime_ns,
+        mtime_ns: d.mtime_ns,
+        ctime_ns: d.ctime_ns,
+        layout: d.layout.map(Layout::from),
+        dir_layout: LayoutHint {
+            stripe_size_bytes: d.dir_layout.0,
+            stripe_count: d.dir_layout.1,
+            start_server: None,
+        },
+        target: d.target,
+        parent: d.parent,
+    }
+}
+
 pub fn encode_inode(inode: &Inode) -> Vec<u8> {
     let mut out = vec![RECORD_VERSION];
     // Serializing an in-memory record only fails beyond the size limit, which names and
     // paths are far below: a failure is a programming error.
     codec()
-        .serialize_into(&mut out, inode)
+        .serialize_into(&mut out, &to_disk(inode))
         .expect("inode record exceeds MAX_RECORD_BYTES");
     out
 }
@@ -108,26 +246,37 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
     };
     match bytes.split_first() {
         Some((&RECORD_VERSION, rest)) => codec()
-            .deserialize(rest)
+            .deserialize::<DiskInode>(rest)
+            .map_err(|e| e.to_string())
+            .and_then(from_disk)
+            .map_err(corrupt),
+        Some((1, rest)) => codec()
+            .deserialize::<DiskInodeV1>(rest)
+            .map(from_disk_v1)
             .map_err(|e| corrupt(e.to_string())),
-        Some((v, _)) => Err(corrupt(format!("unknown record version {v}"))),
+        Some((v, _)) => Err(corrupt(format!(
+            "record format {v} is newer than this build reads ({RECORD_VERSION}): upgrade stripefs"
+        ))),
         None => Err(corrupt("empty record".into())),
     }
 }
 
 pub fn encode_layout(layout: &Layout) -> Vec<u8> {
     codec()
-        .serialize(layout)
+        .serialize(&DiskLayout::from(layout))
         .expect("layout exceeds MAX_RECORD_BYTES")
 }
 
 pub fn decode_layout(ino: u64, bytes: &[u8]) -> Result<Layout, WireError> {
-    codec().deserialize(bytes).map_err(|e| {
-        WireError::new(
-            ErrorCode::Internal,
-            format!("purge entry of inode {ino} is corrupt: {e}"),
-        )
-    })
+    codec()
+        .deserialize::<DiskLayout>(bytes)
+        .map(Layout::from)
+        .map_err(|e| {
+            WireError::new(
+                ErrorCode::Internal,
+                format!("purge entry of inode {ino} is corrupt: {e}"),
+            )
+        })
 }
 
 pub fn type_code(t: FileType) -> u8 {
@@ -434,6 +583,38 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use stripefs_wire::ServerId;
+
+    /// Databases written by the first release (record format 1) still read.
+    #[test]
+    fn reads_format_1_records() {
+        let v1 = DiskInodeV1 {
+            ftype: FileType::Dir,
+            mode: 0o755,
+            nlink: 2,
+            uid: 1,
+            gid: 2,
+            size: 0,
+            atime_ns: 3,
+            mtime_ns: 4,
+            ctime_ns: 5,
+            layout: None,
+            dir_layout: (Some(65536), Some(2)),
+            target: None,
+            parent: 1,
+        };
+        let mut bytes = vec![1u8];
+        codec().serialize_into(&mut bytes, &v1).unwrap();
+        let i = decode_inode(7, &bytes).unwrap();
+        assert_eq!(i.ftype, FileType::Dir);
+        assert_eq!(i.dir_layout.stripe_size_bytes, Some(65536));
+        assert_eq!(i.dir_layout.stripe_count, Some(2));
+        assert_eq!(i.dir_layout.start_server, None);
+        assert_eq!(decode_inode(7, &encode_inode(&i)).unwrap(), i);
+        let mut future = encode_inode(&i);
+        future[0] = 9;
+        let err = decode_inode(7, &future).unwrap_err();
+        assert!(err.message.contains("upgrade"), "{err}");
+    }
 
     fn inode(mode: u32, size: u64, servers: Vec<u32>, target: Option<String>) -> Inode {
         Inode {

@@ -1,13 +1,24 @@
 //! `stripefs demo`: the main job on an embedded default. Starts a throwaway local cluster
 //! of throttled targets (so the figures mean something on any machine: the ceiling is the
-//! sum of the emulated disk rates), runs the headline benchmark against it and against a
-//! local directory, prints the table, and stops the cluster, also on failure.
+//! sum of the emulated disk rates), runs the headline benchmarks (io with a local baseline,
+//! md, balance and a stripe-size sweep), prints one summary table with every figure beside
+//! its reference, writes a report directory (index.html, JSON, each benchmark's own output,
+//! PNG plots) and stops the cluster, also on failure or Ctrl-C.
+//!
+//! Each benchmark runs through the same argument parser as `stripefs bench NAME`, so the
+//! command the report shows beside a figure is exactly what measured it. A benchmark that
+//! fails (or panics) is reported as failed with its error; the others still run, and the
+//! demo exits non-zero at the end.
 
-use anyhow::{Context, Result};
+use crate::report::{self, Report, Row, Section};
+use crate::util::{parse_args, shell_words, with_stdout_to, ClusterGuard};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use serde_json::Value;
+use std::io::Write;
 use std::path::PathBuf;
-use stripefs_rpc::units::{parse_rate, parse_size};
-use stripefs_rpc::Defaults;
+use std::time::Instant;
+use stripefs_rpc::units::{format_size, parse_rate, parse_size};
 
 #[derive(Args, Clone, Debug)]
 pub struct DemoArgs {
@@ -20,78 +31,514 @@ pub struct DemoArgs {
     /// Rate of each emulated disk.
     #[arg(long, default_value = "25MiB", value_parser = parse_rate)]
     pub throttle: u64,
-    /// Bytes each of the 4 clients writes and reads.
-    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    /// Bytes each client writes and reads in `bench io`.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub block: u64,
     /// Where to put the throwaway cluster (default: a new temporary directory).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Where to write the JSON results.
+    /// Where to write the report (index.html, JSON results, plots).
     #[arg(long, default_value = "stripefs-report")]
     pub report: PathBuf,
+    /// Concurrent clients of io, md and the sweep.
+    #[arg(long, default_value_t = 4)]
+    pub clients: u32,
+    /// Files per client in `bench md`.
+    #[arg(long, default_value_t = 500, hide = true)]
+    pub files: u32,
+    /// File sizes of `bench balance`.
+    #[arg(long, default_value = "1M,4M,16M", hide = true)]
+    pub balance_sizes: String,
+    /// Files each producer copies per measurement in `bench balance`.
+    #[arg(long, default_value_t = 2, hide = true)]
+    pub balance_files: u32,
+    /// Stripe sizes of the sweep.
+    #[arg(long, default_value = "64K,256K,1M", hide = true)]
+    pub sweep_values: String,
+    /// Bytes each client writes and reads at each point of the sweep.
+    #[arg(long, default_value = "64M", value_parser = parse_size, hide = true)]
+    pub sweep_block: u64,
 }
 
-/// Stops the cluster when dropped, so that a failing benchmark leaves no servers behind.
-struct ClusterGuard(PathBuf);
+/// What every step needs.
+struct Ctx<'a> {
+    a: &'a DemoArgs,
+    cluster_file: PathBuf,
+    cluster_dir: PathBuf,
+    report: PathBuf,
+    exe: PathBuf,
+}
 
-impl Drop for ClusterGuard {
-    fn drop(&mut self) {
-        if let Err(e) = stripefs_launch::down(&self.0) {
-            eprintln!(
-                "warning: stopping the demo cluster in {}: {e:#}",
-                self.0.display()
-            );
-        }
+impl Ctx<'_> {
+    fn out(&self, file: &str) -> String {
+        self.report.join(file).display().to_string()
+    }
+
+    /// A command as the report shows it: the cluster directory is `D`.
+    fn command(&self, bench: &str, argv: &[String]) -> String {
+        let mut words = vec!["stripefs".to_string(), "bench".into(), bench.into()];
+        words.extend(argv.iter().cloned());
+        shell_words(&words).replace(&self.cluster_dir.display().to_string(), "D")
+    }
+
+    fn cluster_args(&self) -> Vec<String> {
+        vec!["--cluster".into(), self.cluster_file.display().to_string()]
     }
 }
 
 pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
-    let tmp;
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempfile::Builder::new()
-                .prefix("stripefs-demo-")
-                .tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
-    println!(
-        "stripefs demo: starting a local cluster of {} data servers x {} targets, each target throttled to {} MiB/s, in {}",
-        a.servers,
-        a.targets,
-        a.throttle >> 20,
-        dir.display()
-    );
-    let up = stripefs_launch::up(&stripefs_launch::UpOptions {
-        dir: dir.clone(),
-        servers: a.servers,
-        targets: a.targets,
-        throttle_bytes_s: Some(a.throttle),
-        defaults: Defaults::default(),
-        host: "127.0.0.1".into(),
-        exe,
-    })?;
-    let _guard = ClusterGuard(dir.clone());
+    let started = Instant::now();
+    if a.sweep_block % (256 << 10) != 0 || a.block % (1 << 20) != 0 {
+        bail!("--block must be a multiple of 1M and --sweep-block of 256K");
+    }
+    crate::util::interrupt_stops_clusters();
     std::fs::create_dir_all(&a.report)
         .with_context(|| format!("cannot create {}", a.report.display()))?;
-    let baseline = dir.join("baseline");
-    let io = crate::io::IoArgs {
-        cluster: up.cluster_file.clone(),
-        clients: 4,
-        block: a.block,
-        xfer: 1 << 20,
-        file_per_process: false,
-        stripe_size: None,
-        stripe_count: None,
-        path: "/bench-io".into(),
-        baseline: Some(baseline),
-        json: Some(a.report.join("io.json")),
-        keep: false,
+    let ceiling = a.servers as u64 * a.targets as u64 * a.throttle;
+    println!(
+        "stripefs demo: starting a local cluster of {} data servers x {} targets, each target throttled to {}/s (ceiling {}/s)",
+        a.servers,
+        a.targets,
+        format_size(a.throttle),
+        format_size(ceiling)
+    );
+    let guard = ClusterGuard::start(
+        a.dir.as_deref(),
+        a.servers,
+        a.targets,
+        Some(a.throttle),
+        &exe,
+    )?;
+    let ctx = Ctx {
+        a: &a,
+        cluster_file: guard.cluster_file.clone(),
+        cluster_dir: guard.dir.clone(),
+        report: a.report.clone(),
+        exe,
+    };
+    println!(
+        "  cluster in {}; each benchmark's output goes to {}/NAME.txt",
+        guard.dir.display(),
+        a.report.display()
+    );
+    let sections = vec![io(&ctx), md(&ctx), balance(&ctx), sweep(&ctx)];
+    let mut rep = Report {
+        title: "stripefs demo report".into(),
+        setup: setup_text(&a, ceiling),
+        setup_commands: vec![
+            "cargo build --release && alias stripefs=$PWD/target/release/stripefs".into(),
+            format!(
+                "stripefs cluster up --dir D --servers {} --targets {} --throttle {}",
+                a.servers,
+                a.targets,
+                rate_arg(a.throttle)
+            ),
+            "# ... the commands of each section ...".into(),
+            "stripefs cluster down --dir D".into(),
+        ],
+        sections,
+        wall_s: 0.0,
     };
     println!();
-    crate::io::run(io)?;
+    print!("stopping the cluster ... ");
+    let _ = std::io::stdout().flush();
+    drop(guard);
+    println!("done");
+    rep.wall_s = started.elapsed().as_secs_f64();
     println!();
-    println!("results written to {}/", a.report.display());
+    report::print_summary(&rep);
+    report::write(&rep, &a.report)?;
+    println!();
+    println!(
+        "demo finished in {:.0} s; report: {}/index.html",
+        rep.wall_s,
+        a.report.display()
+    );
+    let failed: Vec<&str> = rep
+        .sections
+        .iter()
+        .filter(|s| s.error.is_some())
+        .map(|s| s.name.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} of {} benchmarks failed ({}); see {}/index.html",
+            failed.len(),
+            rep.sections.len(),
+            failed.join(", "),
+            a.report.display()
+        );
+    }
     Ok(())
+}
+
+fn setup_text(a: &DemoArgs, ceiling: u64) -> Vec<String> {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    vec![
+        format!(
+            "A throwaway local cluster: 1 metadata server and {} data servers x {} targets, every \
+             target throttled to {}/s to emulate a commodity disk, so the data ceiling is {}/s \
+             (the sum of the target rates). Metadata is not throttled.",
+            a.servers,
+            a.targets,
+            format_size(a.throttle),
+            format_size(ceiling)
+        ),
+        format!(
+            "All servers and clients share this machine ({cores} cores, loopback network). \
+             Every figure is compared with a reference measured in the same run; absolute \
+             figures move by tens of percent between runs on a shared machine."
+        ),
+    ]
+}
+
+/// Runs one benchmark with its output captured into the report; a failure or a panic
+/// becomes `Err(message)`.
+fn step(
+    ctx: &Ctx,
+    name: &str,
+    f: impl FnOnce() -> Result<Value>,
+) -> (std::result::Result<Value, String>, f64) {
+    print!("  {name:<8} ... ");
+    let _ = std::io::stdout().flush();
+    let t = Instant::now();
+    let log = ctx.report.join(format!("{name}.txt"));
+    let caught = with_stdout_to(&log, || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+    });
+    let out = match caught {
+        Ok(Ok(Ok(v))) => Ok(v),
+        Ok(Ok(Err(e))) => Err(format!("{e:#}")),
+        Ok(Err(_)) => Err(format!("{name} panicked (see the message above)")),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    let secs = t.elapsed().as_secs_f64();
+    match &out {
+        Ok(_) => println!("ok ({secs:.1} s)"),
+        Err(e) => println!("FAILED ({secs:.1} s): {}", e.lines().next().unwrap_or("")),
+    }
+    (out, secs)
+}
+
+fn section(
+    name: &str,
+    title: &str,
+    about: &str,
+    command: String,
+    out: &(std::result::Result<Value, String>, f64),
+) -> Section {
+    Section {
+        name: name.into(),
+        title: title.into(),
+        about: about.into(),
+        commands: vec![command],
+        error: out.0.as_ref().err().cloned(),
+        secs: out.1,
+        output: Some(format!("{name}.txt")),
+        ..Section::default()
+    }
+}
+
+fn f(v: &Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(Value::as_f64)
+}
+
+fn io(ctx: &Ctx) -> Section {
+    let a = ctx.a;
+    let mut argv = ctx.cluster_args();
+    let baseline = ctx.cluster_dir.join("baseline").display().to_string();
+    for (k, v) in [
+        ("--clients", a.clients.to_string()),
+        ("--block", format_size_arg(a.block)),
+        ("--xfer", "1M".into()),
+        ("--baseline", baseline),
+        ("--json", ctx.out("io.json")),
+    ] {
+        argv.extend([k.to_string(), v]);
+    }
+    let out = step(ctx, "io", || crate::io::run(parse_args(&argv)?));
+    let mut s = section(
+        "io",
+        "bench io (mpi-io-test, seed 003)",
+        "Each client writes a contiguous block of one shared file in 1 MiB transfers and \
+         fsyncs; then each reads back and verifies the block another client wrote. The same \
+         pattern runs on a local directory of this machine as the baseline.",
+        ctx.command("io", &argv),
+        &out,
+    );
+    if let Ok(v) = &out.0 {
+        s.json = Some("io.json".into());
+        let ceiling = f(v, "ceiling_mib_s");
+        let ceiling_label = format!(
+            "ceiling: {} targets x {}/s",
+            a.servers * a.targets,
+            format_size(a.throttle)
+        );
+        for (phase, key) in [("write", "write_mib_s"), ("read", "read_mib_s")] {
+            s.rows.push(
+                Row::new(
+                    format!("{} clients {phase}", a.clients),
+                    "MiB/s",
+                    f(v, key).unwrap_or(0.0),
+                )
+                .vs(&ceiling_label, ceiling)
+                .vs("local disk, same pattern", f(v, &format!("baseline_{key}"))),
+            );
+        }
+    }
+    s
+}
+
+/// A rate as `cluster up --throttle` takes it.
+fn rate_arg(bytes_s: u64) -> String {
+    match bytes_s {
+        b if b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
+        b if b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+/// A size as the benchmarks' options take it.
+fn format_size_arg(bytes: u64) -> String {
+    if bytes % (1 << 20) == 0 {
+        format!("{}M", bytes >> 20)
+    } else if bytes % (1 << 10) == 0 {
+        format!("{}K", bytes >> 10)
+    } else {
+        bytes.to_string()
+    }
+}
+
+/// The metadata rates issue 4 asks for (on 4 servers with 2500 files per client).
+const MD_TARGETS: [(&str, f64); 3] = [
+    ("create_ops_s", 10_000.0),
+    ("stat_ops_s", 30_000.0),
+    ("remove_ops_s", 10_000.0),
+];
+
+fn md(ctx: &Ctx) -> Section {
+    let a = ctx.a;
+    let mut argv = ctx.cluster_args();
+    for (k, v) in [
+        ("--clients", a.clients.to_string()),
+        ("--files", a.files.to_string()),
+        (
+            "--baseline",
+            ctx.cluster_dir.join("md-baseline").display().to_string(),
+        ),
+        ("--json", ctx.out("md.json")),
+    ] {
+        argv.extend([k.to_string(), v]);
+    }
+    let out = step(ctx, "md", || crate::md::run(parse_args(&argv)?));
+    let mut s = section(
+        "md",
+        "bench md (mpi-md-test, seed 003, and mdtest-easy)",
+        "Collective create, open and resize of one file by all clients; then every client \
+         creates, stats and removes its files in its own directory, and creates in one shared \
+         directory. Every create is durable when acknowledged.",
+        ctx.command("md", &argv),
+        &out,
+    );
+    if let Ok(v) = &out.0 {
+        s.json = Some("md.json".into());
+        for (key, what) in [
+            ("create_ops_s", "creates"),
+            ("stat_ops_s", "stats"),
+            ("remove_ops_s", "removes"),
+            ("shared_dir_create_ops_s", "creates, shared dir"),
+        ] {
+            let target = MD_TARGETS.iter().find(|t| t.0 == key).map(|t| t.1);
+            let Some(value) = f(v, key) else { continue };
+            s.rows.push(
+                Row::new(what, "ops/s", value)
+                    .vs(
+                        "local file system, same pattern",
+                        f(v, &format!("baseline_{key}")),
+                    )
+                    .vs("issue-4 target (4 servers, 2500 files)", target),
+            );
+        }
+        for key in [
+            "collective_create_s",
+            "collective_open_s",
+            "collective_resize_s",
+        ] {
+            let what = key.trim_end_matches("_s").replace('_', " ");
+            if let Some(secs) = f(v, key) {
+                s.rows.push(Row::new(what, "ms, mean", secs * 1e3));
+            }
+        }
+    }
+    s
+}
+
+fn balance(ctx: &Ctx) -> Section {
+    let a = ctx.a;
+    let png = ctx.report.join("balance.png");
+    let _ = std::fs::remove_file(&png);
+    let mut argv = ctx.cluster_args();
+    for (k, v) in [
+        ("--sizes", a.balance_sizes.clone()),
+        ("--files", a.balance_files.to_string()),
+        ("--json", ctx.out("balance.json")),
+        ("--plot", png.display().to_string()),
+    ] {
+        argv.extend([k.to_string(), v]);
+    }
+    let out = step(ctx, "balance", || crate::balance::run(parse_args(&argv)?));
+    let mut s = section(
+        "balance",
+        "bench balance (Disk/Net balance test, seed 001)",
+        "Producer-consumer pairs each read a file placed on one data server and write it to a \
+         file on the same server (intranode) or another (internode), for every mix of pairs and \
+         several file sizes; throughput = files x size / time.",
+        ctx.command("balance", &argv),
+        &out,
+    );
+    if let Ok(v) = &out.0 {
+        s.json = Some("balance.json".into());
+        // The benchmark may not draw its own plot; the report needs one either way.
+        if !png.exists() {
+            if let Err(e) = crate::plot::balance(v, &png) {
+                s.error = Some(format!("balance plot: {e:#}"));
+                return s;
+            }
+        }
+        s.images.push("balance.png".into());
+        s.rows = balance_rows(v);
+    }
+    s
+}
+
+/// How the balance benchmark names the rate limit of the servers a mix uses.
+const CEIL: &str = "ceiling: throttle of the servers used";
+
+/// For each size: all pairs intranode, and all pairs internode (the seed's comparison),
+/// each against the ceiling the benchmark reports for its mix, and internode also against
+/// intranode.
+fn balance_rows(v: &Value) -> Vec<Row> {
+    let rows = v["rows"].as_array().cloned().unwrap_or_default();
+    let get = |r: &Value, k: &str| r[k].as_u64().unwrap_or(0);
+    let mut sizes: Vec<u64> = rows.iter().map(|r| get(r, "size_bytes")).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut out = vec![];
+    for size in sizes {
+        let of_size: Vec<&Value> = rows
+            .iter()
+            .filter(|r| get(r, "size_bytes") == size)
+            .collect();
+        let pure = |intra: bool| {
+            of_size
+                .iter()
+                .filter(|r| get(r, if intra { "internode" } else { "intranode" }) == 0)
+                .max_by_key(|r| get(r, if intra { "intranode" } else { "internode" }))
+                .copied()
+        };
+        let (Some(intra), Some(inter)) = (pure(true), pure(false)) else {
+            continue;
+        };
+        let (ni, ne) = (get(intra, "intranode"), get(inter, "internode"));
+        let intra_v = intra["mib_s"].as_f64();
+        out.push(
+            Row::new(
+                format!("{} files, {ni} intranode pairs", format_size(size)),
+                "MiB/s",
+                intra_v.unwrap_or(f64::NAN),
+            )
+            .vs(CEIL, f(intra, "ceiling_mib_s")),
+        );
+        out.push(
+            Row::new(
+                format!("{} files, {ne} internode pairs", format_size(size)),
+                "MiB/s",
+                inter["mib_s"].as_f64().unwrap_or(f64::NAN),
+            )
+            .vs(CEIL, f(inter, "ceiling_mib_s"))
+            .vs(format!("{ni} intranode pairs, same size"), intra_v),
+        );
+    }
+    out
+}
+
+fn sweep(ctx: &Ctx) -> Section {
+    let a = ctx.a;
+    let base = format!(
+        "--clients {} --block {} --xfer 256K",
+        a.clients,
+        format_size_arg(a.sweep_block)
+    );
+    let mut argv = vec![];
+    for (k, v) in [
+        ("--vary", "stripe-size".to_string()),
+        ("--values", a.sweep_values.clone()),
+        ("--base-args", base),
+        ("--cluster", ctx.cluster_file.display().to_string()),
+        ("--json", ctx.out("sweep-stripe-size.json")),
+        ("--plot", ctx.out("sweep-stripe-size.png")),
+    ] {
+        argv.extend([k.to_string(), v]);
+    }
+    let exe = ctx.exe.clone();
+    let out = step(ctx, "sweep", || crate::sweep::run(parse_args(&argv)?, exe));
+    let mut s = section(
+        "sweep",
+        "bench sweep --vary stripe-size",
+        "bench io repeated over stripe sizes, at a smaller block and 256 KiB transfers; the \
+         ceiling (sum of the target rates) is drawn as the reference.",
+        ctx.command("sweep", &argv),
+        &out,
+    );
+    if let Ok(v) = &out.0 {
+        s.json = Some("sweep-stripe-size.json".into());
+        s.images.push("sweep-stripe-size.png".into());
+        for r in v.as_array().into_iter().flatten() {
+            let value = r["value_text"].as_str().unwrap_or("?");
+            for (phase, key) in [("write", "write_mib_s"), ("read", "read_mib_s")] {
+                s.rows.push(
+                    Row::new(
+                        format!("stripe {value} {phase}"),
+                        "MiB/s",
+                        f(r, key).unwrap_or(f64::NAN),
+                    )
+                    .vs("ceiling: sum of target rates", f(r, "ceiling_mib_s")),
+                );
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_show_sizes_and_rates_the_parsers_take_back() {
+        for b in [25u64 << 20, 512 << 10, 1000] {
+            assert_eq!(parse_rate(&rate_arg(b)), Ok(b));
+        }
+        for b in [64u64 << 20, 256 << 10, 4097] {
+            assert_eq!(parse_size(&format_size_arg(b)), Ok(b));
+        }
+    }
+
+    #[test]
+    fn balance_rows_compare_internode_with_intranode() {
+        let mut rows = vec![];
+        for i in 0..=2u64 {
+            rows.push(serde_json::json!({"intranode": i, "internode": 2 - i,
+                "size_bytes": 1u64 << 20, "mib_s": 10.0 * (i + 1) as f64,
+                "ceiling_mib_s": 100.0}));
+        }
+        let out = balance_rows(&serde_json::json!({ "rows": rows }));
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].value, 30.0); // 2 intranode pairs
+        assert_eq!(out[1].value, 10.0); // 2 internode pairs
+        assert_eq!(out[1].refs.len(), 2);
+        assert_eq!(out[1].refs[1].value, 30.0);
+    }
 }

@@ -12,6 +12,8 @@ pub mod disk;
 pub mod io;
 pub mod md;
 mod pattern;
+pub mod plot;
+pub mod report;
 pub mod scan;
 pub mod sweep;
 pub mod transpose;

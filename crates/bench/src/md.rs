@@ -1,8 +1,37 @@
 //! `stripefs bench md`: mpi-md-test (seed 003) and the mdtest-easy pattern.
+//!
+//! N clients run as threads, each with its own [`Client`] (own connections, no shared
+//! caches). First the collective operations of mpi-md-test, repeated `--iterations`
+//! times: create (client 0 creates a file, the others open it once it exists), open (all
+//! open it), resize (client 0 sets its size, the others see the new size). Then the
+//! mdtest-easy pattern: every client creates (create + close), stats and removes
+//! `--files` files in a directory of its own, and then all in one shared directory, the
+//! way mdtest does from a working directory (inode-level calls on the directory's
+//! inode). Every create is durable when it is acknowledged: the metadata server commits
+//! it before answering. The same-run references are the same create/stat/remove pattern
+//! on a local directory (`--baseline DIR`) and the latency of one small local
+//! write + fdatasync, the floor of any durable create.
 
-use anyhow::{bail, Result};
+use crate::util::{progress_ops, write_json};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use std::path::PathBuf;
+use indicatif::ProgressBar;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+use stripefs_client::{Client, InodeId, OpenOptions};
+use stripefs_rpc::ClusterConfig;
+
+/// Most clients one run starts.
+pub const MAX_CLIENTS: u32 = 1024;
+/// Most files per client and phase.
+pub const MAX_FILES: u32 = 1_000_000;
+/// Most repetitions of the collective operations.
+pub const MAX_ITERATIONS: u32 = 100_000;
+/// Small writes + fdatasync timed for the local sync latency reference.
+pub const FSYNC_SAMPLES: u32 = 200;
 
 #[derive(Args, Clone, Debug)]
 pub struct MdArgs {
@@ -18,11 +47,587 @@ pub struct MdArgs {
     /// Directory in stripefs for the test.
     #[arg(long, default_value = "/bench-md")]
     pub path: String,
+    /// Repetitions of each collective operation (create, open, resize).
+    #[arg(long, default_value_t = 100)]
+    pub iterations: u32,
+    /// Run the same create/stat/remove pattern on this local directory as the same-run
+    /// reference (the local fsync latency is measured there too).
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
     /// Write the figures as one JSON object to FILE.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
 
-pub fn run(_a: MdArgs) -> Result<serde_json::Value> {
-    bail!("bench md: not implemented yet")
+/// One timed phase: operations per second over the wall time of all clients, and the
+/// mean latency of one operation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rate {
+    pub ops_s: f64,
+    pub latency_s: f64,
+}
+
+/// Create, stat and remove rates of one directory arrangement.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Trio {
+    pub create: Rate,
+    pub stat: Rate,
+    pub remove: Rate,
+}
+
+/// Mean wall time of one collective operation (first start to last finish), and the
+/// mean time each client spent in it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Collective {
+    pub mean_s: f64,
+    pub client_latency_s: f64,
+}
+
+fn validate(a: &MdArgs) -> Result<()> {
+    if a.clients == 0 || a.clients > MAX_CLIENTS {
+        bail!("--clients must be between 1 and {MAX_CLIENTS}");
+    }
+    if a.files == 0 || a.files > MAX_FILES {
+        bail!("--files must be between 1 and {MAX_FILES}");
+    }
+    if a.iterations == 0 || a.iterations > MAX_ITERATIONS {
+        bail!("--iterations must be between 1 and {MAX_ITERATIONS}");
+    }
+    Ok(())
+}
+
+/// Runs the benchmark and prints its table; returns the JSON object it reports.
+pub fn run(a: MdArgs) -> Result<serde_json::Value> {
+    validate(&a)?;
+    let cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
+    let admin = Client::connect(&cluster)?;
+    let run_dir = prepare(&admin, &a)?;
+    let clients = (0..a.clients)
+        .map(|_| Client::connect(&cluster))
+        .collect::<Result<Vec<_>, _>>()?;
+    let result = measure(&admin, &clients, &a, &run_dir);
+    remove_tree(&admin, &run_dir);
+    let (coll, own, shared) = result?;
+    let sync_dir = a.baseline.clone().unwrap_or_else(std::env::temp_dir);
+    let fsync_s = local_fsync_s(&sync_dir)?;
+    let base = match &a.baseline {
+        Some(dir) => Some(local_pattern(dir, &a)?),
+        None => None,
+    };
+    let report = report_json(&a, &coll, &own, &shared, base.as_ref(), fsync_s);
+    print_table(&a, &coll, &own, &shared, base.as_ref(), fsync_s);
+    if let Some(p) = &a.json {
+        write_json(p, &report)?;
+    }
+    Ok(report)
+}
+
+/// One client's (start, end) of the collective create, open and resize of one round.
+type Spans3 = [(Instant, Instant); 3];
+
+type Measured = ([Collective; 3], Trio, Trio);
+
+fn measure(admin: &Client, clients: &[Client], a: &MdArgs, run_dir: &str) -> Result<Measured> {
+    let dir_ino = admin.stat(run_dir)?.ino;
+    let coll = collective(clients, a, run_dir, dir_ino)?;
+    let own_dirs = (0..a.clients)
+        .map(|r| Ok(admin.mkdir(&format!("{run_dir}/rank{r}"), 0o755)?.ino))
+        .collect::<Result<Vec<InodeId>>>()?;
+    let own = trio(clients, a, &own_dirs, "own dir")?;
+    let shared_ino = admin.mkdir(&format!("{run_dir}/shared"), 0o755)?.ino;
+    let shared_dirs = vec![shared_ino; a.clients as usize];
+    let shared = trio(clients, a, &shared_dirs, "shared")?;
+    Ok((coll, own, shared))
+}
+
+/// Creates the test directory and a fresh run directory inside it.
+fn prepare(admin: &Client, a: &MdArgs) -> Result<String> {
+    let dir = a.path.trim_end_matches('/');
+    let dir = if dir.is_empty() { "/" } else { dir };
+    admin
+        .mkdir_all(dir, 0o755)
+        .with_context(|| format!("cannot create {dir}"))?;
+    let run_dir = format!(
+        "{}/run-{:x}",
+        dir.trim_end_matches('/'),
+        crate::util::seed()
+    );
+    admin
+        .mkdir(&run_dir, 0o755)
+        .with_context(|| format!("cannot create {run_dir}"))?;
+    Ok(run_dir)
+}
+
+/// Removes what a run left (files of a failed phase, the run directories); best effort.
+fn remove_tree(admin: &Client, dir: &str) {
+    if let Ok(entries) = admin.readdir(dir) {
+        for e in entries {
+            let p = format!("{dir}/{}", e.name);
+            if e.ftype == stripefs_client::FileType::Dir {
+                remove_tree(admin, &p);
+            } else {
+                let _ = admin.unlink(&p);
+            }
+        }
+    }
+    let _ = admin.rmdir(dir);
+}
+
+// ---- collective operations (mpi-md-test) ----
+
+/// The three collective operations, `--iterations` times each; returns create, open and
+/// resize figures.
+fn collective(
+    clients: &[Client],
+    a: &MdArgs,
+    run_dir: &str,
+    dir_ino: InodeId,
+) -> Result<[Collective; 3]> {
+    let steps = Barrier::new(clients.len());
+    let failed = AtomicBool::new(false);
+    let pb = progress_ops(a.iterations as u64, "collective");
+    let per_client: Vec<Result<Vec<Spans3>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(rank, c)| {
+                let (steps, pb, failed) = (&steps, &pb, &failed);
+                s.spawn(move || {
+                    let mut out = Vec::with_capacity(a.iterations as usize);
+                    for i in 0..a.iterations {
+                        let mut round = Round {
+                            c,
+                            rank,
+                            steps,
+                            err: None,
+                        };
+                        let spans = round.run(i, run_dir, dir_ino);
+                        // Every client passes the same barriers, so all see a failure
+                        // flagged before the last one and stop together.
+                        if round.err.is_some() {
+                            failed.store(true, Ordering::SeqCst);
+                        }
+                        steps.wait();
+                        if let Some(e) = round.err {
+                            return Err(e);
+                        }
+                        if failed.load(Ordering::SeqCst) {
+                            bail!("another client failed in collective round {i}");
+                        }
+                        out.push(spans);
+                        if rank == 0 {
+                            pb.inc(1);
+                        }
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        join_all(handles)
+    });
+    pb.finish_and_clear();
+    let per_client = per_client.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok([0, 1, 2].map(|op| summarize(&per_client, op)))
+}
+
+/// One client's part of one collective round. Every client passes every barrier even
+/// after an error (skipping its work), so that no client waits forever.
+struct Round<'a> {
+    c: &'a Client,
+    rank: usize,
+    steps: &'a Barrier,
+    err: Option<anyhow::Error>,
+}
+
+impl Round<'_> {
+    /// Waits for all clients, then runs `f` unless an earlier step failed.
+    fn step<T>(&mut self, f: impl FnOnce(&Client) -> Result<T>) -> Option<T> {
+        self.steps.wait();
+        self.now(f)
+    }
+
+    /// Runs `f` unless an earlier step failed.
+    fn now<T>(&mut self, f: impl FnOnce(&Client) -> Result<T>) -> Option<T> {
+        if self.err.is_some() {
+            return None;
+        }
+        match f(self.c) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.err = Some(e);
+                None
+            }
+        }
+    }
+
+    /// Collective create, open and resize of file `coll{i}`; each client's (start, end)
+    /// of each. Client 0 removes the file afterwards (untimed).
+    fn run(&mut self, i: u32, run_dir: &str, dir_ino: InodeId) -> Spans3 {
+        let (rank, name) = (self.rank, format!("coll{i}"));
+        let path = format!("{run_dir}/{name}");
+        let rw = OpenOptions::new().write(true);
+        let size = u64::from(i) + 1;
+        // Create: client 0 makes the file, the others open it once it exists.
+        let t0 = self.step(|_| Ok(Instant::now()));
+        let made = self.now(|c| match rank {
+            0 => Ok(Some(c.create_at(
+                dir_ino,
+                &name,
+                &OpenOptions::create_new(0o644),
+            )?)),
+            _ => Ok(None),
+        });
+        let f = self.step(|c| match made.flatten() {
+            Some(f) => Ok(f),
+            None => Ok(c.open(&path, &rw)?),
+        });
+        let create = (t0.unwrap_or_else(Instant::now), Instant::now());
+        self.now(|_| Ok(f.map(|f| f.close()).transpose()?));
+        // Open: everyone opens the existing file.
+        let t0 = self.step(|_| Ok(Instant::now()));
+        let f = self.now(|c| Ok(c.open(&path, &rw)?));
+        let open = (t0.unwrap_or_else(Instant::now), Instant::now());
+        // Resize: client 0 sets the size, then the others see it.
+        let t0 = self.step(|_| Ok(Instant::now()));
+        self.now(|_| match (&f, rank) {
+            (Some(f), 0) => Ok(f.set_len(size)?),
+            _ => Ok(()),
+        });
+        self.step(|_| {
+            let seen = f.as_ref().map(|f| f.attr()).transpose()?.map(|a| a.size);
+            match seen {
+                Some(s) if s != size => {
+                    bail!("{path}: client {rank} sees size {s} after resize to {size}")
+                }
+                _ => Ok(()),
+            }
+        });
+        let resize = (t0.unwrap_or_else(Instant::now), Instant::now());
+        self.now(|_| Ok(f.map(|f| f.close()).transpose()?));
+        self.step(|c| match rank {
+            0 => Ok(c.unlink_at(dir_ino, &name)?),
+            _ => Ok(()),
+        });
+        [create, open, resize]
+    }
+}
+
+fn summarize(per_client: &[Vec<Spans3>], op: usize) -> Collective {
+    let rounds = per_client.iter().map(Vec::len).min().unwrap_or(0);
+    if rounds == 0 {
+        return Collective::default();
+    }
+    let (mut wall, mut own, mut count) = (0.0, 0.0, 0usize);
+    for r in 0..rounds {
+        let spans = per_client.iter().map(|c| c[r][op]);
+        let first = spans
+            .clone()
+            .map(|s| s.0)
+            .min()
+            .expect("one client at least");
+        let last = spans
+            .clone()
+            .map(|s| s.1)
+            .max()
+            .expect("one client at least");
+        wall += (last - first).as_secs_f64();
+        for (s, e) in spans {
+            own += (e - s).as_secs_f64();
+            count += 1;
+        }
+    }
+    Collective {
+        mean_s: wall / rounds as f64,
+        client_latency_s: own / count as f64,
+    }
+}
+
+// ---- per-client files (mdtest-easy) ----
+
+/// Create, stat and remove of `--files` files per client, client `r` in `dirs[r]`.
+fn trio(clients: &[Client], a: &MdArgs, dirs: &[InodeId], label: &str) -> Result<Trio> {
+    let create = files_phase(clients, a, dirs, &format!("{label} create"), |c, d, n| {
+        c.create_at(d, n, &OpenOptions::create_new(0o644))?
+            .close()?;
+        Ok(())
+    })?;
+    let stat = files_phase(clients, a, dirs, &format!("{label} stat"), |c, d, n| {
+        c.lookup(d, n)?;
+        Ok(())
+    })?;
+    let remove = files_phase(clients, a, dirs, &format!("{label} remove"), |c, d, n| {
+        Ok(c.unlink_at(d, n)?)
+    })?;
+    Ok(Trio {
+        create,
+        stat,
+        remove,
+    })
+}
+
+/// Runs `op` on every file of every client at once; rate over the whole phase.
+fn files_phase(
+    clients: &[Client],
+    a: &MdArgs,
+    dirs: &[InodeId],
+    label: &str,
+    op: impl Fn(&Client, InodeId, &str) -> Result<()> + Sync,
+) -> Result<Rate> {
+    let n = clients.len();
+    let barrier = Barrier::new(n);
+    let pb = progress_ops(n as u64 * a.files as u64, label);
+    let results: Vec<Result<Span>> = std::thread::scope(|s| {
+        let handles: Vec<_> = clients
+            .iter()
+            .enumerate()
+            .map(|(rank, c)| {
+                let (barrier, pb, op, dir) = (&barrier, &pb, &op, dirs[rank]);
+                s.spawn(move || {
+                    barrier.wait();
+                    timed_ops(a.files, pb, |i| op(c, dir, &format!("f{rank}.{i}")))
+                })
+            })
+            .collect();
+        join_all(handles)
+    });
+    pb.finish_and_clear();
+    rate_of(results)
+}
+
+/// One client's phase: when it started and ended, and the time spent in its operations.
+struct Span {
+    start: Instant,
+    end: Instant,
+    ops: u64,
+    busy: Duration,
+}
+
+fn timed_ops(count: u32, pb: &ProgressBar, mut op: impl FnMut(u32) -> Result<()>) -> Result<Span> {
+    let start = Instant::now();
+    for i in 0..count {
+        op(i)?;
+        pb.inc(1);
+    }
+    let end = Instant::now();
+    Ok(Span {
+        start,
+        end,
+        ops: count as u64,
+        busy: end - start,
+    })
+}
+
+fn rate_of(results: Vec<Result<Span>>) -> Result<Rate> {
+    let spans = results.into_iter().collect::<Result<Vec<_>>>()?;
+    let first = spans.iter().map(|s| s.start).min();
+    let last = spans.iter().map(|s| s.end).max();
+    let (Some(first), Some(last)) = (first, last) else {
+        bail!("no clients ran");
+    };
+    let ops: u64 = spans.iter().map(|s| s.ops).sum();
+    let busy: f64 = spans.iter().map(|s| s.busy.as_secs_f64()).sum();
+    let wall = (last - first).as_secs_f64().max(1e-9);
+    Ok(Rate {
+        ops_s: ops as f64 / wall,
+        latency_s: busy / ops.max(1) as f64,
+    })
+}
+
+fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T>>>) -> Vec<Result<T>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
+        })
+        .collect()
+}
+
+// ---- same-run references ----
+
+/// Mean seconds of one small write + fdatasync of a file in `dir`.
+pub fn local_fsync_s(dir: &Path) -> Result<f64> {
+    use std::os::unix::fs::FileExt;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let f = tempfile::tempfile_in(dir)
+        .with_context(|| format!("cannot make a temporary file in {}", dir.display()))?;
+    let block = [0x5au8; 512];
+    // The first sync allocates the block; the timed ones overwrite it, as a log does.
+    f.write_all_at(&block, 0)?;
+    f.sync_all()?;
+    let t0 = Instant::now();
+    for _ in 0..FSYNC_SAMPLES {
+        f.write_all_at(&block, 0)?;
+        f.sync_data()?;
+    }
+    Ok(t0.elapsed().as_secs_f64() / FSYNC_SAMPLES as f64)
+}
+
+/// The create (+ close), stat and remove pattern on a local directory, one
+/// subdirectory per client.
+fn local_pattern(dir: &Path, a: &MdArgs) -> Result<Trio> {
+    let top = dir.join(format!("stripefs-md-{:x}", crate::util::seed()));
+    let dirs = (0..a.clients)
+        .map(|r| {
+            let d = top.join(format!("rank{r}"));
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("cannot create {}", d.display()))?;
+            Ok(d)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let r = local_trio(&dirs, a);
+    let _ = std::fs::remove_dir_all(&top);
+    r
+}
+
+fn local_trio(dirs: &[PathBuf], a: &MdArgs) -> Result<Trio> {
+    let create = local_phase(dirs, a, "local create", |p| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .map(drop)
+    })?;
+    let stat = local_phase(dirs, a, "local stat", |p| std::fs::metadata(p).map(drop))?;
+    let remove = local_phase(dirs, a, "local remove", |p| std::fs::remove_file(p))?;
+    Ok(Trio {
+        create,
+        stat,
+        remove,
+    })
+}
+
+fn local_phase(
+    dirs: &[PathBuf],
+    a: &MdArgs,
+    label: &str,
+    op: impl Fn(&Path) -> std::io::Result<()> + Sync,
+) -> Result<Rate> {
+    let barrier = Barrier::new(dirs.len());
+    let pb = progress_ops(dirs.len() as u64 * a.files as u64, label);
+    let results: Vec<Result<Span>> = std::thread::scope(|s| {
+        let handles: Vec<_> = dirs
+            .iter()
+            .enumerate()
+            .map(|(rank, dir)| {
+                let (barrier, pb, op) = (&barrier, &pb, &op);
+                s.spawn(move || {
+                    barrier.wait();
+                    timed_ops(a.files, pb, |i| {
+                        let p = dir.join(format!("f{rank}.{i}"));
+                        op(&p).with_context(|| format!("{label} {}", p.display()))
+                    })
+                })
+            })
+            .collect();
+        join_all(handles)
+    });
+    pb.finish_and_clear();
+    rate_of(results)
+}
+
+// ---- output ----
+
+fn report_json(
+    a: &MdArgs,
+    coll: &[Collective; 3],
+    own: &Trio,
+    shared: &Trio,
+    base: Option<&Trio>,
+    fsync_s: f64,
+) -> serde_json::Value {
+    let [cc, co, cr] = coll;
+    json!({
+        "benchmark": "md",
+        "clients": a.clients,
+        "files_per_client": a.files,
+        "iterations": a.iterations,
+        "create_ops_s": own.create.ops_s,
+        "stat_ops_s": own.stat.ops_s,
+        "remove_ops_s": own.remove.ops_s,
+        "create_latency_s": own.create.latency_s,
+        "stat_latency_s": own.stat.latency_s,
+        "remove_latency_s": own.remove.latency_s,
+        "shared_dir_create_ops_s": shared.create.ops_s,
+        "shared_dir_stat_ops_s": shared.stat.ops_s,
+        "shared_dir_remove_ops_s": shared.remove.ops_s,
+        "shared_dir_create_latency_s": shared.create.latency_s,
+        "shared_dir_stat_latency_s": shared.stat.latency_s,
+        "shared_dir_remove_latency_s": shared.remove.latency_s,
+        "collective_create_s": cc.mean_s,
+        "collective_open_s": co.mean_s,
+        "collective_resize_s": cr.mean_s,
+        "collective_create_ops_s": per_s(cc.mean_s),
+        "collective_open_ops_s": per_s(co.mean_s),
+        "collective_resize_ops_s": per_s(cr.mean_s),
+        "collective_create_latency_s": cc.client_latency_s,
+        "collective_open_latency_s": co.client_latency_s,
+        "collective_resize_latency_s": cr.client_latency_s,
+        "local_fsync_s": fsync_s,
+        "baseline_dir": a.baseline.as_ref().map(|d| d.display().to_string()),
+        "baseline_create_ops_s": base.map(|b| b.create.ops_s),
+        "baseline_stat_ops_s": base.map(|b| b.stat.ops_s),
+        "baseline_remove_ops_s": base.map(|b| b.remove.ops_s),
+    })
+}
+
+fn per_s(secs: f64) -> f64 {
+    if secs > 0.0 {
+        1.0 / secs
+    } else {
+        0.0
+    }
+}
+
+fn print_table(
+    a: &MdArgs,
+    coll: &[Collective; 3],
+    own: &Trio,
+    shared: &Trio,
+    base: Option<&Trio>,
+    fsync_s: f64,
+) {
+    println!(
+        "bench md: {} clients x {} files, {} collective rounds",
+        a.clients, a.files, a.iterations
+    );
+    println!(
+        "{:<18} {:>12} {:>11} {:>12} {:>13}",
+        "operation", "ops/s", "mean ms", "baseline/s", "% baseline"
+    );
+    let rows = [
+        ("create", own.create, base.map(|b| b.create.ops_s)),
+        ("stat", own.stat, base.map(|b| b.stat.ops_s)),
+        ("remove", own.remove, base.map(|b| b.remove.ops_s)),
+        ("shared create", shared.create, None),
+        ("shared stat", shared.stat, None),
+        ("shared remove", shared.remove, None),
+    ];
+    for (name, r, b) in rows {
+        println!(
+            "{:<18} {:>12.0} {:>11.3} {:>12} {:>13}",
+            name,
+            r.ops_s,
+            r.latency_s * 1e3,
+            b.map(|b| format!("{b:.0}")).unwrap_or("-".into()),
+            crate::util::pct(r.ops_s, b)
+        );
+    }
+    for (name, c) in ["collective create", "collective open", "collective resize"]
+        .iter()
+        .zip(coll)
+    {
+        println!(
+            "{:<18} {:>12.0} {:>11.3}   (wall ms per collective op {:.3})",
+            name,
+            per_s(c.mean_s),
+            c.client_latency_s * 1e3,
+            c.mean_s * 1e3
+        );
+    }
+    println!(
+        "local fsync (small write + fdatasync): {:.3} ms; durable creates per local sync time: {:.2}",
+        fsync_s * 1e3,
+        own.create.ops_s * fsync_s
+    );
 }

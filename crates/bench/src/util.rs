@@ -72,3 +72,196 @@ fn getrandom(b: &mut [u8]) -> std::io::Result<()> {
     use std::io::Read;
     std::fs::File::open("/dev/urandom")?.read_exact(b)
 }
+
+/// Parses benchmark arguments from an argument list, exactly as `stripefs bench NAME` would
+/// (defaults, units, checks), so that sweeps and the demo build a run from the same words
+/// a user would type, and can print them as the command that reproduces a figure. A later
+/// occurrence of an option overrides an earlier one.
+pub fn parse_args<T: clap::Args>(argv: &[String]) -> Result<T> {
+    #[derive(clap::Parser)]
+    #[command(no_binary_name = true, args_override_self = true)]
+    struct Wrap<T: clap::Args> {
+        #[command(flatten)]
+        inner: T,
+    }
+    use clap::Parser;
+    Wrap::<T>::try_parse_from(argv)
+        .map(|w| w.inner)
+        .map_err(|e| anyhow::anyhow!("bad arguments {:?}: {}", argv.join(" "), e.render()))
+}
+
+/// A shell-ready rendering of a command line (arguments with spaces or quotes are quoted).
+pub fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Clusters that this process started and must stop, also when interrupted.
+static LIVE_CLUSTERS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// A throwaway local cluster, stopped when dropped, so that a failing benchmark or an
+/// early return leaves no servers behind; with `interrupt_stops_clusters` also on Ctrl-C.
+pub struct ClusterGuard {
+    pub dir: std::path::PathBuf,
+    pub cluster_file: std::path::PathBuf,
+    // Dropped after `drop` has stopped the servers: removes the temporary directory.
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl ClusterGuard {
+    /// Starts a cluster in `dir`, or in a new temporary directory (removed on drop).
+    pub fn start(
+        dir: Option<&Path>,
+        servers: u32,
+        targets: u32,
+        throttle_bytes_s: Option<u64>,
+        exe: &Path,
+    ) -> Result<ClusterGuard> {
+        let (dir, tmp) = match dir {
+            Some(d) => (d.to_path_buf(), None),
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("stripefs-bench-")
+                    .tempdir()
+                    .context("cannot create a temporary directory for the cluster")?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        lock_live().push(dir.clone());
+        // Built before `up` so that a half-started cluster is stopped too.
+        let mut guard = ClusterGuard {
+            cluster_file: dir.join("cluster.toml"),
+            dir,
+            _tmp: tmp,
+        };
+        let up = stripefs_launch::up(&stripefs_launch::UpOptions {
+            dir: guard.dir.clone(),
+            servers,
+            targets,
+            throttle_bytes_s,
+            defaults: stripefs_rpc::Defaults::default(),
+            host: "127.0.0.1".into(),
+            exe: exe.to_path_buf(),
+        })
+        .with_context(|| format!("cannot start a cluster in {}", guard.dir.display()))?;
+        guard.cluster_file = up.cluster_file;
+        Ok(guard)
+    }
+}
+
+impl Drop for ClusterGuard {
+    fn drop(&mut self) {
+        lock_live().retain(|d| d != &self.dir);
+        stop_cluster(&self.dir);
+    }
+}
+
+fn lock_live() -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
+    // A panic while holding the lock leaves a list that is still valid.
+    LIVE_CLUSTERS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn stop_cluster(dir: &Path) {
+    if !dir.join("layout.toml").exists() {
+        return; // `up` failed before writing anything that could run.
+    }
+    if let Err(e) = stripefs_launch::down(dir) {
+        eprintln!("warning: stopping the cluster in {}: {e:#}", dir.display());
+    }
+}
+
+/// Write end of the pipe the signal handler writes to (-1 before installation).
+static SIGNAL_PIPE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    let fd = SIGNAL_PIPE_FD.load(std::sync::atomic::Ordering::Relaxed);
+    let b = 1u8;
+    // SAFETY: write(2) is async-signal-safe; the buffer is a live local byte.
+    unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
+}
+
+/// On SIGINT, SIGTERM or SIGHUP, stops every cluster a `ClusterGuard` holds, then exits
+/// with status 130. Servers run in their own process group, so a Ctrl-C at the terminal
+/// does not reach them: without this they would outlive an interrupted benchmark. A
+/// handler (not a blocked mask) is used because a mask would be inherited by the servers.
+pub fn interrupt_stops_clusters() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe(2) fills the two-element array we own.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            eprintln!(
+                "warning: no interrupt handler: {}",
+                std::io::Error::last_os_error()
+            );
+            return;
+        }
+        SIGNAL_PIPE_FD.store(fds[1], std::sync::atomic::Ordering::Relaxed);
+        let read_fd = fds[0];
+        std::thread::spawn(move || {
+            let mut b = 0u8;
+            // SAFETY: blocking read of one byte into a live local from our own pipe.
+            while unsafe { libc::read(read_fd, &mut b as *mut u8 as *mut libc::c_void, 1) } != 1 {}
+            eprintln!("\ninterrupted: stopping the benchmark clusters");
+            let dirs = lock_live().clone();
+            for d in dirs {
+                stop_cluster(&d);
+            }
+            std::process::exit(130);
+        });
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: installs a handler that only calls write(2) on a valid descriptor.
+            unsafe { libc::signal(sig, on_interrupt as *const () as libc::sighandler_t) };
+        }
+    });
+}
+
+/// Runs `f` with the process's standard output sent to the file `path` (the benchmarks'
+/// own tables, kept in the report), so that the caller can print one summary. Output goes
+/// back to where it was afterwards, also when `f` fails.
+pub fn with_stdout_to<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    std::io::stdout().flush()?;
+    // SAFETY: dup/dup2 on descriptors that are open for the whole call.
+    let saved = unsafe { libc::dup(1) };
+    if saved < 0 || unsafe { libc::dup2(file.as_raw_fd(), 1) } < 0 {
+        return Err(std::io::Error::last_os_error()).context("cannot redirect stdout");
+    }
+    let out = f();
+    let _ = std::io::stdout().flush();
+    // SAFETY: restores the saved descriptor, then closes our duplicate of it.
+    unsafe {
+        libc::dup2(saved, 1);
+        libc::close(saved);
+    }
+    Ok(out)
+}
+
+/// An operation-count progress bar on a terminal; hidden otherwise.
+pub fn progress_ops(total_ops: u64, what: &str) -> ProgressBar {
+    if !std::io::stdout().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total_ops);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>18} [{bar:40}] {pos}/{len} {per_sec}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod fsops;
+mod mount;
 mod serve;
 
 use anyhow::Result;
@@ -50,6 +51,10 @@ enum Cmd {
     Setstripe(fsops::SetstripeArgs),
     /// Show the striping of a file or directory.
     Getstripe(fsops::PathArgs),
+    /// Mount the cluster as a POSIX file system (FUSE).
+    Mount(mount::MountArgs),
+    /// Unmount a stripefs mount.
+    Umount(mount::UmountArgs),
     /// Benchmarks (each prints a table; --json FILE writes the figures).
     #[command(subcommand)]
     Bench(stripefs_bench::BenchCmd),
@@ -71,6 +76,8 @@ fn main() {
         Cmd::Mv(a) => fsops::mv(a),
         Cmd::Setstripe(a) => fsops::setstripe(a),
         Cmd::Getstripe(a) => fsops::getstripe(a),
+        Cmd::Mount(a) => mount::mount(a),
+        Cmd::Umount(a) => mount::umount(a),
         Cmd::Bench(b) => stripefs_bench::run(b, exe()),
         Cmd::Demo(a) => stripefs_bench::demo::run(a, exe()),
     };

@@ -223,6 +223,7 @@ impl Client {
             io.clone(),
             path.map(str::to_string),
             opts,
+            attr,
         );
         if opts.truncate && io.size() > 0 {
             // On failure the handle is dropped, which closes it on the server.

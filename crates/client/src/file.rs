@@ -146,6 +146,8 @@ pub struct File {
     window: u64,
     last_read_end: AtomicU64,
     closed: AtomicBool,
+    /// Attributes the metadata server returned when the handle was opened.
+    opened_attr: Attr,
 }
 
 impl File {
@@ -155,6 +157,7 @@ impl File {
         io: Arc<InodeIo>,
         path: Option<String>,
         opts: &OpenOptions,
+        opened_attr: Attr,
     ) -> File {
         File {
             inner,
@@ -166,6 +169,7 @@ impl File {
             window: opts.write_window_bytes,
             last_read_end: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            opened_attr,
         }
     }
 
@@ -261,6 +265,14 @@ impl File {
             ));
         }
         self.io.truncate(&self.cred, size).map(|_| ())
+    }
+
+    /// The attributes seen at open, with the size as this client knows it now; no round
+    /// trip. A FUSE adapter answers `create` with them.
+    pub fn cached_attr(&self) -> Attr {
+        let mut attr = self.opened_attr.clone();
+        attr.size = self.io.size();
+        attr
     }
 
     /// Fresh attributes from the metadata server, with the size including writes made

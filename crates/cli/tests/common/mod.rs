@@ -113,3 +113,102 @@ pub fn random_bytes(len: usize) -> Vec<u8> {
     rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
     v
 }
+
+/// Why FUSE tests cannot run here, if they cannot: no /dev/fuse or no fusermount3.
+pub fn fuse_unavailable() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    let found = Command::new("fusermount3").arg("-V").output().is_ok();
+    if !found {
+        return Some("fusermount3 is not installed (apt-get install fuse3)".into());
+    }
+    None
+}
+
+/// Whether `dir` is a mount point now, by /proc/self/mountinfo.
+pub fn is_mounted(dir: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let want = dir.display().to_string();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+}
+
+/// A FUSE mount served by `stripefs mount --foreground` in a child process. Dropping it
+/// unmounts (lazily) and waits for the daemon, killing it if it does not exit.
+pub struct FuseMount {
+    pub dir: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl FuseMount {
+    /// Mounts `cluster_file` on a fresh directory and waits until the mount is up.
+    pub fn new(cluster_file: &Path) -> FuseMount {
+        let dir = tempfile::Builder::new()
+            .prefix("stripefs-mnt-")
+            .tempdir()
+            .unwrap();
+        let log = dir.path().with_extension("log");
+        let child = Command::new(exe())
+            .args(["mount", "--foreground", "--cluster"])
+            .arg(cluster_file)
+            .arg("--log")
+            .arg(&log)
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut m = FuseMount {
+            dir,
+            child: Some(child),
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !is_mounted(m.path()) {
+            if let Some(st) = m.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "stripefs mount exited with {st} before mounting; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "mount did not come up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        m
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `rel` inside the mount.
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+}
+
+impl Drop for FuseMount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(self.dir.path())
+            .output();
+        if let Some(mut child) = self.child.take() {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) if std::time::Instant::now() > deadline => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                    Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
+                }
+            }
+        }
+    }
+}

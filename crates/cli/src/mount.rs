@@ -1,0 +1,214 @@
+//! `stripefs mount` and `stripefs umount`.
+//!
+//! Without `--foreground`, `mount` starts itself again as a detached daemon (a new
+//! session, standard streams on /dev/null or the log file) and waits on a pipe until the
+//! daemon reports that the mount is up, or why it failed. So `stripefs mount` returns
+//! only once the mount works, fails at once with the daemon's reason (bad cluster file,
+//! metadata server unreachable, wrong secret), and no daemon forks while it has threads.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use stripefs_client::{Client, ClusterConfig};
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// Directory to mount the cluster on.
+    mountpoint: PathBuf,
+    /// Cluster description file (default: $STRIPEFS_CLUSTER).
+    #[arg(long, env = "STRIPEFS_CLUSTER")]
+    cluster: Option<PathBuf>,
+    /// Stay in the foreground (Ctrl-C or SIGTERM unmounts).
+    #[arg(long)]
+    foreground: bool,
+    /// Append the daemon's log to this file.
+    #[arg(long)]
+    log: Option<PathBuf>,
+    /// Internal: the pipe on which a daemon reports that the mount is up.
+    #[arg(long, hide = true)]
+    ready_fd: Option<i32>,
+}
+
+#[derive(Args)]
+pub struct UmountArgs {
+    /// The mount point.
+    mountpoint: PathBuf,
+    /// Detach now even if files are open (they keep working until closed).
+    #[arg(short = 'z', long)]
+    lazy: bool,
+}
+
+pub fn umount(a: UmountArgs) -> Result<()> {
+    stripefs_fuse::unmount(&a.mountpoint, a.lazy)?;
+    Ok(())
+}
+
+pub fn mount(a: MountArgs) -> Result<()> {
+    if a.foreground || a.ready_fd.is_some() {
+        return serve(a);
+    }
+    daemonize(a)
+}
+
+fn cluster_path(a: &MountArgs) -> Result<PathBuf> {
+    let p = a
+        .cluster
+        .clone()
+        .ok_or_else(|| anyhow!("no cluster given: pass --cluster FILE or set STRIPEFS_CLUSTER"))?;
+    std::path::absolute(&p).with_context(|| format!("cluster file {}", p.display()))
+}
+
+/// Starts the daemon and waits for its verdict.
+fn daemonize(a: MountArgs) -> Result<()> {
+    let cluster = cluster_path(&a)?;
+    let mountpoint = std::path::absolute(&a.mountpoint)?;
+    let (rd, wr) = pipe()?;
+    let exe = std::env::current_exe().context("finding the stripefs executable")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(&mountpoint)
+        .arg("--cluster")
+        .arg(&cluster)
+        .arg("--ready-fd")
+        .arg(wr.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .current_dir("/");
+    if let Some(log) = &a.log {
+        cmd.arg("--log").arg(std::path::absolute(log)?);
+    }
+    // SAFETY: between fork and exec the closure only calls async-signal-safe functions.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::setsid();
+            // The write end must survive exec; the read end stays close-on-exec.
+            if libc::fcntl(wr, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn();
+    // SAFETY: `wr` is our open descriptor; the child has its own copy.
+    drop(unsafe { OwnedFd::from_raw_fd(wr) });
+    let mut child = spawned.context("starting the mount daemon")?;
+    let mut msg = String::new();
+    std::fs::File::from(rd)
+        .read_to_string(&mut msg)
+        .context("waiting for the mount daemon")?;
+    if msg.trim() == "ok" {
+        return Ok(());
+    }
+    let status = child.wait().ok();
+    match msg.strip_prefix("error: ") {
+        Some(why) => bail!("{}", why.trim()),
+        None => bail!("the mount daemon exited ({status:?}) before mounting"),
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, i32)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds` on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("creating a pipe");
+    }
+    // SAFETY: fds[0] is a fresh descriptor that nothing else owns.
+    Ok((unsafe { OwnedFd::from_raw_fd(fds[0]) }, fds[1]))
+}
+
+/// Tells the waiting parent (if any) how the mount went.
+fn report(ready_fd: Option<i32>, r: &Result<()>) {
+    let Some(fd) = ready_fd else { return };
+    // SAFETY: the parent passed us this descriptor; we own it from here on.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let _ = match r {
+        Ok(()) => f.write_all(b"ok\n"),
+        Err(e) => f.write_all(format!("error: {e:#}\n").as_bytes()),
+    };
+}
+
+/// Mounts and serves in this process until unmounted.
+fn serve(a: MountArgs) -> Result<()> {
+    let ready_fd = a.ready_fd;
+    let signals = block_signals();
+    if let Err(e) = init_logging(a.log.as_deref(), a.foreground) {
+        let r = Err(e);
+        report(ready_fd, &r);
+        return r;
+    }
+    let mounted = connect_and_mount(&a);
+    let r = mounted.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}"));
+    report(ready_fd, &r);
+    let mounted = mounted?;
+    unmount_on_signals(signals, a.mountpoint.clone());
+    tracing::info!("serving {}", a.mountpoint.display());
+    mounted.run().context("serving FUSE requests")?;
+    tracing::info!("unmounted {}", a.mountpoint.display());
+    Ok(())
+}
+
+fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
+    let path = cluster_path(a)?;
+    let cfg = ClusterConfig::load(&path).map_err(|e| anyhow!(e))?;
+    let client = Client::connect(&cfg).map_err(|e| anyhow!("{e}"))?;
+    let opts = stripefs_fuse::MountOptions::default();
+    Ok(stripefs_fuse::mount(client, &a.mountpoint, &opts)?)
+}
+
+fn init_logging(log: Option<&Path>, foreground: bool) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STRIPEFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match log {
+        Some(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("log file {}", p.display()))?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .init();
+        }
+        None if foreground => builder.with_writer(std::io::stderr).init(),
+        None => {}
+    }
+    Ok(())
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and so in every thread started
+/// after it; [`unmount_on_signals`] takes them with sigwait.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-set manipulation on a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// The signals in `set` unmount (lazily, so that open files do not keep a stopping
+/// daemon's mount busy); the request loop then ends and the process exits.
+fn unmount_on_signals(set: libc::sigset_t, mountpoint: PathBuf) {
+    std::thread::spawn(move || loop {
+        let mut sig = 0;
+        // SAFETY: `set` is an initialised signal set; sigwait writes the signal number.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            continue;
+        }
+        tracing::info!("signal {sig}: unmounting {}", mountpoint.display());
+        if let Err(e) = stripefs_fuse::unmount(&mountpoint, true) {
+            tracing::warn!("unmounting after signal {sig}: {e}");
+        }
+    });
+}

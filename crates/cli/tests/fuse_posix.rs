@@ -1,0 +1,456 @@
+//! A real FUSE mount (`stripefs mount`) over a real cluster, used through the kernel with
+//! ordinary system calls: the POSIX semantics programs rely on, two mounts with
+//! close-to-open consistency, a large directory, permission errors as a non-root user,
+//! and a cluster that goes away and comes back. Each test skips, saying why, where FUSE
+//! is unavailable.
+
+mod common;
+use common::*;
+use std::ffi::CString;
+use std::fs::{self, OpenOptions};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+macro_rules! need_fuse {
+    () => {
+        if let Some(why) = fuse_unavailable() {
+            eprintln!("skipping: {why}");
+            return;
+        }
+    };
+}
+
+fn errno_of(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+#[test]
+fn read_write_append_truncate_and_stat() {
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let data = random_bytes(3 << 20);
+    fs::write(m.p("a"), &data).unwrap();
+    assert_eq!(fs::read(m.p("a")).unwrap(), data);
+
+    // Writes and reads at odd offsets, past the end (a hole reads as zeros).
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.p("a"))
+        .unwrap();
+    f.seek(SeekFrom::Start(12345)).unwrap();
+    f.write_all(b"hello").unwrap();
+    f.seek(SeekFrom::Start((4 << 20) + 7)).unwrap();
+    f.write_all(b"tail").unwrap();
+    f.sync_all().unwrap();
+    let mut buf = [0u8; 5];
+    f.seek(SeekFrom::Start(12345)).unwrap();
+    f.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"hello");
+    drop(f);
+    let got = fs::read(m.p("a")).unwrap();
+    assert_eq!(got.len(), (4 << 20) + 11);
+    assert!(got[3 << 20..(4 << 20) + 7].iter().all(|&b| b == 0));
+    assert_eq!(&got[..12345], &data[..12345]);
+
+    // O_APPEND from two handles interleaves without overwriting.
+    fs::write(m.p("log"), b"0").unwrap();
+    let mut x = OpenOptions::new().append(true).open(m.p("log")).unwrap();
+    let mut y = OpenOptions::new().append(true).open(m.p("log")).unwrap();
+    for _ in 0..3 {
+        x.write_all(b"x").unwrap();
+        y.write_all(b"yy").unwrap();
+    }
+    drop((x, y));
+    assert_eq!(fs::read(m.p("log")).unwrap(), b"0xyyxyyxyy");
+
+    // truncate and ftruncate, shrinking and growing.
+    let f = OpenOptions::new().write(true).open(m.p("a")).unwrap();
+    f.set_len(100).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 100);
+    f.set_len(5000).unwrap();
+    drop(f);
+    let got = fs::read(m.p("a")).unwrap();
+    assert_eq!(got.len(), 5000);
+    assert_eq!(&got[..100], &data[..100]);
+    assert!(got[100..].iter().all(|&b| b == 0));
+    let cpath = cstr(&m.p("a"));
+    // SAFETY: a valid path string.
+    assert_eq!(unsafe { libc::truncate(cpath.as_ptr(), 10) }, 0);
+    assert_eq!(fs::metadata(m.p("a")).unwrap().len(), 10);
+
+    // stat: type, mode, size, links, times; chmod, chown, utimens.
+    let md = fs::metadata(m.p("a")).unwrap();
+    assert!(md.is_file());
+    assert_eq!(md.nlink(), 1);
+    fs::set_permissions(m.p("a"), fs::Permissions::from_mode(0o640)).unwrap();
+    assert_eq!(fs::metadata(m.p("a")).unwrap().mode() & 0o7777, 0o640);
+    std::os::unix::fs::chown(m.p("a"), Some(1234), Some(5678)).unwrap();
+    let md = fs::metadata(m.p("a")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (1234, 5678));
+    let t = [
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 5,
+        },
+        libc::timespec {
+            tv_sec: 1_200_000_000,
+            tv_nsec: 7,
+        },
+    ];
+    // SAFETY: a valid path and two timespecs.
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, cpath.as_ptr(), t.as_ptr(), 0) };
+    assert_eq!(r, 0);
+    let md = fs::metadata(m.p("a")).unwrap();
+    assert_eq!((md.atime(), md.mtime()), (1_000_000_000, 1_200_000_000));
+    assert_eq!(md.mtime_nsec(), 7);
+
+    // statfs shows the cluster's capacity.
+    let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-pointer.
+    assert_eq!(
+        unsafe { libc::statvfs(cstr(m.path()).as_ptr(), &mut sv) },
+        0
+    );
+    assert!(sv.f_blocks > 0 && sv.f_bfree <= sv.f_blocks);
+    assert_eq!(sv.f_namemax, 255);
+}
+
+#[test]
+fn namespace_rename_unlink_links_fifo_and_errno() {
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/f"), b"one").unwrap();
+    fs::write(m.p("d/g"), b"two").unwrap();
+    // rename over an existing file replaces it atomically.
+    fs::rename(m.p("d/g"), m.p("d/f")).unwrap();
+    assert_eq!(fs::read(m.p("d/f")).unwrap(), b"two");
+    assert_eq!(
+        errno_of(&fs::metadata(m.p("d/g")).unwrap_err()),
+        libc::ENOENT
+    );
+    // rename of a directory, and over an empty directory.
+    fs::create_dir(m.p("e")).unwrap();
+    fs::rename(m.p("d"), m.p("e")).unwrap();
+    assert_eq!(fs::read(m.p("e/f")).unwrap(), b"two");
+
+    // unlink of an open file: still readable and writable until closed.
+    fs::write(m.p("open"), b"still here").unwrap();
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.p("open"))
+        .unwrap();
+    fs::remove_file(m.p("open")).unwrap();
+    assert_eq!(
+        errno_of(&fs::metadata(m.p("open")).unwrap_err()),
+        libc::ENOENT
+    );
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "still here");
+    f.write_all(b"!").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+
+    // Hard links share data and count links; symlinks resolve.
+    fs::hard_link(m.p("e/f"), m.p("h")).unwrap();
+    assert_eq!(fs::metadata(m.p("h")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(m.p("e/f")).unwrap().ino(),
+        fs::metadata(m.p("h")).unwrap().ino()
+    );
+    std::os::unix::fs::symlink("e/f", m.p("s")).unwrap();
+    assert_eq!(fs::read_link(m.p("s")).unwrap(), Path::new("e/f"));
+    assert_eq!(fs::read(m.p("s")).unwrap(), b"two");
+    assert!(fs::symlink_metadata(m.p("s"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+
+    // A FIFO is created and has the right type.
+    let fifo = cstr(&m.p("fifo"));
+    // SAFETY: valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::metadata(m.p("fifo")).unwrap().file_type().is_fifo());
+
+    // Long names and paths: 255 bytes work, 256 fail with ENAMETOOLONG.
+    let n255 = "n".repeat(255);
+    fs::write(m.p(&n255), b"x").unwrap();
+    assert_eq!(fs::read(m.p(&n255)).unwrap(), b"x");
+    let e = fs::write(m.p(&"n".repeat(256)), b"x").unwrap_err();
+    assert_eq!(errno_of(&e), libc::ENAMETOOLONG);
+    let mut deep = m.path().to_path_buf();
+    let comp = "d".repeat(200);
+    while deep.as_os_str().len() + comp.len() < 3900 {
+        deep.push(&comp);
+        fs::create_dir(&deep).unwrap();
+    }
+    fs::write(deep.join("leaf"), b"deep").unwrap();
+    assert_eq!(fs::read(deep.join("leaf")).unwrap(), b"deep");
+
+    // errno values POSIX names.
+    assert_eq!(
+        errno_of(&fs::create_dir(m.p("e")).unwrap_err()),
+        libc::EEXIST
+    );
+    assert_eq!(
+        errno_of(&fs::remove_dir(m.p("e")).unwrap_err()),
+        libc::ENOTEMPTY
+    );
+    assert_eq!(errno_of(&fs::read(m.p("nope")).unwrap_err()), libc::ENOENT);
+    assert_eq!(
+        errno_of(&fs::remove_dir(m.p("h")).unwrap_err()),
+        libc::ENOTDIR
+    );
+    let excl = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.p("h"));
+    assert_eq!(errno_of(&excl.unwrap_err()), libc::EEXIST);
+    assert_eq!(
+        errno_of(&fs::write(m.p("h/x"), b"").unwrap_err()),
+        libc::ENOTDIR
+    );
+    fs::remove_file(m.p("e/f")).unwrap();
+    fs::remove_dir(m.p("e")).unwrap();
+    assert_eq!(fs::metadata(m.p("h")).unwrap().nlink(), 1);
+}
+
+#[test]
+fn permissions_are_checked_for_a_non_root_caller() {
+    need_fuse!();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: needs root to act as another user");
+        return;
+    }
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    fs::create_dir(m.p("private")).unwrap();
+    fs::set_permissions(m.p("private"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(m.p("ro"), b"root's").unwrap();
+    fs::set_permissions(m.p("ro"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::create_dir(m.p("pub")).unwrap();
+    fs::set_permissions(m.p("pub"), fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = |script: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(m.path())
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(as_nobody("echo x > ro").contains("Permission denied"));
+    assert!(as_nobody("touch private/x").contains("Permission denied"));
+    assert!(as_nobody("cat ro").is_empty());
+    assert!(as_nobody("echo mine > pub/mine && cat pub/mine").is_empty());
+    assert_eq!(fs::metadata(m.p("pub/mine")).unwrap().uid(), 65534);
+    assert!(as_nobody("chmod 777 ro").contains("Operation not permitted"));
+}
+
+#[test]
+fn two_mounts_see_each_other_close_to_open() {
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let a = FuseMount::new(&c.cluster_file());
+    let b = FuseMount::new(&c.cluster_file());
+    fs::write(a.p("shared"), b"version 1").unwrap();
+    assert_eq!(fs::read(b.p("shared")).unwrap(), b"version 1");
+    // Rewritten in place, longer: B's next open sees the new size and bytes.
+    fs::write(a.p("shared"), b"version 2, longer").unwrap();
+    assert_eq!(fs::read(b.p("shared")).unwrap(), b"version 2, longer");
+    // Appended by B, read by A.
+    let mut f = OpenOptions::new().append(true).open(b.p("shared")).unwrap();
+    f.write_all(b" +b").unwrap();
+    drop(f);
+    assert_eq!(fs::read(a.p("shared")).unwrap(), b"version 2, longer +b");
+    // Replaced by rename in A: B's next open gets the new file, not the old inode.
+    fs::write(a.p("tmp"), b"renamed in").unwrap();
+    fs::rename(a.p("tmp"), a.p("shared")).unwrap();
+    assert_eq!(fs::read(b.p("shared")).unwrap(), b"renamed in");
+    // Removed in B: gone in A once its cached entry expires (1 s).
+    fs::remove_file(b.p("shared")).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        errno_of(&fs::metadata(a.p("shared")).unwrap_err()),
+        libc::ENOENT
+    );
+}
+
+#[test]
+fn large_directory_lists_every_entry_once() {
+    need_fuse!();
+    const N: usize = 20_000;
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    fs::create_dir(m.p("big")).unwrap();
+    let t = Instant::now();
+    for i in 0..N {
+        fs::File::create(m.p(&format!("big/f{i:06}"))).unwrap();
+    }
+    eprintln!("created {N} files through the mount in {:?}", t.elapsed());
+    let mut names: Vec<String> = fs::read_dir(m.p("big"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let want: Vec<String> = (0..N).map(|i| format!("f{i:06}")).collect();
+    assert_eq!(names, want);
+    // Removing entries while listing neither skips nor repeats the survivors.
+    let mut seen = std::collections::HashSet::new();
+    for (k, e) in fs::read_dir(m.p("big")).unwrap().enumerate() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        assert!(seen.insert(name.clone()), "{name} listed twice");
+        if k % 2 == 0 {
+            fs::remove_file(m.p(&format!("big/{name}"))).unwrap();
+        }
+    }
+    assert_eq!(seen.len(), N);
+}
+
+#[test]
+fn cluster_down_gives_eio_in_time_and_the_mount_recovers() {
+    need_fuse!();
+    let c = Cluster::up(1, 1, &[]);
+    // A short client timeout keeps the test quick; the bound scales with it.
+    let mut cfg = stripefs_rpc::ClusterConfig::load(&c.cluster_file()).unwrap();
+    cfg.timeout_ms = 2000;
+    let short = c.path().join("short.toml");
+    cfg.save(&short).unwrap();
+    let m = FuseMount::new(&short);
+    fs::write(m.p("before"), b"x").unwrap();
+    c.down();
+    let t = Instant::now();
+    let e = fs::write(m.p("during"), b"y").unwrap_err();
+    let took = t.elapsed();
+    assert_eq!(errno_of(&e), libc::EIO, "{e}");
+    assert!(took < Duration::from_secs(15), "failing took {took:?}");
+    c.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match fs::write(m.p("after"), b"z") {
+            Ok(()) => break,
+            Err(e) => assert!(Instant::now() < deadline, "mount did not recover: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(fs::read(m.p("before")).unwrap(), b"x");
+    assert_eq!(fs::read(m.p("after")).unwrap(), b"z");
+}
+
+#[test]
+fn mount_daemon_returns_when_up_and_fails_clearly() {
+    need_fuse!();
+    let c = Cluster::up(1, 1, &[]);
+    let mp = tempfile::tempdir().unwrap();
+    let mount = |cluster: &Path| {
+        Command::new(exe())
+            .args(["mount", "--cluster"])
+            .arg(cluster)
+            .arg(mp.path())
+            .output()
+            .unwrap()
+    };
+    // Bad cluster file, wrong secret, unreachable metadata server: fail, nothing mounted.
+    let bad = c.path().join("bad.toml");
+    fs::write(&bad, "not toml [").unwrap();
+    let out = mount(&bad);
+    assert!(
+        !out.status.success() && text(&out).contains("bad.toml"),
+        "{}",
+        text(&out)
+    );
+    let mut cfg = stripefs_rpc::ClusterConfig::load(&c.cluster_file()).unwrap();
+    let good_meta = cfg.meta_addr.clone();
+    let secret = c.path().join("secret.toml");
+    let mut text_cfg = cfg.to_toml();
+    let hex = text_cfg.split('"').nth(1).unwrap().to_string();
+    text_cfg = text_cfg.replace(&hex, &"ab".repeat(32));
+    fs::write(&secret, text_cfg).unwrap();
+    let t = Instant::now();
+    let out = mount(&secret);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).to_lowercase().contains("auth"), "{}", text(&out));
+    cfg.meta_addr = "127.0.0.1:1".into();
+    let unreachable = c.path().join("unreachable.toml");
+    cfg.save(&unreachable).unwrap();
+    let out = mount(&unreachable);
+    assert!(
+        !out.status.success() && text(&out).contains("127.0.0.1:1"),
+        "{}",
+        text(&out)
+    );
+    assert!(t.elapsed() < Duration::from_secs(30));
+    assert!(!is_mounted(mp.path()));
+    assert_ne!(good_meta, cfg.meta_addr);
+
+    // A good mount returns once usable; umount ends the daemon.
+    let out = mount(&c.cluster_file());
+    assert!(out.status.success(), "{}", text(&out));
+    let guard = Unmount(mp.path().to_path_buf());
+    fs::write(mp.path().join("hello"), b"hi").unwrap();
+    assert_eq!(c.ok(&["get", "/hello", "-"]), "hi");
+    let out = Command::new(exe())
+        .arg("umount")
+        .arg(mp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!is_mounted(mp.path()));
+    drop(guard);
+    // After unmounting, the directory is an ordinary empty directory again.
+    let e = fs::read(mp.path().join("hello")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+}
+
+/// Lazily unmounts on drop, for mounts made by the daemon.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        if is_mounted(&self.0) {
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&self.0)
+                .output();
+        }
+    }
+}
+
+#[test]
+fn created_file_keeps_its_mode() {
+    need_fuse!();
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(m.p("m"))
+        .unwrap();
+    drop(f);
+    assert_eq!(fs::metadata(m.p("m")).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(
+        fs::metadata(m.p("m")).unwrap().mode() & libc::S_IFMT,
+        libc::S_IFREG
+    );
+}

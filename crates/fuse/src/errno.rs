@@ -1,0 +1,100 @@
+//! Client errors as errno values, and client attributes as the kernel's.
+
+use crate::BLKSIZE_BYTES;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use stripefs_client::{Attr, ErrorCode, FileType, WireError};
+
+/// The errno for a client error. Transport failures (a server down, timed out or speaking
+/// nonsense) are EIO, which programs treat as "the storage failed".
+pub fn errno(e: &WireError) -> i32 {
+    match e.code {
+        ErrorCode::Timeout
+        | ErrorCode::Unreachable
+        | ErrorCode::BadFrame
+        | ErrorCode::VersionMismatch
+        | ErrorCode::UnexpectedMessage
+        | ErrorCode::AuthFailed => libc::EIO,
+        code => code.errno(),
+    }
+}
+
+/// As [`errno`], for a call on an inode the kernel holds: an inode that no longer exists
+/// (another client removed or replaced it) is ESTALE, so that the kernel looks the path
+/// up again instead of reporting ENOENT for a name that exists.
+pub fn errno_ino(e: &WireError) -> i32 {
+    match e.code {
+        ErrorCode::NotFound | ErrorCode::StaleHandle => libc::ESTALE,
+        _ => errno(e),
+    }
+}
+
+pub fn kind(t: FileType) -> fuser::FileType {
+    match t {
+        FileType::File => fuser::FileType::RegularFile,
+        FileType::Dir => fuser::FileType::Directory,
+        FileType::Symlink => fuser::FileType::Symlink,
+        FileType::Fifo => fuser::FileType::NamedPipe,
+    }
+}
+
+pub fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+pub fn time_ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+pub fn file_attr(a: &Attr) -> fuser::FileAttr {
+    let size = match a.ftype {
+        FileType::Symlink | FileType::File => a.size,
+        FileType::Dir => 4096,
+        FileType::Fifo => 0,
+    };
+    fuser::FileAttr {
+        ino: a.ino.0,
+        size,
+        blocks: size.div_ceil(512),
+        atime: time(a.atime_ns),
+        mtime: time(a.mtime_ns),
+        ctime: time(a.ctime_ns),
+        crtime: time(a.ctime_ns),
+        kind: kind(a.ftype),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize: BLKSIZE_BYTES,
+        flags: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip() {
+        for ns in [0i64, 1, 1_700_000_000_123_456_789, -5_000_000_001] {
+            assert_eq!(time_ns(time(ns)), ns);
+        }
+    }
+
+    #[test]
+    fn transport_errors_are_eio_and_gone_inodes_stale() {
+        let e = |c| WireError::new(c, "x");
+        assert_eq!(errno(&e(ErrorCode::Timeout)), libc::EIO);
+        assert_eq!(errno(&e(ErrorCode::Unreachable)), libc::EIO);
+        assert_eq!(errno(&e(ErrorCode::NotFound)), libc::ENOENT);
+        assert_eq!(errno_ino(&e(ErrorCode::NotFound)), libc::ESTALE);
+        assert_eq!(errno(&e(ErrorCode::NoSpace)), libc::ENOSPC);
+    }
+}

@@ -1,0 +1,659 @@
+//! The `fuser::Filesystem` implementation: each kernel request is translated into client
+//! calls on a worker thread, which replies.
+
+use crate::cred::CredCache;
+use crate::dir::DirHandle;
+use crate::errno::{errno, errno_ino, file_attr, time_ns};
+use crate::pool::Pool;
+use crate::{ATTR_TTL, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS};
+use fuser::consts::{
+    FOPEN_DIRECT_IO, FUSE_ASYNC_DIO, FUSE_ATOMIC_O_TRUNC, FUSE_CACHE_SYMLINKS, FUSE_PARALLEL_DIROPS,
+};
+use fuser::{
+    KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+use stripefs_client::{
+    Attr, Client, ErrorCode, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
+};
+
+/// Size of the unit `statfs` counts blocks in.
+const STATFS_FRSIZE: u32 = 4096;
+/// Longest name, as the wire protocol allows.
+const NAME_MAX: u32 = 255;
+/// Inodes `statfs` reports as total and free: the metadata store has no fixed table.
+const STATFS_FILES: u64 = 1 << 32;
+
+struct FileHandle {
+    file: File,
+    /// Opened with O_APPEND: every write goes to the current end of file.
+    append: bool,
+}
+
+#[derive(Clone)]
+enum Handle {
+    File(Arc<FileHandle>),
+    Dir(Arc<DirHandle>),
+}
+
+/// State the worker threads share.
+pub struct Shared {
+    client: Client,
+    creds: CredCache,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    notifier: OnceLock<fuser::Notifier>,
+    mountpoint: std::path::PathBuf,
+    readahead_set: std::sync::Once,
+}
+
+impl Shared {
+    pub fn set_notifier(&self, n: fuser::Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    fn insert(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(fh, h);
+        fh
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Handle>> {
+        self.handles.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn file(&self, fh: u64) -> Result<Arc<FileHandle>, i32> {
+        match self.lock().get(&fh) {
+            Some(Handle::File(f)) => Ok(f.clone()),
+            _ => Err(libc::EBADF),
+        }
+    }
+
+    fn dir(&self, fh: u64) -> Result<Arc<DirHandle>, i32> {
+        match self.lock().get(&fh) {
+            Some(Handle::Dir(d)) => Ok(d.clone()),
+            _ => Err(libc::EBADF),
+        }
+    }
+
+    /// Close-to-open: drops the kernel's cached attributes of `ino`, so that the size
+    /// and times another client left are fetched again.
+    fn forget_attrs(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            // Fails only if the kernel no longer knows the inode; nothing to drop then.
+            let _ = n.inval_inode(ino, -1, 0);
+        }
+    }
+}
+
+pub struct StripeFs {
+    shared: Arc<Shared>,
+    pool: Pool,
+}
+
+impl StripeFs {
+    pub fn new(client: Client, mountpoint: &Path) -> StripeFs {
+        StripeFs {
+            shared: Arc::new(Shared {
+                client,
+                creds: CredCache::default(),
+                handles: Mutex::new(HashMap::new()),
+                next_fh: AtomicU64::new(1),
+                notifier: OnceLock::new(),
+                mountpoint: mountpoint.to_path_buf(),
+                readahead_set: std::sync::Once::new(),
+            }),
+            pool: Pool::new(WORKERS, MAX_QUEUED_REQUESTS),
+        }
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Runs `f` on a worker with a client carrying the caller's credentials.
+    fn spawn(&self, req: &Request<'_>, f: impl FnOnce(&Shared, Client) + Send + 'static) {
+        let cred = self.shared.creds.cred(req.uid(), req.gid(), req.pid());
+        let shared = self.shared.clone();
+        self.pool.submit(move || {
+            let client = shared.client.clone().with_cred(cred);
+            f(&shared, client)
+        });
+    }
+}
+
+fn name_str(name: &OsStr) -> Result<&str, i32> {
+    name.to_str().ok_or(libc::EINVAL)
+}
+
+fn reply_entry(reply: ReplyEntry, r: Result<Attr, WireError>) {
+    match r {
+        Ok(a) => reply.entry(&ENTRY_TTL, &file_attr(&a), 0),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, r: Result<(), WireError>) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> Option<SetTime> {
+    t.map(|t| match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(s) => SetTime::AtNs(time_ns(s)),
+    })
+}
+
+/// Client open options for open(2) flags.
+fn open_options(flags: i32) -> OpenOptions {
+    let acc = flags & libc::O_ACCMODE;
+    OpenOptions::new()
+        .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+        .write(acc == libc::O_WRONLY || acc == libc::O_RDWR)
+        .truncate(flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY)
+}
+
+/// Reply flags for a new file handle. Appending handles bypass the page cache: their
+/// writes go to the end of file as the cluster knows it, not where the kernel's cached
+/// size says, so the kernel must not cache pages at its guessed offsets.
+fn open_flags(append: bool) -> u32 {
+    if append {
+        FOPEN_DIRECT_IO
+    } else {
+        0
+    }
+}
+
+impl fuser::Filesystem for StripeFs {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), i32> {
+        // Each setting is best effort: an older kernel keeps its default.
+        let _ = config.set_max_write(MAX_IO_BYTES);
+        let _ = config.set_max_readahead(MAX_IO_BYTES);
+        let _ = config.set_max_background(MAX_BACKGROUND);
+        let _ = config.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
+        for cap in [
+            FUSE_ATOMIC_O_TRUNC,
+            FUSE_PARALLEL_DIROPS,
+            FUSE_CACHE_SYMLINKS,
+            FUSE_ASYNC_DIO,
+        ] {
+            let _ = config.add_capabilities(cap);
+        }
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        // Handles still open at unmount are closed (and their writes flushed) on drop.
+        self.shared.lock().clear();
+    }
+
+    fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(req, move |_, c| {
+            reply_entry(reply, c.lookup(InodeId(parent), &name))
+        });
+    }
+
+    fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        self.spawn(req, move |_, c| match c.getattr(InodeId(ino)) {
+            Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno_ino(&e)),
+        });
+    }
+
+    fn setattr(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: ReplyAttr,
+    ) {
+        let attrs = SetAttrs {
+            mode: mode.map(|m| m & 0o7777),
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+        };
+        self.spawn(req, move |sh, c| {
+            match setattr(sh, &c, InodeId(ino), attrs, fh) {
+                Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&a)),
+                Err(e) => reply.error(errno_ino(&e)),
+            }
+        });
+    }
+
+    fn readlink(&mut self, req: &Request<'_>, ino: u64, reply: ReplyData) {
+        self.spawn(req, move |_, c| match c.readlink_ino(InodeId(ino)) {
+            Ok(t) => reply.data(t.as_bytes()),
+            Err(e) => reply.error(errno_ino(&e)),
+        });
+    }
+
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        let perm = mode & 0o7777 & !umask;
+        let r = match mode & libc::S_IFMT {
+            libc::S_IFIFO => Some(FileType::Fifo),
+            libc::S_IFREG => None,
+            libc::S_IFSOCK => return reply.error(libc::EOPNOTSUPP),
+            _ => return reply.error(libc::EPERM),
+        };
+        self.spawn(req, move |_, c| {
+            let p = InodeId(parent);
+            let r = match r {
+                Some(t) => c.mknod_at(p, &name, perm, t),
+                None => c
+                    .create_at(p, &name, &OpenOptions::create_new(perm))
+                    .and_then(|f| {
+                        let a = f.cached_attr();
+                        f.close().map(|()| a)
+                    }),
+            };
+            reply_entry(reply, r)
+        });
+    }
+
+    fn mkdir(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        let perm = mode & 0o7777 & !umask;
+        self.spawn(req, move |_, c| {
+            reply_entry(reply, c.mkdir_at(InodeId(parent), &name, perm))
+        });
+    }
+
+    fn unlink(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(req, move |_, c| {
+            reply_empty(reply, c.unlink_at(InodeId(parent), &name))
+        });
+    }
+
+    fn rmdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(req, move |_, c| {
+            reply_empty(reply, c.rmdir_at(InodeId(parent), &name))
+        });
+    }
+
+    fn symlink(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let (name, target) = match (name_str(link_name), target.to_str()) {
+            (Ok(n), Some(t)) => (n.to_string(), t.to_string()),
+            _ => return reply.error(libc::EINVAL),
+        };
+        self.spawn(req, move |_, c| {
+            reply_entry(reply, c.symlink_at(InodeId(parent), &name, &target))
+        });
+    }
+
+    fn rename(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        let (name, newname) = match (name_str(name), name_str(newname)) {
+            (Ok(a), Ok(b)) => (a.to_string(), b.to_string()),
+            _ => return reply.error(libc::EINVAL),
+        };
+        if flags & !libc::RENAME_NOREPLACE != 0 {
+            // RENAME_EXCHANGE and RENAME_WHITEOUT have no metadata operation.
+            return reply.error(libc::EINVAL);
+        }
+        let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+        self.spawn(req, move |_, c| {
+            let r = c.rename_at(
+                InodeId(parent),
+                &name,
+                InodeId(newparent),
+                &newname,
+                noreplace,
+            );
+            reply_empty(reply, r)
+        });
+    }
+
+    fn link(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let name = match name_str(newname) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(req, move |_, c| {
+            reply_entry(reply, c.link_at(InodeId(ino), InodeId(newparent), &name))
+        });
+    }
+
+    fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+        let append = flags & libc::O_APPEND != 0;
+        self.spawn(req, move |sh, c| {
+            // Only after INIT, which would clamp it back, and never while mounting, when
+            // looking at the mount would wait for this very loop.
+            sh.readahead_set
+                .call_once(|| crate::readahead::raise(&sh.mountpoint));
+            match c.open_ino(InodeId(ino), &open_options(flags)) {
+                Ok(file) => {
+                    sh.forget_attrs(ino);
+                    let fh = sh.insert(Handle::File(Arc::new(FileHandle { file, append })));
+                    reply.opened(fh, open_flags(append));
+                }
+                Err(e) => reply.error(errno_ino(&e)),
+            }
+        });
+    }
+
+    fn read(
+        &mut self,
+        req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyData,
+    ) {
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(libc::EINVAL);
+        };
+        self.spawn(req, move |sh, _| {
+            let h = match sh.file(fh) {
+                Ok(h) => h,
+                Err(e) => return reply.error(e),
+            };
+            let mut buf = vec![0u8; size.min(MAX_IO_BYTES * 2) as usize];
+            match h.file.read_at(offset, &mut buf) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn write(
+        &mut self,
+        req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(libc::EINVAL);
+        };
+        // The request buffer is reused for the next request: the worker needs a copy.
+        let data = data.to_vec();
+        self.spawn(req, move |sh, _| {
+            let h = match sh.file(fh) {
+                Ok(h) => h,
+                Err(e) => return reply.error(e),
+            };
+            // The kernel serialises writes of an appending handle (direct I/O holds the
+            // inode lock), so the end of file cannot move between the size and the write.
+            let at = if h.append {
+                offset.max(h.file.size())
+            } else {
+                offset
+            };
+            match h.file.write_at(at, &data) {
+                Ok(()) => reply.written(data.len() as u32),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn flush(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _lock: u64, reply: ReplyEmpty) {
+        self.spawn(req, move |sh, _| match sh.file(fh) {
+            Ok(h) => reply_empty(reply, h.file.flush()),
+            Err(e) => reply.error(e),
+        });
+    }
+
+    fn release(
+        &mut self,
+        req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(req, move |sh, _| {
+            let h = sh.lock().remove(&fh);
+            match h {
+                // The kernel ignores release errors; close-time errors were reported by
+                // the flush before it.
+                Some(Handle::File(h)) => match Arc::try_unwrap(h) {
+                    Ok(h) => reply_empty(reply, h.file.close()),
+                    Err(_) => reply.ok(),
+                },
+                _ => reply.ok(),
+            }
+        });
+    }
+
+    fn fsync(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _data: bool, reply: ReplyEmpty) {
+        self.spawn(req, move |sh, _| match sh.file(fh) {
+            Ok(h) => reply_empty(reply, h.file.fsync()),
+            Err(e) => reply.error(e),
+        });
+    }
+
+    fn opendir(&mut self, req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
+            Ok(a) if a.ftype != FileType::Dir => reply.error(libc::ENOTDIR),
+            Ok(_) => {
+                let fh = sh.insert(Handle::Dir(Arc::new(DirHandle::new(InodeId(ino)))));
+                reply.opened(fh, 0);
+            }
+            Err(e) => reply.error(errno_ino(&e)),
+        });
+    }
+
+    fn readdir(
+        &mut self,
+        req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectory,
+    ) {
+        self.spawn(req, move |sh, c| {
+            let d = match sh.dir(fh) {
+                Ok(d) => d,
+                Err(e) => return reply.error(e),
+            };
+            let r = d.fill(&c, offset, |(ino, next, kind, name)| {
+                reply.add(ino, next, kind, name)
+            });
+            match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn releasedir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.shared.lock().remove(&fh);
+        reply.ok();
+    }
+
+    fn fsyncdir(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _d: bool, reply: ReplyEmpty) {
+        // Metadata changes are durable before the metadata server acknowledges them.
+        reply.ok();
+    }
+
+    fn statfs(&mut self, req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        self.spawn(req, move |_, c| match c.statfs() {
+            Ok(s) => {
+                let b = STATFS_FRSIZE as u64;
+                reply.statfs(
+                    s.bytes_total / b,
+                    s.bytes_free / b,
+                    s.bytes_free / b,
+                    STATFS_FILES,
+                    STATFS_FILES,
+                    crate::BLKSIZE_BYTES,
+                    NAME_MAX,
+                    STATFS_FRSIZE,
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn access(&mut self, req: &Request<'_>, ino: u64, mask: i32, reply: ReplyEmpty) {
+        self.spawn(req, move |_, c| {
+            match c.access_ino(InodeId(ino), mask as u32) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno_ino(&e)),
+            }
+        });
+    }
+
+    fn create(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let name = match name_str(name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return reply.error(e),
+        };
+        let append = flags & libc::O_APPEND != 0;
+        let opts = open_options(flags)
+            .create(true)
+            .exclusive(flags & libc::O_EXCL != 0)
+            .mode(mode & 0o7777 & !umask);
+        self.spawn(req, move |sh, c| {
+            match c.create_at(InodeId(parent), &name, &opts) {
+                Ok(file) => {
+                    let attr = file_attr(&file.cached_attr());
+                    let fh = sh.insert(Handle::File(Arc::new(FileHandle { file, append })));
+                    reply.created(&ENTRY_TTL, &attr, 0, fh, open_flags(append));
+                }
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+}
+
+/// Changes attributes; a size change through an open handle goes through that handle,
+/// so that it is ordered after the handle's queued writes.
+fn setattr(
+    sh: &Shared,
+    c: &Client,
+    ino: InodeId,
+    mut attrs: SetAttrs,
+    fh: Option<u64>,
+) -> Result<Attr, WireError> {
+    if let (Some(size), Some(fh)) = (attrs.size, fh) {
+        if let Ok(h) = sh.file(fh) {
+            h.file.set_len(size).or_else(|e| match e.code {
+                // A handle opened read-only may still be ftruncate'd by a process that
+                // has write permission another way; let the inode-level call decide.
+                ErrorCode::BadHandle => c
+                    .setattr_ino(
+                        ino,
+                        SetAttrs {
+                            size: Some(size),
+                            ..SetAttrs::default()
+                        },
+                    )
+                    .map(|_| ()),
+                _ => Err(e),
+            })?;
+            attrs.size = None;
+            if attrs == SetAttrs::default() {
+                return c.getattr(ino);
+            }
+        }
+    }
+    c.setattr_ino(ino, attrs)
+}

@@ -1,0 +1,182 @@
+//! The stripefs FUSE adapter: mounts a cluster so that unmodified programs use it.
+//!
+//! Role. A thin translation layer, as 3FS keeps its FUSE daemon: every kernel request
+//! becomes one or two calls of the native client library ([`stripefs_client::Client`]),
+//! with the caller's uid, gid and supplementary groups, and every client error becomes
+//! the errno its code names. The adapter keeps no file system state of its own beyond
+//! open handles and per-handle directory listings; inode numbers are the cluster's, so the
+//! root is inode 1 on both sides and no translation table is needed.
+//!
+//! Concurrency. fuser reads kernel requests on one thread; every request that may wait
+//! on the network is handed to a pool of [`WORKERS`] threads, which reply themselves, so
+//! reads, writes, fsyncs and metadata calls of many processes are in flight at once.
+//! Writes use the client's write-behind (errors come back at flush, fsync or close), and
+//! sequential reads combine the kernel's readahead with the client's.
+//!
+//! Consistency. Attributes and entries are cached by the kernel for [`ATTR_TTL`] and
+//! [`ENTRY_TTL`]. Close-to-open between clients: each open invalidates the kernel's
+//! attributes and (without keep_cache) its cached pages of the file, so what another
+//! client closed is seen by the next open; an open of an inode that another client
+//! replaced answers ESTALE, which makes the kernel look the name up again.
+//!
+//! Fault model. A server that stops makes the calls that need it fail within the client
+//! timeout; they answer EIO, never hang. The client reconnects on the next call, so the
+//! mount works again once the servers are back.
+
+mod cred;
+mod dir;
+mod errno;
+mod fs;
+mod pool;
+mod readahead;
+
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+use stripefs_client::Client;
+
+/// How long the kernel may use attributes without asking again.
+pub const ATTR_TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may use a name -> inode entry without asking again.
+pub const ENTRY_TTL: Duration = Duration::from_secs(1);
+/// Threads that serve kernel requests.
+pub const WORKERS: usize = 16;
+/// Requests queued for the workers before the reading thread waits.
+pub const MAX_QUEUED_REQUESTS: usize = 1024;
+/// Largest read or write request the kernel sends (the kernel's own limit is 256 pages).
+pub const MAX_IO_BYTES: u32 = 1 << 20;
+/// Asynchronous (readahead, background) requests the kernel keeps in flight.
+pub const MAX_BACKGROUND: u16 = 64;
+/// Kernel readahead of the mount. The kernel offers only 128 KiB at INIT; as root the
+/// mount raises it through sysfs, so that sequential reads keep every server busy.
+pub const READAHEAD_BYTES: u64 = 16 << 20;
+/// The block size `stat` reports: programs size their buffers by it.
+pub const BLKSIZE_BYTES: u32 = 1 << 20;
+
+const _: () = {
+    assert!(MAX_IO_BYTES as u64 <= stripefs_client::CHUNK_TARGET_BYTES * 16);
+    assert!(WORKERS >= 2 && MAX_QUEUED_REQUESTS >= WORKERS);
+};
+
+/// What to mount and how.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// Let users other than the mounting one use the mount (needs root or
+    /// `user_allow_other` in /etc/fuse.conf). Permissions are checked by the metadata
+    /// server with each caller's credentials either way.
+    pub allow_other: bool,
+    /// Shown as the source in /proc/mounts and `df`.
+    pub fsname: String,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            // SAFETY: geteuid cannot fail.
+            allow_other: unsafe { libc::geteuid() } == 0,
+            fsname: "stripefs".into(),
+        }
+    }
+}
+
+/// A mounted file system whose request loop has not started yet.
+pub struct Mounted {
+    session: fuser::Session<fs::StripeFs>,
+}
+
+/// Mounts `client`'s cluster at `mountpoint`. The mount exists when this returns; the
+/// kernel queues requests until [`Mounted::run`] serves them.
+pub fn mount(client: Client, mountpoint: &Path, opts: &MountOptions) -> io::Result<Mounted> {
+    check_mountpoint(mountpoint)?;
+    // Canonical, as /proc/self/mountinfo shows it.
+    let mountpoint = &std::fs::canonicalize(mountpoint)?;
+    let mut options = vec![
+        fuser::MountOption::FSName(opts.fsname.clone()),
+        fuser::MountOption::Subtype("stripefs".into()),
+        fuser::MountOption::NoAtime,
+    ];
+    if opts.allow_other {
+        options.push(fuser::MountOption::AllowOther);
+    }
+    let fs = fs::StripeFs::new(client, mountpoint);
+    let shared = fs.shared();
+    let session = fuser::Session::new(fs, mountpoint, &options).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("mounting on {}: {e}", mountpoint.display()),
+        )
+    })?;
+    shared.set_notifier(session.notifier());
+    Ok(Mounted { session })
+}
+
+impl Mounted {
+    /// Serves kernel requests until the file system is unmounted, then closes every
+    /// handle still open (flushing its writes).
+    pub fn run(mut self) -> io::Result<()> {
+        let r = self.session.run();
+        drop(self.session);
+        r
+    }
+}
+
+fn check_mountpoint(mountpoint: &Path) -> io::Result<()> {
+    match std::fs::metadata(mountpoint) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("mount point {} is not a directory", mountpoint.display()),
+        )),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => Err(io::Error::new(
+            e.kind(),
+            format!(
+                "mount point {} is a dead mount (its daemon is gone): run `stripefs umount {}` first",
+                mountpoint.display(),
+                mountpoint.display()
+            ),
+        )),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("mount point {}: {e}", mountpoint.display()),
+        )),
+    }
+}
+
+/// Unmounts with `fusermount3 -u` (`-z`: lazily, even while files are open). As root,
+/// falls back to umount2(2) if fusermount3 is missing.
+pub fn unmount(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    let mut cmd = std::process::Command::new("fusermount3");
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    match cmd.arg(mountpoint).output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(io::Error::other(format!(
+            "fusermount3 -u {}: {}",
+            mountpoint.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => umount2(mountpoint, lazy),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("running fusermount3: {e}"),
+        )),
+    }
+}
+
+fn umount2(mountpoint: &Path, lazy: bool) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in mount point"))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("umount {}: {e}", mountpoint.display()),
+        ));
+    }
+    Ok(())
+}

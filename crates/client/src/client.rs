@@ -158,19 +158,20 @@ impl Client {
             Some(p) => format!("create {p}"),
             None => format!("create {name:?} in {parent}"),
         };
-        let req = Request::Create {
+        // One round trip and one commit: the metadata server creates (or, without
+        // `exclusive`, finds) the file and counts our open.
+        let req = Request::CreateOpen {
             parent,
             name: name.into(),
             mode: opts.mode,
             exclusive: opts.exclusive,
             layout: opts.layout,
+            session: self.inner.session,
+            read: opts.read,
+            write: opts.write,
         };
-        let attr = match self.inner.meta_attr(&self.cred, req) {
-            Err(e) if e.code == ErrorCode::Exists && !opts.exclusive => self.lookup(parent, name),
-            r => r,
-        };
-        let attr = ctx(attr, what)?;
-        self.open_attr(attr, opts, path)
+        let attr = ctx(self.inner.meta_attr(&self.cred, req), what)?;
+        self.file_of(attr, opts, path, true)
     }
 
     /// Opens the file `ino`. `opts.create` is ignored: the inode exists.
@@ -185,6 +186,17 @@ impl Client {
         attr: Attr,
         opts: &OpenOptions,
         path: Option<&str>,
+    ) -> Result<File, WireError> {
+        self.file_of(attr, opts, path, false)
+    }
+
+    /// A handle on `attr`'s file; sends Open unless the server counted it already.
+    fn file_of(
+        &self,
+        attr: Attr,
+        opts: &OpenOptions,
+        path: Option<&str>,
+        opened: bool,
     ) -> Result<File, WireError> {
         let what = || match path {
             Some(p) => format!("open {p}"),
@@ -205,15 +217,19 @@ impl Client {
                 ))
             }
         }
-        let req = Request::Open {
-            ino: attr.ino,
-            session: self.inner.session,
-            read: opts.read,
-            write: opts.write,
-        };
-        let attr = match ctx(self.meta(req), what)? {
-            Response::Attr(a) => a,
-            _ => attr,
+        let attr = if opened {
+            attr
+        } else {
+            let req = Request::Open {
+                ino: attr.ino,
+                session: self.inner.session,
+                read: opts.read,
+                write: opts.write,
+            };
+            match ctx(self.meta(req), what)? {
+                Response::Attr(a) => a,
+                _ => attr,
+            }
         };
         let io = self.inner.inode_io(&attr, path)?;
         io.note_meta_size(attr.size);

@@ -121,6 +121,16 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             exclusive: rng.gen(),
             layout: hint(rng),
         },
+        Opcode::CreateOpen => Request::CreateOpen {
+            parent: ino(rng),
+            name: text(rng),
+            mode: 0o644,
+            exclusive: rng.gen(),
+            layout: hint(rng),
+            session: rng.gen(),
+            read: rng.gen(),
+            write: rng.gen(),
+        },
         Opcode::Mknod => Request::Mknod {
             parent: ino(rng),
             name: text(rng),
@@ -277,6 +287,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Resolve
         | Opcode::Mkdir
         | Opcode::Create
+        | Opcode::CreateOpen
         | Opcode::Mknod
         | Opcode::Symlink
         | Opcode::Link

@@ -202,7 +202,55 @@ impl MetaService {
                 session,
                 read,
                 write,
-            } => self.open_file(&cred, ino.0, session, read, write),
+            } => self.open_file(&cred, ino.0, session, read, write, true),
+            Request::CreateOpen {
+                parent,
+                name,
+                mode,
+                exclusive,
+                layout,
+                session,
+                read,
+                write,
+            } => {
+                let create = Request::Create {
+                    parent,
+                    name: name.clone(),
+                    mode,
+                    exclusive: true,
+                    layout,
+                };
+                match self.submit(Job::Client {
+                    cred: cred.clone(),
+                    req: create,
+                }) {
+                    // The creator may use the access it asked for whatever the new mode
+                    // says (open(2) with O_CREAT), so no permission check here.
+                    Ok(Response::Attr(a)) => {
+                        self.open_file(&cred, a.ino.0, session, read, write, false)
+                    }
+                    Err(e) if e.code == ErrorCode::Exists && !exclusive => {
+                        let ino = match self.read(&cred, &Request::Lookup { parent, name })? {
+                            Response::Attr(a) if a.ftype == FileType::File => a.ino.0,
+                            Response::Attr(a) if a.ftype == FileType::Dir => {
+                                return Err(WireError::new(
+                                    ErrorCode::IsDir,
+                                    format!("inode {} is a directory", a.ino.0),
+                                ))
+                            }
+                            Response::Attr(a) => {
+                                return Err(WireError::new(
+                                    ErrorCode::Unsupported,
+                                    format!("inode {} is not a regular file", a.ino.0),
+                                ))
+                            }
+                            other => return Ok(other),
+                        };
+                        self.open_file(&cred, ino, session, read, write, true)
+                    }
+                    other => other,
+                }
+            }
             Request::Close { ino, session } => self.close_file(ino.0, session),
             Request::MetaStatus {} => self.status(),
             req if ops::is_mutation(&req) => self.submit(Job::Client { cred, req }),
@@ -250,7 +298,17 @@ impl MetaService {
         rx.recv().map_err(|_| stopping())?
     }
 
-    fn open_file(&self, cred: &Cred, ino: u64, session: u64, read: bool, write: bool) -> Answer {
+    /// Counts an open of `ino` by `session`, after checking `read`/`write` access against
+    /// the mode when `check` (a file just created by this caller is not checked).
+    fn open_file(
+        &self,
+        cred: &Cred,
+        ino: u64,
+        session: u64,
+        read: bool,
+        write: bool,
+        check: bool,
+    ) -> Answer {
         // The lock is held across the read so that the writer cannot decide "not open,
         // delete" between our check and our count (see opens.rs).
         let mut st = self.core.opens.lock();
@@ -269,7 +327,9 @@ impl MetaService {
             .begin_read()
             .map_err(|e| store::io("starting a read", e))?;
         let inode = need(&Rd::open(&txn)?, ino)?;
-        check_open(cred, ino, &inode, read, write)?;
+        if check {
+            check_open(cred, ino, &inode, read, write)?;
+        }
         if inode.nlink == 0 && !st.is_open(ino) {
             return Err(gone());
         }

@@ -673,3 +673,75 @@ fn bad_requests_do_not_panic() {
     );
     fs.check();
 }
+
+fn create_open(name: &str, mode: u32, exclusive: bool, write: bool) -> Request {
+    Request::CreateOpen {
+        parent: InodeId(ROOT),
+        name: name.into(),
+        mode,
+        exclusive,
+        layout: LayoutHint::default(),
+        session: 42,
+        read: true,
+        write,
+    }
+}
+
+#[test]
+fn create_open_counts_the_open_and_lets_the_creator_write() {
+    let fs = Fs::new();
+    let me = user(1000, 100);
+    let dir = fs.mkdir(&Cred::root(), ROOT, "pub", 0o777).unwrap();
+    let req = |name: &str, mode, exclusive, write| match create_open(name, mode, exclusive, write) {
+        Request::CreateOpen {
+            name,
+            mode,
+            exclusive,
+            layout,
+            session,
+            read,
+            write,
+            ..
+        } => Request::CreateOpen {
+            parent: dir.ino,
+            name,
+            mode,
+            exclusive,
+            layout,
+            session,
+            read,
+            write,
+        },
+        _ => unreachable!(),
+    };
+    // open(O_CREAT|O_RDWR, 0444) succeeds for the creator, as POSIX says.
+    let f = fs.attr(&me, req("ro", 0o444, true, true)).unwrap();
+    assert_eq!((f.mode, f.uid), (0o444, 1000));
+    // Opening it again for writing is refused: the mode now applies.
+    assert_eq!(
+        code(fs.attr(&me, req("ro", 0o444, false, true))),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        code(fs.attr(&me, req("ro", 0o444, true, false))),
+        ErrorCode::Exists
+    );
+    // The open was counted: unlinking keeps the inode until Close.
+    let unlink = Request::Unlink {
+        parent: dir.ino,
+        name: "ro".into(),
+    };
+    call(&fs.svc, &me, unlink).unwrap();
+    assert_eq!(fs.getattr(f.ino.0).unwrap().nlink, 0);
+    let close = Request::Close {
+        ino: f.ino,
+        session: 42,
+    };
+    call(&fs.svc, &me, close).unwrap();
+    // An existing directory is not opened as a file.
+    assert_eq!(
+        code(fs.attr(&Cred::root(), create_open("pub", 0o644, false, false))),
+        ErrorCode::IsDir
+    );
+    fs.check();
+}

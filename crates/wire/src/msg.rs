@@ -215,6 +215,9 @@ requests! {
     // Drops the server's cached pages of a file (posix_fadvise DONTNEED), so that the next
     // read comes from the disks. Benchmarks use it; it changes no data.
     66 => DropCache { fid: InodeId },
+    // Metadata server: Create and Open in one round trip and one commit (open(O_CREAT)).
+    // Without `exclusive`, an existing regular file is opened instead.
+    67 => CreateOpen { parent: InodeId, name: String, mode: u32, exclusive: bool, layout: LayoutHint, session: u64, read: bool, write: bool },
 }
 
 /// Responses. The response frame's opcode echoes the request's.
@@ -484,7 +487,9 @@ impl Request {
             | Request::Link { name, .. }
             | Request::Unlink { name, .. }
             | Request::Rmdir { name, .. } => name_ok(name),
-            Request::Create { name, layout, .. } => name_ok(name).and(validate_hint(layout)),
+            Request::Create { name, layout, .. } | Request::CreateOpen { name, layout, .. } => {
+                name_ok(name).and(validate_hint(layout))
+            }
             Request::Symlink { name, target, .. } => {
                 name_ok(name)?;
                 check_path(target)?;

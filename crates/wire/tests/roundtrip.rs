@@ -94,6 +94,28 @@ fn namespace_request() -> impl Strategy<Value = Request> {
                 layout
             }
         ),
+        (
+            inode(),
+            name(),
+            any::<u32>(),
+            hint(),
+            any::<u64>(),
+            any::<(bool, bool, bool)>()
+        )
+            .prop_map(
+                |(parent, name, mode, layout, session, (exclusive, read, write))| {
+                    Request::CreateOpen {
+                        parent,
+                        name,
+                        mode,
+                        exclusive,
+                        layout,
+                        session,
+                        read,
+                        write,
+                    }
+                }
+            ),
         (inode(), name(), any::<u32>(), ftype()).prop_map(|(parent, name, mode, ftype)| {
             Request::Mknod {
                 parent,
@@ -584,6 +606,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (64, "Fsync"),
     (65, "DataStatus"),
     (66, "DropCache"),
+    (67, "CreateOpen"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -691,6 +714,16 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::Fsync => Request::Fsync { fid: ino },
         Opcode::DataStatus => Request::DataStatus {},
         Opcode::DropCache => Request::DropCache { fid: ino },
+        Opcode::CreateOpen => Request::CreateOpen {
+            parent: ino,
+            name,
+            mode: 0,
+            exclusive: false,
+            layout: LayoutHint::default(),
+            session: 0,
+            read: false,
+            write: false,
+        },
     }
 }
 

@@ -230,7 +230,7 @@ fn on_server(server: u32) -> LayoutHint {
 
 /// Creates every source file of `size` bytes on its pair's producer server, durably.
 fn write_sources(s: &Setup, size: u64) -> Result<()> {
-    crate::scan::run_clients(s.pairs, |pair| {
+    crate::util::run_clients(s.pairs, |pair| {
         let client = Client::connect(&s.cluster)?;
         let mut buf = vec![0u8; XFER_BYTES as usize];
         for file in 0..s.files {
@@ -273,7 +273,7 @@ fn drop_source_caches(s: &Setup, admin: &Client) -> Result<()> {
 
 /// One mix: pairs below `intra` copy within their server, the others between servers.
 fn measure(s: &Setup, admin: &Client, size: u64, intra: u32, pb: &ProgressBar) -> Result<Row> {
-    let (secs, _) = crate::scan::run_clients(s.pairs, |pair| {
+    let (secs, _) = crate::util::run_clients(s.pairs, |pair| {
         let consumer = if pair < intra { 2 * pair } else { 2 * pair + 1 };
         copy_files(s, pair, consumer, size, pb)
     })?;

@@ -15,7 +15,7 @@ use indicatif::ProgressBar;
 use serde_json::json;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::Instant;
 use stripefs_client::{Client, OpenOptions};
 use stripefs_rpc::units::{format_size, parse_size};
@@ -220,37 +220,12 @@ fn phase(
     write: bool,
     pb: &ProgressBar,
 ) -> Result<f64> {
-    let barrier = Barrier::new(a.clients as usize);
-    let results: Vec<Result<(Instant, Instant)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..a.clients)
-            .map(|rank| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    // In the read phase each client reads the block its neighbour wrote.
-                    let owner = if write { rank } else { (rank + 1) % a.clients };
-                    client_phase(b, a, pattern, owner, write, barrier, pb)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
-            })
-            .collect()
-    });
-    let mut first = None::<Instant>;
-    let mut last = None::<Instant>;
-    for r in results {
-        let (s, e) = r?;
-        first = Some(first.map_or(s, |f| f.min(s)));
-        last = Some(last.map_or(e, |l| l.max(e)));
-    }
-    match (first, last) {
-        (Some(f), Some(l)) => Ok((l - f).as_secs_f64()),
-        _ => bail!("no clients ran"),
-    }
+    let (secs, _) = crate::util::run_clients(a.clients, |rank| {
+        // In the read phase each client reads the block its neighbour wrote.
+        let owner = if write { rank } else { (rank + 1) % a.clients };
+        client_phase(b, a, pattern, owner, write, pb)
+    })?;
+    Ok(secs)
 }
 
 fn client_phase(
@@ -259,9 +234,8 @@ fn client_phase(
     pattern: &Pattern,
     owner: u32,
     write: bool,
-    barrier: &Barrier,
     pb: &ProgressBar,
-) -> Result<(Instant, Instant)> {
+) -> Result<()> {
     let file = if a.file_per_process { owner } else { 0 };
     let region = if a.file_per_process {
         0
@@ -269,7 +243,6 @@ fn client_phase(
         owner as u64 * a.block
     };
     let mut buf = vec![0u8; a.xfer as usize];
-    barrier.wait();
     let start = Instant::now();
     let mut h = b.open(owner, file, write)?;
     if !write {
@@ -302,7 +275,7 @@ fn client_phase(
             sync_start.elapsed().as_secs_f64()
         );
     }
-    Ok((start, Instant::now()))
+    Ok(())
 }
 
 /// The pattern on stripefs: one client (own connections) per rank.

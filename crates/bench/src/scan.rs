@@ -11,7 +11,7 @@
 //! local directory (`--baseline`) and the sum of the throttle rates of the targets used are
 //! the same-run references.
 //!
-//! The stream helpers here ([`Store`], [`SFile`], [`run_clients`]) are shared with
+//! The stream helpers here ([`Store`], [`SFile`]) are shared with
 //! `bench transpose`, which has the same shape: setup, cold streaming phase, verification.
 
 use crate::util::{mib_s, pct, progress, write_json};
@@ -22,8 +22,6 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::Barrier;
-use std::time::Instant;
 use stripefs_client::{Client, OpenOptions};
 use stripefs_rpc::units::{format_size, parse_size};
 use stripefs_rpc::ClusterConfig;
@@ -289,13 +287,13 @@ fn scan_on(store: &Store, a: &ScanArgs, recs: &Records) -> Result<ScanRun> {
         store.create(n)?;
     }
     let pb = progress(a.size, &format!("{} setup", store.label()));
-    run_clients(a.clients, |rank| {
+    crate::util::run_clients(a.clients, |rank| {
         write_part(store, recs, rank, a.clients, &pb)
     })?;
     pb.finish_and_clear();
     store.drop_cache("input")?;
     let pb = progress(a.size, &format!("{} scan", store.label()));
-    let (secs, parts) = run_clients(a.clients, |rank| {
+    let (secs, parts) = crate::util::run_clients(a.clients, |rank| {
         scan_part(store, recs, rank, a.clients, &pb)
     })?;
     pb.finish_and_clear();
@@ -433,46 +431,6 @@ fn verify_part(
         }
     }
     f.close()
-}
-
-/// Runs `f(rank)` on `clients` threads started together; returns the seconds from the
-/// first start to the last finish, and each client's result in rank order.
-pub(crate) fn run_clients<T: Send>(
-    clients: u32,
-    f: impl Fn(u32) -> Result<T> + Sync,
-) -> Result<(f64, Vec<T>)> {
-    let barrier = Barrier::new(clients as usize);
-    let results: Vec<Result<(Instant, Instant, T)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..clients)
-            .map(|rank| {
-                let (barrier, f) = (&barrier, &f);
-                s.spawn(move || {
-                    barrier.wait();
-                    let start = Instant::now();
-                    let v = f(rank)?;
-                    Ok((start, Instant::now(), v))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
-            })
-            .collect()
-    });
-    let (mut first, mut last, mut out) = (None::<Instant>, None::<Instant>, Vec::new());
-    for r in results {
-        let (s, e, v) = r?;
-        first = Some(first.map_or(s, |f| f.min(s)));
-        last = Some(last.map_or(e, |l| l.max(e)));
-        out.push(v);
-    }
-    match (first, last) {
-        (Some(f), Some(l)) => Ok(((l - f).as_secs_f64(), out)),
-        _ => bail!("no clients ran"),
-    }
 }
 
 /// Where a streaming application runs: a directory of stripefs, or a local directory

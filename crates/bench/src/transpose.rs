@@ -11,7 +11,8 @@
 //! local directory (`--baseline`) and the sum of the throttle rates of the targets used
 //! are the same-run references.
 
-use crate::scan::{print_stream_table, run_clients, splitmix64, SFile, Store, MAX_CLIENTS};
+use crate::scan::{print_stream_table, splitmix64, SFile, Store, MAX_CLIENTS};
+use crate::util::run_clients;
 use crate::util::{mib_s, progress, write_json};
 use anyhow::{bail, Result};
 use clap::Args;

@@ -1,9 +1,11 @@
 //! Helpers shared by the benchmarks.
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::Path;
+use std::sync::Barrier;
+use std::time::Instant;
 
 /// Empties the kernel's page cache so that reads come from the disks: `sync`, then
 /// `echo 3 > /proc/sys/vm/drop_caches`. Returns whether it worked (it needs root).
@@ -264,4 +266,44 @@ pub fn progress_ops(total_ops: u64, what: &str) -> ProgressBar {
     );
     pb.set_message(what.to_string());
     pb
+}
+
+/// Runs `f(rank)` on `clients` threads started together; returns the seconds from the
+/// first start to the last finish, and each client's result in rank order.
+pub(crate) fn run_clients<T: Send>(
+    clients: u32,
+    f: impl Fn(u32) -> Result<T> + Sync,
+) -> Result<(f64, Vec<T>)> {
+    let barrier = Barrier::new(clients as usize);
+    let results: Vec<Result<(Instant, Instant, T)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|rank| {
+                let (barrier, f) = (&barrier, &f);
+                s.spawn(move || {
+                    barrier.wait();
+                    let start = Instant::now();
+                    let v = f(rank)?;
+                    Ok((start, Instant::now(), v))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
+            })
+            .collect()
+    });
+    let (mut first, mut last, mut out) = (None::<Instant>, None::<Instant>, Vec::new());
+    for r in results {
+        let (s, e, v) = r?;
+        first = Some(first.map_or(s, |f| f.min(s)));
+        last = Some(last.map_or(e, |l| l.max(e)));
+        out.push(v);
+    }
+    match (first, last) {
+        (Some(f), Some(l)) => Ok(((l - f).as_secs_f64(), out)),
+        _ => bail!("no clients ran"),
+    }
 }

@@ -178,16 +178,7 @@ impl Client {
     pub fn open_ino(&self, ino: InodeId, opts: &OpenOptions) -> Result<File, WireError> {
         opts.validate()?;
         let attr = self.getattr(ino)?;
-        self.open_attr(attr, opts, None)
-    }
-
-    fn open_attr(
-        &self,
-        attr: Attr,
-        opts: &OpenOptions,
-        path: Option<&str>,
-    ) -> Result<File, WireError> {
-        self.file_of(attr, opts, path, false)
+        self.file_of(attr, opts, None, false)
     }
 
     /// A handle on `attr`'s file; sends Open unless the server counted it already.
@@ -480,7 +471,7 @@ impl Client {
             return self.create_named(dir, &name, opts, Some(&canon));
         }
         let attr = self.stat(&canon)?;
-        self.open_attr(attr, opts, Some(&canon))
+        self.file_of(attr, opts, Some(&canon), false)
     }
 
     pub fn unlink(&self, path: &str) -> Result<(), WireError> {

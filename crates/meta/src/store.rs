@@ -424,25 +424,33 @@ impl Rd {
     }
 }
 
-impl Tables for Rd {
-    fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError> {
-        get_inode(&self.inodes, ino)
-    }
-    fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError> {
-        get_entry(&self.dirents, parent, name)
-    }
-    fn entries(
-        &self,
-        parent: u64,
-        after: &str,
-        limit: usize,
-    ) -> Result<(Vec<DirEntry>, bool), WireError> {
-        list_entries(&self.dirents, parent, after, limit)
-    }
-    fn counter(&self, key: &str) -> Result<u64, WireError> {
-        get_counter(&self.meta, key)
-    }
+/// Read and write transactions open different table types with the same fields; one
+/// body serves both.
+macro_rules! impl_tables {
+    ($t:ty) => {
+        impl Tables for $t {
+            fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError> {
+                get_inode(&self.inodes, ino)
+            }
+            fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError> {
+                get_entry(&self.dirents, parent, name)
+            }
+            fn entries(
+                &self,
+                parent: u64,
+                after: &str,
+                limit: usize,
+            ) -> Result<(Vec<DirEntry>, bool), WireError> {
+                list_entries(&self.dirents, parent, after, limit)
+            }
+            fn counter(&self, key: &str) -> Result<u64, WireError> {
+                get_counter(&self.meta, key)
+            }
+        }
+    };
 }
+
+impl_tables!(Rd);
 
 /// The tables of a write transaction, opened once per batch.
 pub struct Wr<'t> {
@@ -535,25 +543,7 @@ impl<'t> Wr<'t> {
     }
 }
 
-impl Tables for Wr<'_> {
-    fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError> {
-        get_inode(&self.inodes, ino)
-    }
-    fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError> {
-        get_entry(&self.dirents, parent, name)
-    }
-    fn entries(
-        &self,
-        parent: u64,
-        after: &str,
-        limit: usize,
-    ) -> Result<(Vec<DirEntry>, bool), WireError> {
-        list_entries(&self.dirents, parent, after, limit)
-    }
-    fn counter(&self, key: &str) -> Result<u64, WireError> {
-        get_counter(&self.meta, key)
-    }
-}
+impl_tables!(Wr<'_>);
 
 /// The inode `ino`, or `StaleHandle` naming it (inode numbers come from clients that
 /// may hold them after the inode was removed).

@@ -45,10 +45,12 @@ impl Problems {
     }
 }
 
-/// Checks the database at `path` (which no server may have open).
+/// Checks the database at `path` (which no server may have open), after applying what
+/// its metadata log holds beyond the last checkpoint, as a server start would.
 pub fn check(path: &std::path::Path) -> Result<Report, String> {
     let db = Database::open(path)
         .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
+    crate::recover(&db, path).map_err(|e| format!("metadata database {}: {e}", path.display()))?;
     check_db(&db)
 }
 

@@ -26,25 +26,28 @@ mod clock;
 mod fsck;
 mod opens;
 mod ops;
+mod overlay;
 mod perm;
 mod purge;
 mod store;
+mod wal;
 mod writer;
 
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use fsck::{check, Report};
 pub use purge::PURGE_BATCH;
-pub use writer::{MAX_BATCH, MAX_QUEUE};
+pub use writer::{FREEZE_AGE, MAX_BATCH, MAX_QUEUE};
 
 use opens::Opens;
 use ops::Placement;
-use redb::{Database, ReadableTableMetadata};
+use overlay::{Layers, View, Wr};
+use redb::Database;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::time::Duration;
-use store::{need, Inode, Rd, Tables, Wr};
+use store::{need, Inode, Rd, Tables};
 use stripefs_rpc::{ClusterConfig, ConnInfo, Reply, Service};
 use stripefs_wire::{
     Counters, Cred, Envelope, ErrorCode, FileType, InodeId, LayoutHint, Request, Response, Role,
@@ -58,6 +61,8 @@ pub const MAX_OPEN_INODES: usize = 1 << 20;
 /// State shared by the service, the writer and the purge thread.
 pub(crate) struct Core {
     pub db: Database,
+    /// Changes durable in the metadata log but not yet in `db` (see `overlay.rs`).
+    pub layers: RwLock<Layers>,
     pub path: std::path::PathBuf,
     pub opens: Opens,
     pub clock: Arc<dyn Clock>,
@@ -71,9 +76,48 @@ pub(crate) struct Core {
     /// Write transactions committed and operations they carried (group commit ratio).
     pub commits: AtomicU64,
     pub committed_ops: AtomicU64,
+    /// Checkpoints of the log into `db`.
+    pub checkpoints: AtomicU64,
+    pub tuning: Tuning,
+}
+
+/// Knobs of the metadata server that tests turn.
+#[derive(Clone, Copy, Debug)]
+pub struct Tuning {
+    /// The active layer is checkpointed at the latest this long after the last freeze
+    /// (zero: after every batch, whenever the previous checkpoint is done).
+    pub freeze_age: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            freeze_age: FREEZE_AGE,
+        }
+    }
 }
 
 impl Core {
+    /// The shared layers, read-locked; take it before `opens` when both are needed.
+    pub fn layers(&self) -> RwLockReadGuard<'_, Layers> {
+        self.layers.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on a consistent view of the namespace.
+    pub fn with_view<T>(
+        &self,
+        f: impl FnOnce(&View) -> Result<T, WireError>,
+    ) -> Result<T, WireError> {
+        let layers = self.layers();
+        // Begun under the lock (see overlay.rs).
+        let txn = self
+            .db
+            .begin_read()
+            .map_err(|e| store::io("starting a read", e))?;
+        let rd = Rd::open(&txn)?;
+        f(&View::new(&layers, &rd))
+    }
+
     pub fn kick_purge(&self) {
         let mut k = self.kick.0.lock().unwrap_or_else(|p| p.into_inner());
         *k = true;
@@ -112,16 +156,29 @@ impl MetaService {
         cluster: &ClusterConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Arc<MetaService>, String> {
+        MetaService::open_tuned(path, cluster, clock, Tuning::default())
+    }
+
+    /// [`MetaService::open_with_clock`] with chosen [`Tuning`].
+    pub fn open_tuned(
+        path: &Path,
+        cluster: &ClusterConfig,
+        clock: Arc<dyn Clock>,
+        tuning: Tuning,
+    ) -> Result<Arc<MetaService>, String> {
         let db = Database::create(path)
             .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
         let placement = Placement {
             data_servers: cluster.data.len() as u32,
             defaults: cluster.defaults,
         };
-        init(&db, clock.now_ns(), placement)
-            .map_err(|e| format!("metadata database {}: {e}", path.display()))?;
+        let fail = |e: WireError| format!("metadata database {}: {e}", path.display());
+        let last = recover(&db, path).map_err(fail)?;
+        init(&db, clock.now_ns(), placement, last).map_err(fail)?;
+        let wal = wal::Wal::open(path, last).map_err(fail)?;
         let core = Arc::new(Core {
             db,
+            layers: RwLock::new(Layers::default()),
             path: path.to_path_buf(),
             opens: Opens::default(),
             clock,
@@ -133,6 +190,8 @@ impl MetaService {
             errors: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             committed_ops: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
+            tuning,
         });
         let (tx, rx) = sync_channel(MAX_QUEUE);
         let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
@@ -142,7 +201,7 @@ impl MetaService {
                 .map_err(|e| format!("cannot start the {name} thread: {e}"))
         };
         let c = core.clone();
-        let writer = spawn("meta-writer", Box::new(move || writer::run(c, rx)))?;
+        let writer = spawn("meta-writer", Box::new(move || writer::run(c, wal, rx)))?;
         let purger = purge::Purger::new(core.clone(), cluster.clone(), tx.clone());
         let purge = spawn("meta-purge", Box::new(move || purger.run()))?;
         Ok(Arc::new(MetaService {
@@ -158,12 +217,19 @@ impl MetaService {
         self.core.halted.store(true, Ordering::SeqCst);
     }
 
-    /// Runs [`check`] on the live database (a snapshot).
+    /// Runs [`check`] on the live database: checkpoints everything acknowledged so far,
+    /// then checks a snapshot of the tables.
     pub fn check(&self) -> Result<Report, String> {
+        self.submit(Job::Checkpoint).map_err(|e| e.to_string())?;
         fsck::check_db(&self.core.db)
     }
 
-    /// Write transactions committed so far and the operations they carried.
+    /// Checkpoints of the metadata log into the tables so far.
+    pub fn checkpoints(&self) -> u64 {
+        self.core.checkpoints.load(Ordering::Relaxed)
+    }
+
+    /// Log records (batches) committed so far and the operations they carried.
     pub fn commit_stats(&self) -> (u64, u64) {
         (
             self.core.commits.load(Ordering::Relaxed),
@@ -173,9 +239,9 @@ impl MetaService {
 
     /// Files whose data objects still wait for removal from the data servers.
     pub fn purge_queue_len(&self) -> Result<u64, String> {
-        let txn = self.core.db.begin_read().map_err(|e| e.to_string())?;
-        let rd = Rd::open(&txn).map_err(|e| e.to_string())?;
-        rd.purge.len().map_err(|e| e.to_string())
+        self.core
+            .with_view(|v| Ok(v.stack().purge_entries(usize::MAX)?.len() as u64))
+            .map_err(|e| e.to_string())
     }
 
     fn dispatch(&self, env: Envelope) -> Answer {
@@ -259,22 +325,20 @@ impl MetaService {
     }
 
     fn read(&self, cred: &Cred, req: &Request) -> Answer {
+        self.core.with_view(|rd| Self::read_in(rd, cred, req))
+    }
+
+    fn read_in(rd: &View, cred: &Cred, req: &Request) -> Answer {
         use ops::read;
-        let txn = self
-            .core
-            .db
-            .begin_read()
-            .map_err(|e| store::io("starting a read", e))?;
-        let rd = Rd::open(&txn)?;
         match req {
-            Request::Lookup { parent, name } => read::lookup(&rd, cred, parent.0, name),
-            Request::GetAttr { ino } => read::get_attr(&rd, ino.0),
-            Request::Resolve { path, follow } => read::resolve(&rd, cred, path, *follow),
-            Request::Readlink { ino } => read::readlink(&rd, ino.0),
+            Request::Lookup { parent, name } => read::lookup(rd, cred, parent.0, name),
+            Request::GetAttr { ino } => read::get_attr(rd, ino.0),
+            Request::Resolve { path, follow } => read::resolve(rd, cred, path, *follow),
+            Request::Readlink { ino } => read::readlink(rd, ino.0),
             Request::ReadDir { ino, after, limit } => {
-                read::read_dir(&rd, cred, ino.0, after, *limit)
+                read::read_dir(rd, cred, ino.0, after, *limit)
             }
-            Request::Access { ino, mask } => read::access(&rd, cred, ino.0, *mask),
+            Request::Access { ino, mask } => read::access(rd, cred, ino.0, *mask),
             other => Err(WireError::new(
                 ErrorCode::Unsupported,
                 format!(
@@ -310,7 +374,16 @@ impl MetaService {
         check: bool,
     ) -> Answer {
         // The lock is held across the read so that the writer cannot decide "not open,
-        // delete" between our check and our count (see opens.rs).
+        // delete" between our check and our count (see opens.rs). The layers are locked
+        // first, as the writer does.
+        let layers = self.core.layers();
+        let txn = self
+            .core
+            .db
+            .begin_read()
+            .map_err(|e| store::io("starting a read", e))?;
+        let rd = Rd::open(&txn)?;
+        let view = View::new(&layers, &rd);
         let mut st = self.core.opens.lock();
         let gone = || {
             WireError::new(
@@ -321,12 +394,7 @@ impl MetaService {
         if st.dying.contains(&ino) {
             return Err(gone());
         }
-        let txn = self
-            .core
-            .db
-            .begin_read()
-            .map_err(|e| store::io("starting a read", e))?;
-        let inode = need(&Rd::open(&txn)?, ino)?;
+        let inode = need(&view, ino)?;
         if check {
             check_open(cred, ino, &inode, read, write)?;
         }
@@ -377,16 +445,17 @@ impl MetaService {
     }
 
     fn status(&self) -> Answer {
-        let txn = self
-            .core
-            .db
-            .begin_read()
-            .map_err(|e| store::io("starting a read", e))?;
-        let rd = Rd::open(&txn)?;
+        let (inodes, files, dirs) = self.core.with_view(|v| {
+            Ok((
+                v.stack().inode_count()?,
+                v.counter(store::META_FILES)?,
+                v.counter(store::META_DIRS)?,
+            ))
+        })?;
         Ok(Response::MetaStatus {
-            inodes: rd.inode_count()?,
-            files: rd.counter(store::META_FILES)?,
-            dirs: rd.counter(store::META_DIRS)?,
+            inodes,
+            files,
+            dirs,
             open_files: self.core.opens.open_files(),
             db_bytes: std::fs::metadata(&self.core.path).map_or(0, |m| m.len()),
             counters: Counters {
@@ -453,49 +522,63 @@ impl Drop for MetaService {
     }
 }
 
-/// Creates tables and the root on first use; purges orphans left by the last run (no
-/// file is open after a restart).
-fn init(db: &Database, now_ns: i64, placement: Placement) -> Result<(), WireError> {
-    let txn = db
-        .begin_write()
-        .map_err(|e| store::io("starting init", e))?;
-    {
-        let mut w = Wr::open(&txn)?;
-        if w.inode(InodeId::ROOT.0)?.is_none() {
-            let root = Inode {
-                ftype: FileType::Dir,
-                mode: 0o755,
-                nlink: 2,
-                uid: 0,
-                gid: 0,
-                size: 0,
-                atime_ns: now_ns,
-                mtime_ns: now_ns,
-                ctime_ns: now_ns,
-                layout: None,
-                dir_layout: LayoutHint::default(),
-                target: None,
-                parent: InodeId::ROOT.0,
-            };
-            w.put_inode(InodeId::ROOT.0, &root)?;
-            w.set_counter(store::META_NEXT_INO, 2)?;
-            w.set_counter(store::META_DIRS, 1)?;
-        }
-        reap_orphans(&mut w, now_ns, placement)?;
+/// Brings the tables up to date with the metadata log (see `wal.rs`) after a crash;
+/// returns the number of the last log record, which the tables now include.
+fn recover(db: &Database, path: &Path) -> Result<u64, WireError> {
+    store::create_tables(db)?;
+    let checkpoint = {
+        let txn = db
+            .begin_read()
+            .map_err(|e| store::io("starting a read", e))?;
+        Rd::open(&txn)?.counter(store::META_WAL_SEQ)?
+    };
+    let (gen, last, records) = wal::recover(path, checkpoint)?;
+    if records > 0 {
+        store::commit_gen(db, &gen, last)?;
+        tracing::info!(
+            "metadata log: replayed {records} records ({} changes) after record {checkpoint}",
+            gen.len()
+        );
     }
-    txn.commit().map_err(|e| store::io("committing init", e))
+    Ok(last)
+}
+
+/// Creates the root on first use; purges orphans left by the last run (no file is open
+/// after a restart).
+fn init(db: &Database, now_ns: i64, placement: Placement, last: u64) -> Result<(), WireError> {
+    let layers = Layers::default();
+    let txn = db.begin_read().map_err(|e| store::io("starting init", e))?;
+    let rd = Rd::open(&txn)?;
+    let mut w = Wr::new(View::new(&layers, &rd));
+    if w.inode(InodeId::ROOT.0)?.is_none() {
+        let root = Inode {
+            ftype: FileType::Dir,
+            mode: 0o755,
+            nlink: 2,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime_ns: now_ns,
+            mtime_ns: now_ns,
+            ctime_ns: now_ns,
+            layout: None,
+            dir_layout: LayoutHint::default(),
+            target: None,
+            parent: InodeId::ROOT.0,
+        };
+        w.put_inode(InodeId::ROOT.0, &root)?;
+        w.set_counter(store::META_NEXT_INO, 2)?;
+        w.set_counter(store::META_DIRS, 1)?;
+    }
+    reap_orphans(&mut w, now_ns, placement)?;
+    if w.delta.is_empty() {
+        return Ok(());
+    }
+    store::commit_gen(db, &w.delta, last)
 }
 
 fn reap_orphans(w: &mut Wr, now_ns: i64, placement: Placement) -> Result<(), WireError> {
-    use redb::ReadableTable;
-    let mut orphans = Vec::new();
-    for item in w
-        .orphans
-        .iter()
-        .map_err(|e| store::io("listing orphans", e))?
-    {
-        orphans.push(item.map_err(|e| store::io("listing orphans", e))?.0.value());
-    }
+    let orphans = w.stack().orphans()?;
     let opens = Opens::default();
     let root = Cred::root();
     let mut ctx = ops::Ctx {

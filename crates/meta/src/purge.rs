@@ -6,10 +6,8 @@
 //! retried with exponential backoff per file, and metadata operations never wait for
 //! this thread.
 
-use crate::store::{decode_layout, io, Rd};
 use crate::writer::{Item, Job};
 use crate::Core;
-use redb::ReadableTable;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -64,22 +62,16 @@ impl Purger {
 
     /// Queue entries whose retry time has come.
     fn due(&self) -> Result<Vec<(u64, Layout)>, WireError> {
-        let txn = self
+        let queue = self
             .core
-            .db
-            .begin_read()
-            .map_err(|e| io("purge: reading", e))?;
-        let rd = Rd::open(&txn)?;
+            .with_view(|v| v.stack().purge_entries(PURGE_SCAN))?;
         let now = Instant::now();
         let mut out = Vec::new();
-        let iter = rd.purge.iter().map_err(|e| io("purge: listing queue", e))?;
-        for item in iter.take(PURGE_SCAN) {
-            let (k, v) = item.map_err(|e| io("purge: listing queue", e))?;
-            let ino = k.value();
+        for (ino, layout) in queue {
             if self.retry.get(&ino).is_some_and(|(at, _)| *at > now) {
                 continue;
             }
-            out.push((ino, decode_layout(ino, v.value())?));
+            out.push((ino, layout));
             if out.len() == PURGE_BATCH {
                 break;
             }

@@ -6,10 +6,10 @@
 //! for the whole batch (see `writer.rs`), so an operation may fail half-way through its
 //! writes only with one of those two codes.
 
+use crate::overlay::Gen;
 use bincode::Options;
 use redb::{
-    ReadOnlyTable, ReadTransaction, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
-    WriteTransaction,
+    Database, Durability, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition,
 };
 use serde::{Deserialize, Serialize};
 use stripefs_wire::{Attr, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, WireError};
@@ -32,6 +32,8 @@ pub const META_NEXT_SERVER: &str = "next_server";
 /// Number of live regular files and of directories, kept for MetaStatus.
 pub const META_FILES: &str = "files";
 pub const META_DIRS: &str = "dirs";
+/// Sequence number of the last metadata-log record the tables include (see `wal.rs`).
+pub const META_WAL_SEQ: &str = "wal_seq";
 
 /// Leading byte of an encoded inode record, so that the format can evolve.
 /// Format of inode records. 1: the first release's; 2: layout hints gained
@@ -418,132 +420,112 @@ impl Rd {
             orphans: txn.open_table(ORPHANS).map_err(e)?,
         })
     }
+}
 
-    pub fn inode_count(&self) -> Result<u64, WireError> {
-        self.inodes.len().map_err(|e| io("counting inodes", e))
+impl Tables for Rd {
+    fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError> {
+        get_inode(&self.inodes, ino)
+    }
+    fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError> {
+        get_entry(&self.dirents, parent, name)
+    }
+    fn entries(
+        &self,
+        parent: u64,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Vec<DirEntry>, bool), WireError> {
+        list_entries(&self.dirents, parent, after, limit)
+    }
+    fn counter(&self, key: &str) -> Result<u64, WireError> {
+        get_counter(&self.meta, key)
     }
 }
 
-/// Read and write transactions open different table types with the same fields; one
-/// body serves both.
-macro_rules! impl_tables {
-    ($t:ty) => {
-        impl Tables for $t {
-            fn inode(&self, ino: u64) -> Result<Option<Inode>, WireError> {
-                get_inode(&self.inodes, ino)
-            }
-            fn entry(&self, parent: u64, name: &str) -> Result<Option<(u64, FileType)>, WireError> {
-                get_entry(&self.dirents, parent, name)
-            }
-            fn entries(
-                &self,
-                parent: u64,
-                after: &str,
-                limit: usize,
-            ) -> Result<(Vec<DirEntry>, bool), WireError> {
-                list_entries(&self.dirents, parent, after, limit)
-            }
-            fn counter(&self, key: &str) -> Result<u64, WireError> {
-                get_counter(&self.meta, key)
+/// Creates the tables of a new database (empty); no-op for an existing one.
+pub fn create_tables(db: &Database) -> Result<(), WireError> {
+    let txn = db.begin_write().map_err(|e| io("starting init", e))?;
+    {
+        let e = |e| io("creating tables", e);
+        txn.open_table(INODES).map_err(e)?;
+        txn.open_table(DIRENTS).map_err(e)?;
+        txn.open_table(META).map_err(e)?;
+        txn.open_table(PURGE).map_err(e)?;
+        txn.open_table(ORPHANS).map_err(e)?;
+    }
+    txn.commit().map_err(|e| io("committing init", e))
+}
+
+/// Writes a layer of changes into redb, with the log position it covers, in one durable
+/// transaction (a checkpoint).
+pub fn commit_gen(db: &Database, gen: &Gen, wal_seq: u64) -> Result<(), WireError> {
+    let mut txn = db
+        .begin_write()
+        .map_err(|e| io("starting a checkpoint", e))?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let e = |e| io("opening tables for a checkpoint", e);
+        let mut inodes: Table<u64, &[u8]> = txn.open_table(INODES).map_err(e)?;
+        let mut dirents: Table<(u64, &str), (u64, u8)> = txn.open_table(DIRENTS).map_err(e)?;
+        let mut meta: Table<&str, u64> = txn.open_table(META).map_err(e)?;
+        let mut purge: Table<u64, &[u8]> = txn.open_table(PURGE).map_err(e)?;
+        let mut orphans: Table<u64, ()> = txn.open_table(ORPHANS).map_err(e)?;
+        let w = |what: String| move |e: redb::StorageError| io(what, e);
+        for (&ino, v) in &gen.inodes {
+            match v {
+                Some(inode) => inodes
+                    .insert(ino, encode_inode(inode).as_slice())
+                    .map(|_| ())
+                    .map_err(w(format!("writing inode {ino}")))?,
+                None => inodes
+                    .remove(ino)
+                    .map(|_| ())
+                    .map_err(w(format!("deleting inode {ino}")))?,
             }
         }
-    };
+        for (&parent, names) in &gen.dirents {
+            for (name, v) in names {
+                match v {
+                    Some((child, t)) => dirents
+                        .insert((parent, name.as_str()), (*child, type_code(*t)))
+                        .map(|_| ())
+                        .map_err(w(format!("adding {name:?} to inode {parent}")))?,
+                    None => dirents
+                        .remove((parent, name.as_str()))
+                        .map(|_| ())
+                        .map_err(w(format!("removing {name:?} from inode {parent}")))?,
+                }
+            }
+        }
+        for (key, v) in &gen.counters {
+            meta.insert(key.as_str(), *v)
+                .map_err(w(format!("writing counter {key}")))?;
+        }
+        meta.insert(META_WAL_SEQ, wal_seq)
+            .map_err(w("writing the log position".into()))?;
+        for (&ino, v) in &gen.purge {
+            match v {
+                Some(layout) => purge
+                    .insert(ino, encode_layout(layout).as_slice())
+                    .map(|_| ())
+                    .map_err(w(format!("queueing inode {ino} for purge")))?,
+                None => purge
+                    .remove(ino)
+                    .map(|_| ())
+                    .map_err(w(format!("unqueueing inode {ino}")))?,
+            }
+        }
+        for (&ino, &mark) in &gen.orphans {
+            let r = if mark {
+                orphans.insert(ino, ()).map(|_| ())
+            } else {
+                orphans.remove(ino).map(|_| ())
+            };
+            r.map_err(w(format!("updating orphan mark of inode {ino}")))?;
+        }
+    }
+    txn.commit().map_err(|e| io("committing a checkpoint", e))
 }
-
-impl_tables!(Rd);
-
-/// The tables of a write transaction, opened once per batch.
-pub struct Wr<'t> {
-    pub inodes: Table<'t, u64, &'static [u8]>,
-    pub dirents: Table<'t, (u64, &'static str), (u64, u8)>,
-    pub meta: Table<'t, &'static str, u64>,
-    pub purge: Table<'t, u64, &'static [u8]>,
-    pub orphans: Table<'t, u64, ()>,
-}
-
-impl<'t> Wr<'t> {
-    pub fn open(txn: &'t WriteTransaction) -> Result<Wr<'t>, WireError> {
-        let e = |e| io("opening tables for writing", e);
-        Ok(Wr {
-            inodes: txn.open_table(INODES).map_err(e)?,
-            dirents: txn.open_table(DIRENTS).map_err(e)?,
-            meta: txn.open_table(META).map_err(e)?,
-            purge: txn.open_table(PURGE).map_err(e)?,
-            orphans: txn.open_table(ORPHANS).map_err(e)?,
-        })
-    }
-
-    pub fn put_inode(&mut self, ino: u64, inode: &Inode) -> Result<(), WireError> {
-        assert!(ino != 0, "inode 0 is never used");
-        self.inodes
-            .insert(ino, encode_inode(inode).as_slice())
-            .map_err(|e| io(format!("writing inode {ino}"), e))?;
-        Ok(())
-    }
-
-    pub fn del_inode(&mut self, ino: u64) -> Result<(), WireError> {
-        assert!(
-            ino != InodeId::ROOT.0,
-            "the root directory is never deleted"
-        );
-        self.inodes
-            .remove(ino)
-            .map_err(|e| io(format!("deleting inode {ino}"), e))?;
-        Ok(())
-    }
-
-    pub fn put_entry(
-        &mut self,
-        parent: u64,
-        name: &str,
-        child: u64,
-        t: FileType,
-    ) -> Result<(), WireError> {
-        self.dirents
-            .insert((parent, name), (child, type_code(t)))
-            .map_err(|e| io(format!("adding {name:?} to inode {parent}"), e))?;
-        Ok(())
-    }
-
-    pub fn del_entry(&mut self, parent: u64, name: &str) -> Result<(), WireError> {
-        self.dirents
-            .remove((parent, name))
-            .map_err(|e| io(format!("removing {name:?} from inode {parent}"), e))?;
-        Ok(())
-    }
-
-    pub fn set_counter(&mut self, key: &str, v: u64) -> Result<(), WireError> {
-        self.meta
-            .insert(key, v)
-            .map_err(|e| io(format!("writing counter {key}"), e))?;
-        Ok(())
-    }
-
-    /// Adds `delta` to a counter; counters never go below zero.
-    pub fn bump(&mut self, key: &str, delta: i64) -> Result<(), WireError> {
-        let v = self.counter(key)?;
-        let next = v.checked_add_signed(delta).unwrap_or(0);
-        self.set_counter(key, next)
-    }
-
-    pub fn enqueue_purge(&mut self, ino: u64, layout: &Layout) -> Result<(), WireError> {
-        self.purge
-            .insert(ino, encode_layout(layout).as_slice())
-            .map_err(|e| io(format!("queueing inode {ino} for purge"), e))?;
-        Ok(())
-    }
-
-    pub fn set_orphan(&mut self, ino: u64, orphan: bool) -> Result<(), WireError> {
-        let r = if orphan {
-            self.orphans.insert(ino, ()).map(|_| ())
-        } else {
-            self.orphans.remove(ino).map(|_| ())
-        };
-        r.map_err(|e| io(format!("updating orphan mark of inode {ino}"), e))
-    }
-}
-
-impl_tables!(Wr<'_>);
 
 /// The inode `ino`, or `StaleHandle` naming it (inode numbers come from clients that
 /// may hold them after the inode was removed).

@@ -6,6 +6,8 @@ use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+use stripefs_meta::Tuning;
 use stripefs_wire::*;
 
 const ROOT: u64 = 1;
@@ -102,6 +104,17 @@ impl Model {
         let node = self.nodes.get_mut(&ino).unwrap();
         node.nlink -= 1;
         if node.nlink == 0 && !self.open.contains_key(&ino) {
+            self.delete(ino);
+        }
+    }
+    /// After a restart nothing is open, and unlinked files that were open are gone.
+    fn restart(&mut self) {
+        self.open.clear();
+        let orphans: Vec<u64> = (self.nodes.iter())
+            .filter(|(_, n)| n.nlink == 0)
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in orphans {
             self.delete(ino);
         }
     }
@@ -400,15 +413,35 @@ fn compare(fs: &Fs, m: &Model) {
     assert_eq!(rep.orphans, orphans.len() as u64);
 }
 
+/// Runs one case twice: with the default checkpoints (everything stays in the in-memory
+/// layers), and with a checkpoint after nearly every batch and a crash half-way (reads
+/// cross the active and frozen layers and redb, and the log is replayed).
 fn run_case(seed: u64) {
-    let fs = Fs::new();
-    let mut m = Model::new();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut log = Vec::new();
-    for _ in 0..OPS_PER_CASE {
-        step(&fs, &mut m, &mut rng, &mut log);
+    for eager in [false, true] {
+        let tuning = if eager {
+            Tuning {
+                freeze_age: Duration::ZERO,
+            }
+        } else {
+            Tuning::default()
+        };
+        let mut fs = Fs::tuned(common::cluster(4), tuning);
+        let mut m = Model::new();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut log = Vec::new();
+        for i in 0..OPS_PER_CASE {
+            if eager && i == OPS_PER_CASE / 2 {
+                fs.crash();
+                m.restart();
+                log.push("crash and reopen".into());
+            }
+            step(&fs, &mut m, &mut rng, &mut log);
+        }
+        if eager {
+            assert!(fs.svc.checkpoints() > 10, "checkpoints ran during the case");
+        }
+        compare(&fs, &m);
     }
-    compare(&fs, &m);
 }
 
 #[test]

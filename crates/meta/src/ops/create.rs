@@ -2,9 +2,10 @@
 //! placement of a new file's stripes.
 
 use super::{touch_dir, Ctx, Placement, MAX_LINKS};
+use crate::overlay::Wr;
 use crate::perm;
 use crate::store::META_NEXT_SERVER;
-use crate::store::{need, need_dir, Inode, Tables, Wr, META_DIRS, META_FILES, META_NEXT_INO};
+use crate::store::{need, need_dir, Inode, Tables, META_DIRS, META_FILES, META_NEXT_INO};
 use stripefs_wire::{
     validate_name, ErrorCode, FileType, Layout, LayoutHint, Response, ServerId, WireError,
 };

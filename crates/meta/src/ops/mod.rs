@@ -12,7 +12,8 @@ pub mod remove;
 pub mod rename;
 
 use crate::opens::Opens;
-use crate::store::{Inode, Tables, Wr};
+use crate::overlay::Wr;
+use crate::store::{Inode, Tables};
 use stripefs_rpc::Defaults;
 use stripefs_wire::{Cred, ErrorCode, Request, Response, WireError};
 

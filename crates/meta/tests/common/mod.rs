@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use stripefs_meta::{FixedClock, MetaService};
+use stripefs_meta::{FixedClock, MetaService, Tuning};
 use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
 use stripefs_wire::*;
 
@@ -32,6 +32,7 @@ pub struct Fs {
     pub clock: Arc<FixedClock>,
     pub dir: tempfile::TempDir,
     pub cluster: ClusterConfig,
+    pub tuning: Tuning,
 }
 
 impl Fs {
@@ -40,17 +41,35 @@ impl Fs {
     }
 
     pub fn with_cluster(cluster: ClusterConfig) -> Fs {
+        Fs::tuned(cluster, Tuning::default())
+    }
+
+    /// A service that checkpoints as `tuning` says (freeze_age zero: after nearly
+    /// every batch, so reads cross every layer).
+    pub fn tuned(cluster: ClusterConfig, tuning: Tuning) -> Fs {
         let dir = tempfile::tempdir().unwrap();
         let clock = Arc::new(FixedClock::new(T0));
-        let svc =
-            MetaService::open_with_clock(&dir.path().join("meta.redb"), &cluster, clock.clone())
-                .unwrap();
+        let svc = MetaService::open_tuned(
+            &dir.path().join("meta.redb"),
+            &cluster,
+            clock.clone(),
+            tuning,
+        )
+        .unwrap();
         Fs {
             svc,
             clock,
             dir,
             cluster,
+            tuning,
         }
+    }
+
+    /// Stops as a crash would (nothing more is committed, no final checkpoint) and
+    /// reopens: the metadata log is replayed.
+    pub fn crash(&mut self) {
+        self.svc.halt();
+        self.reopen();
     }
 
     pub fn db(&self) -> PathBuf {
@@ -67,7 +86,7 @@ impl Fs {
         )
         .unwrap();
         drop(std::mem::replace(&mut self.svc, placeholder));
-        let fresh = MetaService::open_with_clock(&self.db(), &self.cluster, clock).unwrap();
+        let fresh = MetaService::open_tuned(&self.db(), &self.cluster, clock, self.tuning).unwrap();
         self.svc = fresh;
     }
 

@@ -1,0 +1,421 @@
+//! The metadata log: what makes a batch durable before it is answered.
+//!
+//! Each committed batch is one record appended to the current log file and made durable
+//! with one `fdatasync`; the tables in redb are brought up to date later, many batches in
+//! one checkpoint transaction (`writer.rs`). A record holds the batch's resulting values
+//! (physical redo: inodes, entries, counters, purge and orphan marks, `None` for
+//! deletions), so replaying a record twice is harmless.
+//!
+//! Two files, `DB.wal0` and `DB.wal1`, take turns. The writer appends to one; when it
+//! freezes the changes of that file for a checkpoint it continues in the other, from
+//! offset 0, and it switches back only after that checkpoint is committed, so a file is
+//! overwritten only when everything in it is in redb. Files are filled with zeros when
+//! created so that appending never changes their size and `fdatasync` writes data only.
+//!
+//! Record: `magic u32 | payload length u32 | seq u64 | crc32c(seq, payload) u32 |
+//! reserved u32 (0) | payload` (little-endian, 24-byte header). Sequence numbers grow by one
+//! from record to record and across files and restarts. Recovery reads, in each file from
+//! offset 0, the chain of valid records whose numbers follow each other, keeps those
+//! after the last checkpoint (`META_WAL_SEQ` in redb), and requires them to continue that
+//! number without a gap: a torn last record was never acknowledged and ends the chain; a
+//! gap would be lost acknowledged work, and the server refuses to start rather than hide
+//! it.
+
+use crate::overlay::Gen;
+use crate::store::type_from_code;
+use crate::store::{decode_inode, decode_layout, encode_inode, encode_layout, type_code};
+use bincode::Options;
+use serde::{Deserialize, Serialize};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use stripefs_wire::{ErrorCode, WireError};
+
+const MAGIC: u32 = 0x4c57_4653; // "SFWL"
+const HEADER: usize = 24;
+/// Size each log file is zero-filled to when created.
+pub const FILE_BYTES: u64 = 16 << 20;
+/// Largest record accepted when reading (a batch of 256 operations is far smaller).
+const MAX_RECORD: u32 = 64 << 20;
+
+/// (parent, name, Some((child, type code)) or None for a removal).
+type DirentChange = (u64, String, Option<(u64, u8)>);
+
+/// The payload of one record, in the store's own on-disk encodings.
+#[derive(Serialize, Deserialize, Default, Debug)]
+struct Record {
+    inodes: Vec<(u64, Option<Vec<u8>>)>,
+    dirents: Vec<DirentChange>,
+    counters: Vec<(String, u64)>,
+    purge: Vec<(u64, Option<Vec<u8>>)>,
+    orphans: Vec<(u64, bool)>,
+}
+
+fn codec() -> impl Options {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_little_endian()
+        .with_limit(MAX_RECORD as u64)
+        .reject_trailing_bytes()
+}
+
+fn corrupt(what: String) -> WireError {
+    WireError::new(ErrorCode::Internal, format!("metadata log: {what}"))
+}
+
+fn io_err(what: String, e: std::io::Error) -> WireError {
+    WireError::new(ErrorCode::Io, format!("metadata log: {what}: {e}"))
+}
+
+/// Encodes a batch's changes as a record payload.
+pub fn encode(gen: &Gen) -> Vec<u8> {
+    let mut r = Record::default();
+    for (&ino, v) in &gen.inodes {
+        r.inodes.push((ino, v.as_ref().map(encode_inode)));
+    }
+    for (&parent, names) in &gen.dirents {
+        for (name, v) in names {
+            r.dirents
+                .push((parent, name.clone(), v.map(|(c, t)| (c, type_code(t)))));
+        }
+    }
+    r.counters = gen.counters.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    r.purge = gen
+        .purge
+        .iter()
+        .map(|(&ino, l)| (ino, l.as_ref().map(encode_layout)))
+        .collect();
+    r.orphans = gen.orphans.iter().map(|(&k, &v)| (k, v)).collect();
+    codec()
+        .serialize(&r)
+        .expect("a batch record is far below the size limit")
+}
+
+/// Decodes a record payload into `into`, whose older values it overrides.
+pub fn decode_into(seq: u64, payload: &[u8], into: &mut Gen) -> Result<(), WireError> {
+    let r: Record = codec()
+        .deserialize(payload)
+        .map_err(|e| corrupt(format!("record {seq} does not decode: {e}")))?;
+    let mut g = Gen::default();
+    for (ino, v) in r.inodes {
+        let inode = v.map(|b| decode_inode(ino, &b)).transpose()?;
+        g.inodes.insert(ino, inode);
+    }
+    for (parent, name, v) in r.dirents {
+        let v = match v {
+            Some((child, code)) => Some((child, type_from_code(parent, &name, code)?)),
+            None => None,
+        };
+        g.dirents.entry(parent).or_default().insert(name, v);
+    }
+    g.counters.extend(r.counters);
+    for (ino, v) in r.purge {
+        g.purge
+            .insert(ino, v.map(|b| decode_layout(ino, &b)).transpose()?);
+    }
+    g.orphans.extend(r.orphans);
+    into.absorb(g);
+    Ok(())
+}
+
+fn crc(seq: u64, payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&seq.to_le_bytes()), payload)
+}
+
+/// One encoded record, header included.
+pub fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() < MAX_RECORD as usize, "record too large");
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&crc(seq, payload).to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The chain of valid, consecutively numbered records from the start of `bytes`.
+pub fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
+    let mut out: Vec<(u64, &[u8])> = Vec::new();
+    let mut off = 0usize;
+    while bytes.len() - off >= HEADER {
+        let h = &bytes[off..off + HEADER];
+        let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+        let len = word(4);
+        let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        if word(0) != MAGIC
+            || word(20) != 0
+            || len >= MAX_RECORD
+            || bytes.len() - off - HEADER < len as usize
+        {
+            break;
+        }
+        let payload = &bytes[off + HEADER..off + HEADER + len as usize];
+        if crc(seq, payload) != word(16) {
+            break;
+        }
+        if out
+            .last()
+            .is_some_and(|(prev, _)| prev.checked_add(1) != Some(seq))
+        {
+            break;
+        }
+        out.push((seq, payload));
+        off += HEADER + len as usize;
+    }
+    out
+}
+
+pub fn paths(db: &Path) -> [PathBuf; 2] {
+    let name = |i: u32| {
+        let mut s = db.as_os_str().to_owned();
+        s.push(format!(".wal{i}"));
+        PathBuf::from(s)
+    };
+    [name(0), name(1)]
+}
+
+/// Reads both log files and returns the changes after `checkpoint` (the last record
+/// redb holds) and the number of the last record, or an error if acknowledged records
+/// are missing. Missing files are empty logs.
+pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireError> {
+    let mut records: Vec<(u64, Vec<u8>)> = Vec::new();
+    for p in paths(db) {
+        let mut bytes = Vec::new();
+        match File::open(&p) {
+            Ok(mut f) => {
+                f.read_to_end(&mut bytes)
+                    .map_err(|e| io_err(format!("reading {}", p.display()), e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err(format!("opening {}", p.display()), e)),
+        }
+        for (seq, payload) in chain(&bytes) {
+            if seq > checkpoint {
+                records.push((seq, payload.to_vec()));
+            }
+        }
+    }
+    records.sort_by_key(|(seq, _)| *seq);
+    let mut gen = Gen::default();
+    let mut last = checkpoint;
+    for (seq, payload) in &records {
+        if *seq != last + 1 {
+            return Err(corrupt(format!(
+                "records {} to {} are missing (the tables end at record {checkpoint}); \
+                 refusing to start with acknowledged changes lost",
+                last + 1,
+                seq - 1
+            )));
+        }
+        decode_into(*seq, payload, &mut gen)?;
+        last = *seq;
+    }
+    Ok((gen, last, records.len()))
+}
+
+/// The log the writer appends to.
+pub struct Wal {
+    files: [File; 2],
+    paths: [PathBuf; 2],
+    cur: usize,
+    off: u64,
+    next_seq: u64,
+}
+
+impl Wal {
+    /// Opens (creating and zero-filling missing files) the log of database `db`, to
+    /// continue after record `last` (everything up to it is in redb).
+    pub fn open(db: &Path, last: u64) -> Result<Wal, WireError> {
+        let paths = paths(db);
+        let open = |p: &PathBuf| -> Result<File, WireError> {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(p)
+                .map_err(|e| io_err(format!("opening {}", p.display()), e))?;
+            let len = f
+                .metadata()
+                .map_err(|e| io_err(format!("reading size of {}", p.display()), e))?
+                .len();
+            if len < FILE_BYTES {
+                let zeros = vec![0u8; 1 << 20];
+                let mut w = &f;
+                let mut at = 0;
+                while at < FILE_BYTES {
+                    w.write_all(&zeros)
+                        .map_err(|e| io_err(format!("filling {}", p.display()), e))?;
+                    at += zeros.len() as u64;
+                }
+                f.sync_all()
+                    .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
+            }
+            Ok(f)
+        };
+        let files = [open(&paths[0])?, open(&paths[1])?];
+        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
+            // The new files' names must survive a crash too.
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(Wal {
+            files,
+            paths,
+            cur: 0,
+            off: 0,
+            next_seq: last + 1,
+        })
+    }
+
+    /// Appends one record and waits until it is durable; returns its number.
+    pub fn append(&mut self, payload: &[u8]) -> Result<u64, WireError> {
+        let seq = self.next_seq;
+        let rec = frame(seq, payload);
+        let f = &self.files[self.cur];
+        let p = &self.paths[self.cur];
+        f.write_all_at(&rec, self.off)
+            .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
+        f.sync_data()
+            .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
+        self.off += rec.len() as u64;
+        self.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// Continues in the other file, from its start. The caller guarantees that all its
+    /// records are checkpointed.
+    pub fn switch(&mut self) {
+        self.cur ^= 1;
+        self.off = 0;
+    }
+
+    /// Bytes written to the current file.
+    pub fn offset(&self) -> u64 {
+        self.off
+    }
+
+    /// Number of the last record written.
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Inode;
+    use stripefs_wire::{FileType, Layout, LayoutHint, ServerId};
+
+    fn gen(i: u64) -> Gen {
+        let mut g = Gen::default();
+        g.inodes.insert(
+            i,
+            Some(Inode {
+                ftype: FileType::File,
+                mode: 0o644,
+                nlink: 1,
+                uid: 1,
+                gid: 1,
+                size: i,
+                atime_ns: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                layout: Some(Layout {
+                    stripe_size_bytes: 4096,
+                    servers: vec![ServerId(0)],
+                }),
+                dir_layout: LayoutHint::default(),
+                target: None,
+                parent: 0,
+            }),
+        );
+        g.inodes.insert(i + 1000, None);
+        g.dirents
+            .entry(1)
+            .or_default()
+            .insert(format!("f{i}"), Some((i, FileType::File)));
+        g.counters.insert("next_ino".into(), i + 1);
+        g.purge.insert(i + 2000, None);
+        g.orphans.insert(i + 3000, true);
+        g
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let g = gen(7);
+        let mut back = Gen::default();
+        decode_into(1, &encode(&g), &mut back).unwrap();
+        assert_eq!(back, g);
+    }
+
+    #[test]
+    fn chain_stops_at_torn_or_unrelated_records() {
+        let mut bytes = Vec::new();
+        for seq in 5..8 {
+            bytes.extend(frame(seq, &encode(&gen(seq))));
+        }
+        let good = bytes.len();
+        bytes.extend(frame(3, b"stale")); // an older cycle's record
+        assert_eq!(chain(&bytes).len(), 3);
+        // Every cut of the last record leaves the first two.
+        let second_end = good - frame(7, &encode(&gen(7))).len();
+        for cut in second_end..good {
+            assert_eq!(chain(&bytes[..cut]).len(), 2, "cut at {cut}");
+        }
+        // Every flipped byte of the last record ends the chain before it.
+        for i in second_end..good {
+            let mut b = bytes[..good].to_vec();
+            b[i] ^= 0x40;
+            assert_eq!(chain(&b).len(), 2, "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn recovery_replays_after_the_checkpoint_across_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("meta.redb");
+        let mut wal = Wal::open(&db, 0).unwrap();
+        for i in 1..=3 {
+            assert_eq!(wal.append(&encode(&gen(i))).unwrap(), i);
+        }
+        wal.switch();
+        for i in 4..=5 {
+            wal.append(&encode(&gen(i))).unwrap();
+        }
+        drop(wal);
+        let (g, last, n) = recover(&db, 2).unwrap();
+        assert_eq!((last, n), (5, 3));
+        let mut want = Gen::default();
+        for i in 3..=5 {
+            want.absorb(gen(i));
+        }
+        assert_eq!(g, want);
+        // Restarting after record 5 overwrites file 0 from its start; the stale
+        // records behind the new ones are ignored.
+        let mut wal = Wal::open(&db, 5).unwrap();
+        wal.append(&encode(&gen(6))).unwrap();
+        drop(wal);
+        let (_, last, n) = recover(&db, 5).unwrap();
+        assert_eq!((last, n), (6, 1));
+    }
+
+    #[test]
+    fn a_gap_refuses_to_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("meta.redb");
+        let mut wal = Wal::open(&db, 10).unwrap();
+        wal.append(&encode(&gen(1))).unwrap(); // record 11
+        drop(wal);
+        let err = recover(&db, 9).unwrap_err();
+        assert!(
+            err.message.contains("records 10 to 10 are missing"),
+            "{err}"
+        );
+        assert_eq!(recover(&db, 10).unwrap().1, 11);
+    }
+}

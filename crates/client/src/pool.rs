@@ -89,6 +89,14 @@ impl ServerPool {
         }
     }
 
+    /// Sends a request without waiting for its answer; see [`Conn::send`].
+    pub fn send(&self, cred: &Cred, req: Request) -> Result<(), WireError> {
+        let (mut conn, _) = self.checkout()?;
+        let r = conn.send(cred, req);
+        self.checkin(conn);
+        r
+    }
+
     /// Connects once, outside the pool, to check that the server answers.
     pub fn probe(&self) -> Result<(), WireError> {
         let conn = self.checkout()?.0;

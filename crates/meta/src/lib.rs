@@ -36,7 +36,7 @@ mod writer;
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use fsck::{check, Report};
 pub use purge::PURGE_BATCH;
-pub use writer::{FREEZE_AGE, MAX_BATCH, MAX_QUEUE};
+pub use writer::{FREEZE_AGE, MAX_BATCH};
 
 use opens::Opens;
 use ops::Placement;
@@ -44,7 +44,6 @@ use overlay::{Layers, View, Wr};
 use redb::Database;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::time::Duration;
 use store::{need, Inode, Rd, Tables};
@@ -53,7 +52,7 @@ use stripefs_wire::{
     Counters, Cred, Envelope, ErrorCode, FileType, InodeId, LayoutHint, Request, Response, Role,
     WireError,
 };
-use writer::{Answer, Item, Job};
+use writer::{Answer, Job, Writer};
 
 /// Most inodes open at once across all clients (the open table is in memory).
 pub const MAX_OPEN_INODES: usize = 1 << 20;
@@ -79,6 +78,7 @@ pub(crate) struct Core {
     /// Checkpoints of the log into `db`.
     pub checkpoints: AtomicU64,
     pub tuning: Tuning,
+    pub writer: Writer,
 }
 
 /// Knobs of the metadata server that tests turn.
@@ -139,8 +139,7 @@ impl Core {
 /// The metadata service: a [`Service`] for the rpc server loop.
 pub struct MetaService {
     core: Arc<Core>,
-    writer_tx: Option<SyncSender<Item>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
+    purge: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MetaService {
@@ -192,22 +191,23 @@ impl MetaService {
             committed_ops: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             tuning,
+            writer: Writer::new(),
         });
-        let (tx, rx) = sync_channel(MAX_QUEUE);
-        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(f)
-                .map_err(|e| format!("cannot start the {name} thread: {e}"))
+        Writer::start(&core, wal)?;
+        let purger = purge::Purger::new(core.clone(), cluster.clone());
+        let purge = std::thread::Builder::new()
+            .name("meta-purge".into())
+            .spawn(move || purger.run());
+        let purge = match purge {
+            Ok(t) => t,
+            Err(e) => {
+                Writer::stop(&core);
+                return Err(format!("cannot start the purge thread: {e}"));
+            }
         };
-        let c = core.clone();
-        let writer = spawn("meta-writer", Box::new(move || writer::run(c, wal, rx)))?;
-        let purger = purge::Purger::new(core.clone(), cluster.clone(), tx.clone());
-        let purge = spawn("meta-purge", Box::new(move || purger.run()))?;
         Ok(Arc::new(MetaService {
             core,
-            writer_tx: Some(tx),
-            threads: vec![purge, writer],
+            purge: Some(purge),
         }))
     }
 
@@ -349,17 +349,9 @@ impl MetaService {
         }
     }
 
-    /// Queues a job for the writer and waits until it is committed.
+    /// Commits a mutation (group commit, see writer.rs) and returns its answer.
     fn submit(&self, job: Job) -> Answer {
-        let stopping = || WireError::new(ErrorCode::Busy, "metadata server is stopping");
-        let tx = self.writer_tx.as_ref().ok_or_else(stopping)?;
-        let (reply, rx) = sync_channel(1);
-        tx.send(Item {
-            job,
-            reply: Some(reply),
-        })
-        .map_err(|_| stopping())?;
-        rx.recv().map_err(|_| stopping())?
+        Writer::submit(&self.core, job)
     }
 
     /// Counts an open of `ino` by `session`, after checking `read`/`write` access against
@@ -507,18 +499,15 @@ impl Service for MetaService {
 
 impl Drop for MetaService {
     fn drop(&mut self) {
-        // The purge thread sends to the writer, so it stops first; then the writer ends
-        // when its channel closes, and the database closes with the last `Core`.
+        // The purge thread commits through the writer, so it stops first; then the
+        // writer checkpoints and ends its checkpoint thread, and the database closes
+        // with the last `Core`.
         self.core.stop_purge.store(true, Ordering::SeqCst);
         self.core.kick_purge();
-        let mut threads = std::mem::take(&mut self.threads).into_iter();
-        if let Some(purge) = threads.next() {
+        if let Some(purge) = self.purge.take() {
             let _ = purge.join();
         }
-        self.writer_tx = None;
-        for t in threads {
-            let _ = t.join();
-        }
+        Writer::stop(&self.core);
     }
 }
 

@@ -6,7 +6,7 @@
 //! "about to be deleted" (`dying`) and the committed inode while holding it, so an Open
 //! never succeeds on an inode that a pending batch deletes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
 #[derive(Default)]
@@ -20,8 +20,33 @@ pub struct Entry {
 #[derive(Default)]
 pub struct State {
     pub open: HashMap<u64, Entry>,
-    /// Inodes deleted by the batch being committed.
-    pub dying: HashSet<u64>,
+    /// Inodes deleted by batches applied but not yet durable.
+    pub dying: Dying,
+}
+
+/// Inodes deleted by batches in flight, with the batch that deletes each.
+#[derive(Default)]
+pub struct Dying {
+    /// The batch the writer is applying; `insert` files inodes under it.
+    pub batch: u64,
+    inos: HashMap<u64, u64>,
+}
+
+impl Dying {
+    pub fn insert(&mut self, ino: u64) {
+        self.inos.insert(ino, self.batch);
+    }
+
+    pub fn contains(&self, ino: &u64) -> bool {
+        self.inos.contains_key(ino)
+    }
+
+    /// Forgets the inodes of batches up to `batch`, which are now committed (or failed).
+    pub fn settle(&mut self, batch: u64) {
+        if !self.inos.is_empty() {
+            self.inos.retain(|_, b| *b > batch);
+        }
+    }
 }
 
 impl State {

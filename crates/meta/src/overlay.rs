@@ -70,13 +70,13 @@ pub struct Layers {
 
 /// A consistent view: some layers, newest first, over a redb read snapshot.
 pub struct Stack<'a> {
-    gens: [Option<&'a Gen>; 3],
+    gens: Vec<&'a Gen>,
     rd: &'a Rd,
 }
 
 impl<'a> Stack<'a> {
     fn gens(&self) -> impl Iterator<Item = &'a Gen> + '_ {
-        self.gens.iter().flatten().copied()
+        self.gens.iter().copied()
     }
 
     /// The whole purge queue in inode order, up to `limit` entries.
@@ -289,14 +289,10 @@ impl<'a> View<'a> {
     }
 
     pub fn stack(&self) -> Stack<'_> {
-        Stack {
-            gens: [
-                Some(&self.layers.active),
-                self.layers.frozen.as_deref(),
-                None,
-            ],
-            rd: self.rd,
-        }
+        let mut gens = Vec::with_capacity(2);
+        gens.push(&self.layers.active);
+        gens.extend(self.layers.frozen.as_deref());
+        Stack { gens, rd: self.rd }
     }
 }
 
@@ -342,12 +338,12 @@ impl<'t> Wr<'t> {
     }
 
     pub fn stack(&self) -> Stack<'_> {
+        let mut gens = Vec::with_capacity(3);
+        gens.push(&self.delta);
+        gens.push(&self.base.layers.active);
+        gens.extend(self.base.layers.frozen.as_deref());
         Stack {
-            gens: [
-                Some(&self.delta),
-                Some(&self.base.layers.active),
-                self.base.layers.frozen.as_deref(),
-            ],
+            gens,
             rd: self.base.rd,
         }
     }

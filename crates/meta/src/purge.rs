@@ -6,39 +6,42 @@
 //! retried with exponential backoff per file, and metadata operations never wait for
 //! this thread.
 
-use crate::writer::{Item, Job};
+use crate::writer::{Job, Writer};
 use crate::Core;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stripefs_rpc::{ClusterConfig, Conn};
 use stripefs_wire::{Cred, InodeId, Layout, Request, WireError};
 
-/// Most files purged per round.
-pub const PURGE_BATCH: usize = 64;
+/// Most files purged per round (their Removes go to each server back to back).
+pub const PURGE_BATCH: usize = stripefs_rpc::MAX_PENDING;
 /// Most queue entries looked at per round while skipping files that wait for a retry.
 const PURGE_SCAN: usize = 4096;
 /// How long the thread sleeps when there is nothing to do and nobody wakes it.
 const PURGE_POLL: Duration = Duration::from_secs(1);
+/// See [`Purger::wait_quiet`].
+const QUIET: Duration = Duration::from_millis(10);
+const BUSY_GAP: Duration = Duration::from_millis(50);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 pub struct Purger {
     core: Arc<Core>,
     cluster: ClusterConfig,
-    writer: SyncSender<Item>,
+    /// Connections to data servers, kept across rounds (`None`: connecting failed).
+    conns: HashMap<u32, Conn>,
     /// Per inode: when to try again and the current delay.
     retry: HashMap<u64, (Instant, Duration)>,
 }
 
 impl Purger {
-    pub fn new(core: Arc<Core>, cluster: ClusterConfig, writer: SyncSender<Item>) -> Purger {
+    pub fn new(core: Arc<Core>, cluster: ClusterConfig) -> Purger {
         Purger {
             core,
             cluster,
-            writer,
+            conns: HashMap::new(),
             retry: HashMap::new(),
         }
     }
@@ -56,15 +59,31 @@ impl Purger {
                 self.core.wait_for_kick(PURGE_POLL);
                 continue;
             }
+            self.wait_quiet();
             self.purge_round(due);
+        }
+    }
+
+    /// Purging is background work: it waits until clients leave the metadata server
+    /// quiet for [`QUIET`], but at most [`BUSY_GAP`] per round, so that under steady
+    /// load it still removes [`PURGE_BATCH`] files per gap.
+    fn wait_quiet(&self) {
+        let start = Instant::now();
+        loop {
+            let before = self.core.requests.load(Ordering::Relaxed);
+            std::thread::sleep(QUIET);
+            let quiet = self.core.requests.load(Ordering::Relaxed) == before;
+            if quiet || start.elapsed() >= BUSY_GAP || self.core.stop_purge.load(Ordering::SeqCst) {
+                return;
+            }
         }
     }
 
     /// Queue entries whose retry time has come.
     fn due(&self) -> Result<Vec<(u64, Layout)>, WireError> {
-        let queue = self
-            .core
-            .with_view(|v| v.stack().purge_entries(PURGE_SCAN))?;
+        // Only entries waiting for a retry are skipped, so this many suffice.
+        let want = (PURGE_BATCH + self.retry.len()).min(PURGE_SCAN);
+        let queue = self.core.with_view(|v| v.stack().purge_entries(want))?;
         let now = Instant::now();
         let mut out = Vec::new();
         for (ino, layout) in queue {
@@ -80,17 +99,26 @@ impl Purger {
     }
 
     fn purge_round(&mut self, due: Vec<(u64, Layout)>) {
-        let mut conns: HashMap<u32, Option<Conn>> = HashMap::new();
-        let mut done = Vec::new();
-        for (ino, layout) in due {
-            if self.core.stop_purge.load(Ordering::SeqCst) {
-                break;
+        // Per server, the files with objects there; a file is done when every server
+        // of its layout removed its object.
+        let mut by_server: HashMap<u32, Vec<u64>> = HashMap::new();
+        for (ino, layout) in &due {
+            for s in &layout.servers {
+                by_server.entry(s.0).or_default().push(*ino);
             }
-            let ok = layout
-                .servers
-                .iter()
-                .all(|s| self.remove_on(&mut conns, s.0, ino));
-            if ok {
+        }
+        let mut failed = std::collections::HashSet::new();
+        for (id, inos) in by_server {
+            if self.core.stop_purge.load(Ordering::SeqCst) {
+                return;
+            }
+            for ino in self.remove_on(id, &inos) {
+                failed.insert(ino);
+            }
+        }
+        let mut done = Vec::new();
+        for (ino, _) in due {
+            if !failed.contains(&ino) {
                 self.retry.remove(&ino);
                 done.push(ino);
             } else {
@@ -109,25 +137,36 @@ impl Purger {
         }
     }
 
-    /// Sends Remove for `ino` to data server `id`, connecting once per round.
-    fn remove_on(&self, conns: &mut HashMap<u32, Option<Conn>>, id: u32, ino: u64) -> bool {
-        let conn = conns.entry(id).or_insert_with(|| self.connect(id));
-        let Some(c) = conn else {
-            return false;
-        };
-        match c.call(
-            &Cred::root(),
-            Request::Remove { fid: InodeId(ino) },
-            &[],
-            &mut [],
-        ) {
-            Ok(_) => true,
+    /// Sends Remove for each of `inos` to data server `id`, back to back on one
+    /// connection; returns the inodes whose removal failed.
+    fn remove_on(&mut self, id: u32, inos: &[u64]) -> Vec<u64> {
+        if !self.conns.contains_key(&id) {
+            match self.connect(id) {
+                Some(c) => self.conns.insert(id, c),
+                None => return inos.to_vec(),
+            };
+        }
+        let conn = self.conns.get_mut(&id).expect("inserted above");
+        let reqs = inos
+            .iter()
+            .map(|&ino| Request::Remove { fid: InodeId(ino) })
+            .collect();
+        match conn.call_many(&Cred::root(), reqs) {
+            Ok(results) => inos
+                .iter()
+                .zip(results)
+                .filter_map(|(&ino, r)| match r {
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::info!("purge of inode {ino} on data server {id}: {e}; will retry");
+                        Some(ino)
+                    }
+                })
+                .collect(),
             Err(e) => {
-                tracing::info!("purge of inode {ino} on data server {id}: {e}; will retry");
-                if c.is_broken() {
-                    *conn = None;
-                }
-                false
+                tracing::info!("purge on data server {id}: {e}; will retry");
+                self.conns.remove(&id);
+                inos.to_vec()
             }
         }
     }
@@ -149,18 +188,8 @@ impl Purger {
 
     /// Deletes the queue entries of purged files, through the writer.
     fn finish(&mut self, done: Vec<u64>) {
-        let (tx, rx) = sync_channel(1);
-        let item = Item {
-            job: Job::PurgeDone(done),
-            reply: Some(tx),
-        };
-        if self.writer.send(item).is_err() {
-            return;
-        }
-        match rx.recv() {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!("purge: cannot update the queue: {e}"),
-            Err(_) => {}
+        if let Err(e) = Writer::submit(&self.core, Job::PurgeDone(done)) {
+            tracing::warn!("purge: cannot update the queue: {e}");
         }
     }
 }

@@ -274,17 +274,26 @@ impl Wal {
 
     /// Appends one record and waits until it is durable; returns its number.
     pub fn append(&mut self, payload: &[u8]) -> Result<u64, WireError> {
-        let seq = self.next_seq;
-        let rec = frame(seq, payload);
+        self.append_all(&[payload])
+    }
+
+    /// Appends records (one per payload, numbered in order) with one write and one
+    /// sync; returns the number of the last.
+    pub fn append_all(&mut self, payloads: &[&[u8]]) -> Result<u64, WireError> {
+        assert!(!payloads.is_empty(), "nothing to append");
+        let mut buf = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            buf.extend(frame(self.next_seq + i as u64, p));
+        }
         let f = &self.files[self.cur];
         let p = &self.paths[self.cur];
-        f.write_all_at(&rec, self.off)
+        f.write_all_at(&buf, self.off)
             .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
         f.sync_data()
             .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
-        self.off += rec.len() as u64;
-        self.next_seq += 1;
-        Ok(seq)
+        self.off += buf.len() as u64;
+        self.next_seq += payloads.len() as u64;
+        Ok(self.next_seq - 1)
     }
 
     /// Continues in the other file, from its start. The caller guarantees that all its

@@ -1,14 +1,17 @@
-//! The single writer: group commit of all mutations.
+//! Group commit of all mutations, by a leader among the waiting threads.
 //!
-//! Connection threads queue mutations on a bounded channel and wait. The writer takes
-//! everything queued (up to [`MAX_BATCH`]), applies each operation in order to one batch
-//! delta (an in-memory layer over the namespace, `overlay.rs`), appends the delta to the
-//! metadata log as one record made durable by one `fdatasync` (`wal.rs`), publishes it
-//! to readers, and only then answers them all: nothing is acknowledged or visible before
-//! it is durable, and one sync serves the whole batch.
+//! A thread with a mutation (a connection thread, the purge thread) queues it and waits.
+//! If no commit is running, it becomes the *leader*: it takes every queued operation (up
+//! to [`MAX_BATCH`]), applies them in order to one batch delta (an in-memory layer over
+//! the namespace, `overlay.rs`), appends the delta to the metadata log as one record made
+//! durable by one `fdatasync` (`wal.rs`), publishes it to readers, hands every waiter its
+//! answer and wakes them; one of those that queued meanwhile leads the next batch.
+//! Nothing is acknowledged or visible before it is durable, one sync serves every
+//! operation that arrived while the previous one ran, and no operation passes through
+//! another thread on its way (each hand-over costs a wake-up).
 //!
 //! The redb tables are brought up to date by checkpoints: when the active layer is large
-//! or old enough (and the previous checkpoint is done), the writer freezes it, continues
+//! or old enough (and the previous checkpoint is done), the leader freezes it, continues
 //! the log in the other file, and a checkpoint thread writes the frozen layer into redb
 //! in one durable transaction, then drops it. Checkpoints carry thousands of operations
 //! each, so the store's page writes are shared by many operations and never delay an
@@ -25,22 +28,26 @@ use crate::overlay::{Gen, View, Wr};
 use crate::store::{commit_gen, io, is_fatal, Rd};
 use crate::wal::{self, Wal};
 use crate::Core;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{channel, Receiver, Sender, SyncSender, TryRecvError};
-use std::sync::Arc;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stripefs_wire::{Cred, ErrorCode, Request, Response, WireError};
 
 /// Most operations committed by one batch.
 pub const MAX_BATCH: usize = 256;
-/// Most operations waiting for the writer; senders block beyond it (back-pressure).
-pub const MAX_QUEUE: usize = 4096;
 /// The active layer is frozen for a checkpoint when it holds this many changed keys,
 /// when its log file holds this many bytes, or when it is this old.
 pub const FREEZE_KEYS: usize = 200_000;
 pub const FREEZE_BYTES: u64 = wal::FILE_BYTES / 2;
 pub const FREEZE_AGE: Duration = Duration::from_secs(2);
+/// How long a leader waits for more operations when fewer are queued than the last
+/// batch held. Clients answered together send again together, but not at the same
+/// instant; without this wait their operations would split over two syncs.
+pub const GATHER_WAIT: Duration = Duration::from_micros(200);
 
 pub type Answer = Result<Response, WireError>;
 
@@ -55,57 +62,290 @@ pub enum Job {
     Checkpoint,
 }
 
-pub struct Item {
-    pub job: Job,
-    pub reply: Option<SyncSender<Answer>>,
+#[derive(Default)]
+struct Queue {
+    /// Operations waiting for a leader, by ticket, in arrival order.
+    jobs: VecDeque<(u64, Job)>,
+    /// Answers not yet collected by their waiters.
+    answers: HashMap<u64, Answer>,
+    next_ticket: u64,
+    /// A leader is committing.
+    leading: bool,
+    /// Operations in the last batch.
+    last_len: usize,
 }
 
-/// How long the writer waits for the clients of the previous batch to send their next
-/// operation before committing a smaller batch. Clients answered together send again
-/// together, but not at the same instant; without this wait the batch would split into
-/// an early small one and a late one, each paying a full sync.
-pub const GATHER_WAIT: Duration = Duration::from_micros(150);
+/// The group-commit queue and the leader's state.
+pub struct Writer {
+    queue: Mutex<Queue>,
+    /// Signalled when an operation is queued (a gathering leader waits for it).
+    arrived: Condvar,
+    /// Signalled when a batch is answered (waiters look for their answer, or lead).
+    answered: Condvar,
+    /// The leader's state; locked only by the leader and at shutdown.
+    log: Mutex<Option<Log>>,
+}
 
-struct Writer {
-    core: Arc<Core>,
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Writer {
+    pub fn new() -> Writer {
+        Writer {
+            queue: Mutex::default(),
+            arrived: Condvar::new(),
+            answered: Condvar::new(),
+            log: Mutex::new(None),
+        }
+    }
+
+    /// Hands the log to the writer and starts the checkpoint thread.
+    pub fn start(core: &Arc<Core>, wal: Wal) -> Result<(), String> {
+        let (tx, rx) = channel::<(Arc<Gen>, u64)>();
+        let c = core.clone();
+        let thread = std::thread::Builder::new()
+            .name("meta-checkpoint".into())
+            .spawn(move || {
+                while let Ok((gen, seq)) = rx.recv() {
+                    checkpoint(&c, &gen, seq);
+                }
+            })
+            .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?;
+        *lock(&core.writer.log) = Some(Log {
+            wal,
+            last_freeze: Instant::now(),
+            ckpt: Some((tx, thread)),
+            batch_id: 0,
+        });
+        Ok(())
+    }
+
+    /// Stops: waits for a running commit, checkpoints everything unless halted (a
+    /// simulated crash leaves the log for the next start), ends the checkpoint thread.
+    pub fn stop(core: &Core) {
+        let Some(mut log) = lock(&core.writer.log).take() else {
+            return;
+        };
+        if !core.halted.load(Ordering::SeqCst) {
+            log.checkpoint_now(core);
+        }
+        if let Some((tx, thread)) = log.ckpt.take() {
+            drop(tx);
+            let _ = thread.join();
+        }
+    }
+
+    /// Queues `job` and returns its answer once it is committed (or has failed).
+    pub fn submit(core: &Core, job: Job) -> Answer {
+        let w = &core.writer;
+        let mut q = lock(&w.queue);
+        let ticket = q.next_ticket;
+        q.next_ticket += 1;
+        q.jobs.push_back((ticket, job));
+        w.arrived.notify_one();
+        loop {
+            if let Some(answer) = q.answers.remove(&ticket) {
+                return answer;
+            }
+            if q.leading {
+                q = w.answered.wait(q).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            // Lead the next batch, first letting the stragglers of the last one arrive.
+            q.leading = true;
+            let deadline = Instant::now() + GATHER_WAIT;
+            while q.jobs.len() < q.last_len.min(MAX_BATCH) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                q = w
+                    .arrived
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            let n = q.jobs.len().min(MAX_BATCH);
+            let batch: Vec<(u64, Job)> = q.jobs.drain(..n).collect();
+            q.last_len = batch.len();
+            drop(q);
+            let answers = match lock(&w.log).as_mut() {
+                Some(log) => log.commit(core, &batch),
+                None => {
+                    let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
+                    vec![Err(e); batch.len()]
+                }
+            };
+            assert_eq!(answers.len(), batch.len(), "one answer per operation");
+            q = lock(&w.queue);
+            for ((t, _), a) in batch.into_iter().zip(answers) {
+                q.answers.insert(t, a);
+            }
+            q.leading = false;
+            w.answered.notify_all();
+        }
+    }
+}
+
+/// Frozen layers (and the log record they end at) for the checkpoint thread.
+type CheckpointTx = Sender<(Arc<Gen>, u64)>;
+
+/// The leader's state: the log, the freeze schedule and the checkpoint thread.
+pub struct Log {
     wal: Wal,
     last_freeze: Instant,
-    ckpt_tx: Option<Sender<(Arc<Gen>, u64)>>,
+    ckpt: Option<(CheckpointTx, JoinHandle<()>)>,
+    batch_id: u64,
 }
 
-pub fn run(core: Arc<Core>, wal: Wal, rx: Receiver<Item>) {
-    let (ckpt_tx, ckpt_rx) = channel::<(Arc<Gen>, u64)>();
-    let c = core.clone();
-    let ckpt = std::thread::Builder::new()
-        .name("meta-checkpoint".into())
-        .spawn(move || {
-            while let Ok((gen, seq)) = ckpt_rx.recv() {
-                checkpoint(&c, &gen, seq);
-            }
-        });
-    let ckpt = match ckpt {
-        Ok(t) => Some(t),
-        Err(e) => {
-            // Checkpoints then run on the writer's thread.
-            tracing::warn!("cannot start the checkpoint thread: {e}");
-            None
+impl Log {
+    /// Applies, logs and publishes one batch, then does what it asked for.
+    fn commit(&mut self, core: &Core, batch: &[(u64, Job)]) -> Vec<Answer> {
+        self.batch_id += 1;
+        let id = self.batch_id;
+        let (answers, purged) = if core.halted.load(Ordering::SeqCst) {
+            let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
+            (vec![Err(e); batch.len()], false)
+        } else {
+            self.commit_guarded(core, id, batch)
+        };
+        // The batch is committed (or not): Opens may look at its inodes again.
+        core.opens.lock().dying.settle(id);
+        if batch.iter().any(|(_, j)| matches!(j, Job::Checkpoint)) {
+            self.checkpoint_now(core);
         }
-    };
-    let mut w = Writer {
-        core,
-        wal,
-        last_freeze: Instant::now(),
-        ckpt_tx: ckpt.as_ref().map(|_| ckpt_tx),
-    };
-    w.serve(rx);
-    w.ckpt_tx = None;
-    if let Some(t) = ckpt {
-        let _ = t.join();
+        if purged {
+            core.kick_purge();
+        }
+        self.maybe_freeze(core);
+        answers
     }
-    // A clean stop leaves the tables complete and the log empty of news; a halt
-    // (a simulated crash) leaves the log for the next start to replay.
-    if !w.core.halted.load(Ordering::SeqCst) {
-        w.checkpoint_now();
+
+    fn commit_guarded(
+        &mut self,
+        core: &Core,
+        id: u64,
+        batch: &[(u64, Job)],
+    ) -> (Vec<Answer>, bool) {
+        match catch_unwind(AssertUnwindSafe(|| self.commit_batch(core, id, batch))) {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
+                tracing::error!("batch of {} operations failed: {e}", batch.len());
+                (vec![Err(e); batch.len()], false)
+            }
+            Err(_) => {
+                let e = WireError::new(
+                    ErrorCode::Internal,
+                    "metadata writer panicked; batch discarded",
+                );
+                tracing::error!("{e}");
+                (vec![Err(e); batch.len()], false)
+            }
+        }
+    }
+
+    /// `Err` means nothing of the batch was committed.
+    fn commit_batch(
+        &mut self,
+        core: &Core,
+        id: u64,
+        batch: &[(u64, Job)],
+    ) -> Result<(Vec<Answer>, bool), WireError> {
+        let mut answers = Vec::with_capacity(batch.len());
+        let mut purged = false;
+        let delta = {
+            let layers = core.layers();
+            // Begun under the lock, so no checkpoint can drop a layer this view misses.
+            let txn = core.db.begin_read().map_err(|e| io("starting a read", e))?;
+            let rd = Rd::open(&txn)?;
+            let mut w = Wr::new(View::new(&layers, &rd));
+            core.opens.lock().dying.batch = id;
+            for (_, job) in batch {
+                let (answer, p) = apply(core, &mut w, job);
+                if let Err(e) = &answer {
+                    if is_fatal(e) {
+                        return Err(e.clone());
+                    }
+                }
+                purged |= p;
+                answers.push(answer);
+            }
+            w.delta
+        };
+        if !delta.is_empty() {
+            if let Err(e) = self.wal.append(&wal::encode(&delta)) {
+                // What the log holds now is unknown: accept no further change.
+                core.halted.store(true, Ordering::SeqCst);
+                tracing::error!("{e}; the metadata server accepts no more changes");
+                return Err(e);
+            }
+            let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
+            l.active.absorb(delta);
+        }
+        core.commits.fetch_add(1, Ordering::Relaxed);
+        core.committed_ops
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok((answers, purged))
+    }
+
+    /// Freezes the active layer for the checkpoint thread when it is due and the
+    /// previous checkpoint is done.
+    fn maybe_freeze(&mut self, core: &Core) {
+        let due = {
+            let l = core.layers();
+            l.frozen.is_none()
+                && !l.active.is_empty()
+                && (l.active.len() >= FREEZE_KEYS
+                    || self.wal.offset() >= FREEZE_BYTES
+                    || self.last_freeze.elapsed() >= core.tuning.freeze_age)
+        };
+        if !due {
+            return;
+        }
+        let gen = self.freeze(core);
+        let seq = self.wal.last_seq();
+        match &self.ckpt {
+            Some((tx, _)) => {
+                if let Err(e) = tx.send((gen, seq)) {
+                    let (gen, seq) = e.0;
+                    checkpoint(core, &gen, seq);
+                }
+            }
+            None => checkpoint(core, &gen, seq),
+        }
+    }
+
+    /// Moves the active layer to `frozen` and continues the log in the other file.
+    /// Only when no checkpoint is running: the other file's records are all in redb.
+    fn freeze(&mut self, core: &Core) -> Arc<Gen> {
+        let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
+        assert!(l.frozen.is_none(), "freeze while a checkpoint runs");
+        let gen = Arc::new(std::mem::take(&mut l.active));
+        l.frozen = Some(gen.clone());
+        self.wal.switch();
+        self.last_freeze = Instant::now();
+        gen
+    }
+
+    /// Waits for a running checkpoint, then checkpoints the active layer on this thread.
+    fn checkpoint_now(&mut self, core: &Core) {
+        loop {
+            let l = core.layers();
+            if l.frozen.is_none() {
+                if l.active.is_empty() {
+                    return;
+                }
+                break;
+            }
+            drop(l);
+            if core.halted.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let gen = self.freeze(core);
+        checkpoint(core, &gen, self.wal.last_seq());
     }
 }
 
@@ -132,180 +372,6 @@ fn checkpoint(core: &Core, gen: &Gen, seq: u64) {
             }
         }
     }
-}
-
-impl Writer {
-    fn serve(&mut self, rx: Receiver<Item>) {
-        let mut last_len = 1;
-        while let Ok(first) = rx.recv() {
-            let batch = gather(&rx, first, last_len);
-            last_len = batch.len();
-            let (answers, purged) = if self.core.halted.load(Ordering::SeqCst) {
-                let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
-                (vec![Err(e); batch.len()], false)
-            } else {
-                self.commit_guarded(&batch)
-            };
-            // The batch is committed (or not): Opens may look at these inodes again.
-            self.core.opens.lock().dying.clear();
-            if batch.iter().any(|i| matches!(i.job, Job::Checkpoint)) {
-                self.checkpoint_now();
-            }
-            assert_eq!(answers.len(), batch.len(), "one answer per operation");
-            for (item, answer) in batch.into_iter().zip(answers) {
-                if let Some(reply) = item.reply {
-                    // The waiter may have given up; nothing to do then.
-                    let _ = reply.send(answer);
-                }
-            }
-            if purged {
-                self.core.kick_purge();
-            }
-            self.maybe_freeze();
-        }
-    }
-
-    /// Freezes the active layer for the checkpoint thread when it is due and the
-    /// previous checkpoint is done.
-    fn maybe_freeze(&mut self) {
-        let due = {
-            let l = self.core.layers.read().unwrap_or_else(|p| p.into_inner());
-            l.frozen.is_none()
-                && !l.active.is_empty()
-                && (l.active.len() >= FREEZE_KEYS
-                    || self.wal.offset() >= FREEZE_BYTES
-                    || self.last_freeze.elapsed() >= self.core.tuning.freeze_age)
-        };
-        if !due {
-            return;
-        }
-        let gen = self.freeze();
-        let seq = self.wal.last_seq();
-        match &self.ckpt_tx {
-            Some(tx) => {
-                if let Err(e) = tx.send((gen, seq)) {
-                    let (gen, seq) = e.0;
-                    checkpoint(&self.core, &gen, seq);
-                }
-            }
-            None => checkpoint(&self.core, &gen, seq),
-        }
-    }
-
-    /// Moves the active layer to `frozen` and continues the log in the other file.
-    /// Only when no checkpoint is running: the other file's records are all in redb.
-    fn freeze(&mut self) -> Arc<Gen> {
-        let mut l = self.core.layers.write().unwrap_or_else(|p| p.into_inner());
-        assert!(l.frozen.is_none(), "freeze while a checkpoint runs");
-        let gen = Arc::new(std::mem::take(&mut l.active));
-        l.frozen = Some(gen.clone());
-        self.wal.switch();
-        self.last_freeze = Instant::now();
-        gen
-    }
-
-    /// Waits for a running checkpoint, then checkpoints the active layer on this thread.
-    fn checkpoint_now(&mut self) {
-        loop {
-            let l = self.core.layers.read().unwrap_or_else(|p| p.into_inner());
-            if l.frozen.is_none() {
-                if l.active.is_empty() {
-                    return;
-                }
-                break;
-            }
-            drop(l);
-            if self.core.halted.load(Ordering::SeqCst) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let gen = self.freeze();
-        checkpoint(&self.core, &gen, self.wal.last_seq());
-    }
-
-    fn commit_guarded(&mut self, batch: &[Item]) -> (Vec<Answer>, bool) {
-        match catch_unwind(AssertUnwindSafe(|| self.commit(batch))) {
-            Ok(Ok(x)) => x,
-            Ok(Err(e)) => {
-                tracing::error!("batch of {} operations failed: {e}", batch.len());
-                (vec![Err(e); batch.len()], false)
-            }
-            Err(_) => {
-                let e = WireError::new(
-                    ErrorCode::Internal,
-                    "metadata writer panicked; batch discarded",
-                );
-                tracing::error!("{e}");
-                (vec![Err(e); batch.len()], false)
-            }
-        }
-    }
-
-    /// Applies, logs and publishes one batch; `Err` means nothing of it was committed.
-    fn commit(&mut self, batch: &[Item]) -> Result<(Vec<Answer>, bool), WireError> {
-        let mut answers = Vec::with_capacity(batch.len());
-        let mut purged = false;
-        let delta = {
-            let layers = self.core.layers.read().unwrap_or_else(|p| p.into_inner());
-            // Begun under the lock, so no checkpoint can drop a layer this view misses.
-            let txn = self
-                .core
-                .db
-                .begin_read()
-                .map_err(|e| io("starting a read", e))?;
-            let rd = Rd::open(&txn)?;
-            let mut w = Wr::new(View::new(&layers, &rd));
-            for item in batch {
-                let (answer, p) = apply(&self.core, &mut w, &item.job);
-                if let Err(e) = &answer {
-                    if is_fatal(e) {
-                        return Err(e.clone());
-                    }
-                }
-                purged |= p;
-                answers.push(answer);
-            }
-            w.delta
-        };
-        if !delta.is_empty() {
-            if let Err(e) = self.wal.append(&wal::encode(&delta)) {
-                // What the log holds now is unknown: accept no further change.
-                self.core.halted.store(true, Ordering::SeqCst);
-                tracing::error!("{e}; the metadata server accepts no more changes");
-                return Err(e);
-            }
-            let mut l = self.core.layers.write().unwrap_or_else(|p| p.into_inner());
-            l.active.absorb(delta);
-        }
-        self.core.commits.fetch_add(1, Ordering::Relaxed);
-        self.core
-            .committed_ops
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        Ok((answers, purged))
-    }
-}
-
-/// The batch starting with `first`: everything queued, waiting up to [`GATHER_WAIT`]
-/// while it is smaller than the previous one.
-fn gather(rx: &Receiver<Item>, first: Item, last_len: usize) -> Vec<Item> {
-    let mut batch = vec![first];
-    let deadline = Instant::now() + GATHER_WAIT;
-    while batch.len() < MAX_BATCH {
-        match rx.try_recv() {
-            Ok(item) => batch.push(item),
-            Err(TryRecvError::Disconnected) => break,
-            Err(TryRecvError::Empty) if batch.len() >= last_len => break,
-            Err(TryRecvError::Empty) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                match rx.recv_timeout(left) {
-                    Ok(item) => batch.push(item),
-                    Err(_) => break,
-                }
-            }
-        }
-    }
-    batch
 }
 
 fn apply(core: &Core, w: &mut Wr, job: &Job) -> (Answer, bool) {

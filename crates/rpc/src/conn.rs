@@ -5,21 +5,29 @@ use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 use stripefs_wire::{
-    decode_response, encode_request, Cred, Envelope, ErrorCode, Request, Response, WireError,
+    decode_response, encode_request, Cred, Envelope, ErrorCode, Opcode, Request, Response,
+    WireError,
 };
 
 /// Default timeout for connecting and for each read and write, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
-/// One authenticated connection to a server. One request is in flight at a time.
-/// After any transport or frame error the connection is *broken*: callers drop it.
+/// One authenticated connection to a server. One request is in flight at a time, apart
+/// from requests [`Conn::send`] did not wait for, whose answers are read before the
+/// next call. After any transport or frame error the connection is *broken*: callers
+/// drop it.
 pub struct Conn {
     stream: TcpStream,
     addr: String,
     next_id: u64,
     broken: bool,
     body_buf: Vec<u8>,
+    /// Requests sent whose answers are still unread, oldest first.
+    pending: std::collections::VecDeque<(u64, Opcode)>,
 }
+
+/// Most answers [`Conn::send`] leaves unread before it reads them.
+pub const MAX_PENDING: usize = 32;
 
 impl Conn {
     /// Connects to `addr` and authenticates with `secret`. Every error names `addr`.
@@ -61,6 +69,7 @@ impl Conn {
             next_id: 1,
             broken: false,
             body_buf: Vec::new(),
+            pending: std::collections::VecDeque::new(),
         };
         conn.authenticate(secret)?;
         Ok(conn)
@@ -127,6 +136,76 @@ impl Conn {
         data: &[u8],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
+        // Sent before the unread answers are read: the server answers in order, and
+        // the earlier requests need not delay this one by a round trip.
+        let (id, opcode) = self.send_request(cred, req, data)?;
+        self.drain()?;
+        self.read_reply(id, opcode, recv)
+    }
+
+    /// Sends `req` and returns without waiting for its answer, which is read (and an
+    /// error in it logged) before the next call on this connection. For requests whose
+    /// failure the caller could not act on, such as Close: the server handles requests
+    /// of one connection in order, so later requests on this connection see its effect.
+    pub fn send(&mut self, cred: &Cred, req: Request) -> Result<(), WireError> {
+        if self.pending.len() >= MAX_PENDING {
+            self.drain()?;
+        }
+        let sent = self.send_request(cred, req, &[])?;
+        self.pending.push_back(sent);
+        Ok(())
+    }
+
+    /// Sends up to [`MAX_PENDING`] requests without data back to back, then reads their
+    /// answers in order: one round trip for all. The outer `Err` is a transport error
+    /// (the connection is broken); the inner results are each request's answer.
+    #[allow(clippy::type_complexity)]
+    pub fn call_many(
+        &mut self,
+        cred: &Cred,
+        reqs: Vec<Request>,
+    ) -> Result<Vec<Result<Response, WireError>>, WireError> {
+        // Bounded so that unread answers never fill the socket buffers, which could
+        // leave both sides blocked writing.
+        assert!(
+            reqs.len() <= MAX_PENDING,
+            "call_many takes at most MAX_PENDING requests"
+        );
+        self.drain()?;
+        let mut sent = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            sent.push(self.send_request(cred, req, &[])?);
+        }
+        let mut out = Vec::with_capacity(sent.len());
+        for (id, opcode) in sent {
+            match self.read_reply(id, opcode, &mut []) {
+                Ok((r, _)) => out.push(Ok(r)),
+                Err(e) if !self.broken => out.push(Err(e)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads the answers of requests sent by [`Conn::send`].
+    fn drain(&mut self) -> Result<(), WireError> {
+        while let Some((id, opcode)) = self.pending.pop_front() {
+            if let Err(e) = self.read_reply(id, opcode, &mut []) {
+                if self.broken {
+                    return Err(e);
+                }
+                tracing::warn!("{} answered with an error: {e}", opcode.name());
+            }
+        }
+        Ok(())
+    }
+
+    fn send_request(
+        &mut self,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+    ) -> Result<(u64, Opcode), WireError> {
         if self.broken {
             return Err(WireError::new(
                 ErrorCode::Io,
@@ -154,6 +233,15 @@ impl Conn {
         if let Err(e) = write_all_parts(&mut self.stream, &[&frame, data]) {
             return Err(self.transport(format!("sending {}", opcode.name()), e.into()));
         }
+        Ok((id, opcode))
+    }
+
+    fn read_reply(
+        &mut self,
+        id: u64,
+        opcode: Opcode,
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError> {
         let header = match read_header(&mut self.stream, Duration::ZERO) {
             Ok(h) => h,
             Err(e) => return Err(self.transport(format!("waiting for {}", opcode.name()), e)),

@@ -19,5 +19,5 @@ pub mod units;
 
 pub use auth::Secret;
 pub use config::{ClusterConfig, DataServerEntry, Defaults, ServerConfig};
-pub use conn::{Conn, DEFAULT_TIMEOUT_MS};
+pub use conn::{Conn, DEFAULT_TIMEOUT_MS, MAX_PENDING};
 pub use server::{serve, ConnInfo, Payload, Reply, Service, MAX_CONNECTIONS};

@@ -456,3 +456,43 @@ fn server_that_never_answers_a_call_times_out() {
         .expect_err("broken");
     assert!(again.message.contains("broken"), "{again}");
 }
+
+/// Requests sent without waiting (`send`) are answered in order before the next call's
+/// answer; an error answer to one of them is logged, not returned to the next call; more
+/// than MAX_PENDING of them are drained as they go.
+#[test]
+fn unawaited_requests_and_pipelined_calls_keep_order() {
+    let server = Server::start();
+    let mut conn = server.connect().unwrap();
+    let r = Cred::root();
+    for _ in 0..stripefs_rpc::MAX_PENDING + 9 {
+        conn.send(&r, Request::Ping {}).unwrap();
+    }
+    // Hello after authentication is answered with an error, the connection stays.
+    conn.send(&r, Request::Hello { nonce: [0; 32] }).unwrap();
+    let (resp, _) = conn.call(&r, Request::Ping {}, &[], &mut []).unwrap();
+    assert!(matches!(resp, Response::Pong { .. }), "{resp:?}");
+    let mut recv = vec![0u8; 100];
+    let data = pattern(100);
+    assert_eq!(echo(&mut conn, 5, &data, &mut recv), 100);
+    assert_eq!(recv, data);
+    let answers = conn
+        .call_many(
+            &r,
+            vec![
+                Request::Ping {},
+                Request::Hello { nonce: [1; 32] },
+                Request::Remove { fid: InodeId(3) },
+            ],
+        )
+        .unwrap();
+    assert_eq!(answers.len(), 3);
+    assert!(matches!(answers[0], Ok(Response::Pong { .. })));
+    assert_eq!(
+        answers[1].as_ref().unwrap_err().code,
+        ErrorCode::UnexpectedMessage
+    );
+    assert!(matches!(answers[2], Ok(Response::Done)));
+    assert!(!conn.is_broken());
+    server.assert_serving();
+}

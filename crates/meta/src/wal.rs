@@ -27,15 +27,16 @@ use crate::store::{decode_inode, decode_layout, encode_inode, encode_layout, typ
 use bincode::Options;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use stripefs_wire::{ErrorCode, WireError};
 
 const MAGIC: u32 = 0x4c57_4653; // "SFWL"
 const HEADER: usize = 24;
-/// Size each log file is zero-filled to when created.
-pub const FILE_BYTES: u64 = 16 << 20;
+/// Size each log file is zero-filled to when created, and the step by which it grows
+/// when a record would not fit.
+pub const FILE_BYTES: u64 = 4 << 20;
 /// Largest record accepted when reading (a batch of 256 operations is far smaller).
 const MAX_RECORD: u32 = 64 << 20;
 
@@ -220,9 +221,25 @@ pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireErro
 pub struct Wal {
     files: [File; 2],
     paths: [PathBuf; 2],
+    /// Bytes of each file known to be allocated (zero-filled or written).
+    lens: [u64; 2],
     cur: usize,
     off: u64,
     next_seq: u64,
+}
+
+/// Writes zeros to `f` from `from` to `to` and makes them durable, size included.
+fn fill(f: &File, p: &Path, from: u64, to: u64) -> Result<(), WireError> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zeros.len() as u64) as usize;
+        f.write_all_at(&zeros[..n], at)
+            .map_err(|e| io_err(format!("filling {}", p.display()), e))?;
+        at += n as u64;
+    }
+    f.sync_all()
+        .map_err(|e| io_err(format!("syncing {}", p.display()), e))
 }
 
 impl Wal {
@@ -230,7 +247,7 @@ impl Wal {
     /// continue after record `last` (everything up to it is in redb).
     pub fn open(db: &Path, last: u64) -> Result<Wal, WireError> {
         let paths = paths(db);
-        let open = |p: &PathBuf| -> Result<File, WireError> {
+        let open = |p: &PathBuf| -> Result<(File, u64), WireError> {
             let f = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -243,20 +260,12 @@ impl Wal {
                 .map_err(|e| io_err(format!("reading size of {}", p.display()), e))?
                 .len();
             if len < FILE_BYTES {
-                let zeros = vec![0u8; 1 << 20];
-                let mut w = &f;
-                let mut at = 0;
-                while at < FILE_BYTES {
-                    w.write_all(&zeros)
-                        .map_err(|e| io_err(format!("filling {}", p.display()), e))?;
-                    at += zeros.len() as u64;
-                }
-                f.sync_all()
-                    .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
+                fill(&f, p, len, FILE_BYTES)?;
             }
-            Ok(f)
+            Ok((f, len.max(FILE_BYTES)))
         };
-        let files = [open(&paths[0])?, open(&paths[1])?];
+        let (f0, l0) = open(&paths[0])?;
+        let (f1, l1) = open(&paths[1])?;
         if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
             // The new files' names must survive a crash too.
             if let Ok(d) = File::open(dir) {
@@ -264,8 +273,9 @@ impl Wal {
             }
         }
         Ok(Wal {
-            files,
+            files: [f0, f1],
             paths,
+            lens: [l0, l1],
             cur: 0,
             off: 0,
             next_seq: last + 1,
@@ -274,26 +284,23 @@ impl Wal {
 
     /// Appends one record and waits until it is durable; returns its number.
     pub fn append(&mut self, payload: &[u8]) -> Result<u64, WireError> {
-        self.append_all(&[payload])
-    }
-
-    /// Appends records (one per payload, numbered in order) with one write and one
-    /// sync; returns the number of the last.
-    pub fn append_all(&mut self, payloads: &[&[u8]]) -> Result<u64, WireError> {
-        assert!(!payloads.is_empty(), "nothing to append");
-        let mut buf = Vec::new();
-        for (i, p) in payloads.iter().enumerate() {
-            buf.extend(frame(self.next_seq + i as u64, p));
+        let seq = self.next_seq;
+        let rec = frame(seq, payload);
+        let (f, p) = (&self.files[self.cur], &self.paths[self.cur]);
+        let end = self.off + rec.len() as u64;
+        if end > self.lens[self.cur] {
+            // Grow ahead in zeros (rarely), so that appends never change the size.
+            let to = end + FILE_BYTES;
+            fill(f, p, self.lens[self.cur], to)?;
+            self.lens[self.cur] = to;
         }
-        let f = &self.files[self.cur];
-        let p = &self.paths[self.cur];
-        f.write_all_at(&buf, self.off)
+        f.write_all_at(&rec, self.off)
             .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
         f.sync_data()
             .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
-        self.off += buf.len() as u64;
-        self.next_seq += payloads.len() as u64;
-        Ok(self.next_seq - 1)
+        self.off = end;
+        self.next_seq += 1;
+        Ok(seq)
     }
 
     /// Continues in the other file, from its start. The caller guarantees that all its
@@ -411,6 +418,23 @@ mod tests {
         drop(wal);
         let (_, last, n) = recover(&db, 5).unwrap();
         assert_eq!((last, n), (6, 1));
+    }
+
+    #[test]
+    fn records_beyond_the_filled_size_grow_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("meta.redb");
+        let mut wal = Wal::open(&db, 0).unwrap();
+        let big = vec![7u8; 300 << 10];
+        let n = (3 * FILE_BYTES / big.len() as u64) as usize;
+        for _ in 0..n {
+            wal.append(&big).unwrap();
+        }
+        drop(wal);
+        let len = std::fs::metadata(&paths(&db)[0]).unwrap().len();
+        assert!(len >= 3 * FILE_BYTES, "{len}");
+        let bytes = std::fs::read(&paths(&db)[0]).unwrap();
+        assert_eq!(chain(&bytes).len(), n);
     }
 
     #[test]

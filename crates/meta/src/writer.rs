@@ -42,7 +42,7 @@ pub const MAX_BATCH: usize = 256;
 /// The active layer is frozen for a checkpoint when it holds this many changed keys,
 /// when its log file holds this many bytes, or when it is this old.
 pub const FREEZE_KEYS: usize = 200_000;
-pub const FREEZE_BYTES: u64 = wal::FILE_BYTES / 2;
+pub const FREEZE_BYTES: u64 = 8 << 20;
 pub const FREEZE_AGE: Duration = Duration::from_secs(2);
 /// How long a leader waits for more operations when fewer are queued than the last
 /// batch held. Clients answered together send again together, but not at the same

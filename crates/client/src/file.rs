@@ -234,6 +234,13 @@ impl File {
         self.io.write(&self.cred, offset, data, self.window)
     }
 
+    /// Whether [`File::write_at`] of `len` bytes at `offset` would return without waiting
+    /// for earlier writes (it fits in the write-behind window). Advisory: another thread
+    /// writing the same file may fill the window in between.
+    pub fn write_would_not_wait(&self, offset: u64, len: u64) -> bool {
+        self.io.write_would_not_wait(offset, len, self.window)
+    }
+
     /// Waits for queued writes and records the file's size on the metadata server, so
     /// that other clients see it; data is not forced to disk.
     pub fn flush(&self) -> Result<(), WireError> {

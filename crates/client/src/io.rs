@@ -233,6 +233,17 @@ impl InodeIo {
         }
     }
 
+    /// Whether a write of `n` bytes at `offset` would be queued at once: nothing
+    /// pending overlaps it and it fits in `window`. Another thread may queue in between;
+    /// then the write waits as usual.
+    pub fn write_would_not_wait(&self, offset: u64, n: u64, window: u64) -> bool {
+        let hi = offset.saturating_add(n);
+        let mut st = lock(&self.state);
+        st.reap();
+        st.first_overlap(offset, hi).is_none()
+            && (st.inflight_bytes == 0 || st.inflight_bytes + n <= window)
+    }
+
     /// Returns (and clears) the latched error of a background write.
     pub fn take_latched(&self) -> Result<(), WireError> {
         let mut st = lock(&self.state);

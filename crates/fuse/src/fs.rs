@@ -454,6 +454,17 @@ impl fuser::Filesystem for StripeFs {
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(libc::EINVAL);
         };
+        // A write that fits in the handle's write-behind window only copies the bytes
+        // into it: done here, it saves a copy and a hand-over to a worker. One that would
+        // wait for earlier writes goes to a worker, so that other requests keep flowing.
+        if let Ok(h) = self.shared.file(fh) {
+            if !h.append && h.file.write_would_not_wait(offset, data.len() as u64) {
+                return match h.file.write_at(offset, data) {
+                    Ok(()) => reply.written(data.len() as u32),
+                    Err(e) => reply.error(errno(&e)),
+                };
+            }
+        }
         // The request buffer is reused for the next request: the worker needs a copy.
         let data = data.to_vec();
         self.spawn(req, move |sh, _| {

@@ -97,15 +97,7 @@ impl<'a> Stack<'a> {
             let ino = k.value();
             Ok((ino, Some(crate::store::decode_layout(ino, v.value())?)))
         })));
-        let mut out = Vec::new();
-        merge(srcs, |ino, layout| {
-            if out.len() == limit {
-                return false;
-            }
-            out.push((ino, layout));
-            true
-        })?;
-        Ok(out)
+        collect(srcs, limit)
     }
 
     /// Inodes marked as orphans.
@@ -125,12 +117,10 @@ impl<'a> Stack<'a> {
             let (k, _) = item.map_err(|e| io("listing orphans", e))?;
             Ok((k.value(), Some(())))
         })));
-        let mut out = Vec::new();
-        merge(srcs, |ino, ()| {
-            out.push(ino);
-            true
-        })?;
-        Ok(out)
+        Ok(collect(srcs, usize::MAX)?
+            .into_iter()
+            .map(|(k, ())| k)
+            .collect())
     }
 
     /// Number of inodes (for MetaStatus): redb's count corrected by the layers.
@@ -241,6 +231,22 @@ impl Tables for Stack<'_> {
 
 /// A sorted source of (key, value or tombstone).
 type Source<'a, K, V> = Box<dyn Iterator<Item = Result<(K, Option<V>), WireError>> + 'a>;
+
+/// The first `limit` live entries of merged sources (see [`merge`]).
+fn collect<K: Ord + Clone, V>(
+    srcs: Vec<Source<K, V>>,
+    limit: usize,
+) -> Result<Vec<(K, V)>, WireError> {
+    let mut out = Vec::new();
+    merge(srcs, |k, v| {
+        if out.len() == limit {
+            return false;
+        }
+        out.push((k, v));
+        true
+    })?;
+    Ok(out)
+}
 
 /// Merges sorted sources (newest first) in key order: for each key the newest source's
 /// value wins, tombstones hide the key. `f` returns false to stop.

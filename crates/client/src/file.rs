@@ -312,9 +312,10 @@ impl File {
             ino: self.io.ino,
             session: self.inner.session,
         };
-        // The answer to Close is not waited for: it cannot fail for a handle we hold,
-        // and this client's later requests on that connection come after it. Saving
-        // the round trip makes create + close one round trip.
+        // The answer to Close is not waited for (it cannot fail for a handle we hold):
+        // create + close costs one round trip. Later requests on the same connection
+        // come after it; one on another connection may overtake it, which only moves
+        // the purge of a file unlinked meanwhile from the Unlink to this Close.
         let closed = self.inner.meta.send(&self.cred, req);
         flushed.and(closed)
     }

@@ -3,12 +3,13 @@
 //! (redb).
 //!
 //! Inodes and directory entries are separate tables, so an inode may have many names
-//! (hard links) or none while a client keeps it open. Mutations go through one writer
-//! thread that group-commits: every operation queued meanwhile is applied to one write
-//! transaction committed with `Durability::Immediate` before any of them is answered
-//! (`writer.rs`). Reads use read transactions (snapshots) on the connection's thread.
-//! Files whose last link goes away are deleted in the same transaction that puts their
-//! data objects in a purge queue, emptied by a background thread (`purge.rs`).
+//! (hard links) or none while a client keeps it open. Mutations are group-committed
+//! (`writer.rs`): the operations queued meanwhile are applied together, logged as one
+//! record of the metadata log with one `fdatasync` (`wal.rs`), and only then published and
+//! answered. Readers see redb under the in-memory layers of logged changes that background
+//! checkpoints have not yet written into redb (`overlay.rs`). Files whose last link goes
+//! away are deleted in the same batch that puts their data objects in a purge queue,
+//! emptied by a background thread (`purge.rs`).
 //!
 //! Invariants (checked by [`check`]): every entry names an existing inode of the
 //! recorded type; link counts equal the names (plus subdirectories for directories);
@@ -17,10 +18,11 @@
 //!
 //! Fault model: the process may be killed at any moment; an acknowledged change is
 //! committed, an unacknowledged one may or may not be, and the namespace is consistent
-//! either way because each operation is one transaction. Requests are untrusted: every
-//! inode number, name and type is checked, errors are numbered codes with messages
-//! naming the inode, and no request can panic the server (the writer also catches
-//! panics and fails only the batch). Data servers may be down: purging retries later.
+//! either way because each batch is one log record and each checkpoint one transaction.
+//! Requests are untrusted: every inode number, name and type is checked, errors are
+//! numbered codes with messages naming the inode, and no request can panic the server
+//! (the writer also catches panics and fails only the batch). Data servers may be down:
+//! purging retries later.
 
 mod clock;
 mod fsck;
@@ -72,7 +74,7 @@ pub(crate) struct Core {
     kick: (Mutex<bool>, Condvar),
     requests: AtomicU64,
     errors: AtomicU64,
-    /// Write transactions committed and operations they carried (group commit ratio).
+    /// Batches committed and operations they carried (group commit ratio).
     pub commits: AtomicU64,
     pub committed_ops: AtomicU64,
     /// Checkpoints of the log into `db`.

@@ -171,7 +171,18 @@ impl Writer {
             q.last_len = batch.len();
             drop(q);
             let answers = match lock(&w.log).as_mut() {
-                Some(log) => log.commit(core, &batch),
+                // A panic here (outside an operation, which `commit` guards itself) must
+                // not leave `leading` set, or every later mutation would wait forever.
+                Some(log) => catch_unwind(AssertUnwindSafe(|| log.commit(core, &batch)))
+                    .unwrap_or_else(|_| {
+                        core.halted.store(true, Ordering::SeqCst);
+                        let e = WireError::new(
+                            ErrorCode::Internal,
+                            "metadata writer panicked after a batch; accepting no more changes",
+                        );
+                        tracing::error!("{e}");
+                        vec![Err(e); batch.len()]
+                    }),
                 None => {
                     let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
                     vec![Err(e); batch.len()]

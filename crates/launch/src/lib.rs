@@ -5,7 +5,8 @@
 //! ```text
 //! DIR/cluster.toml           what clients read (mode 0600: it holds the secret)
 //! DIR/layout.toml            how many data servers and targets, the throttle
-//! DIR/meta/server.toml       the metadata server's config; DIR/meta/meta.redb its store
+//! DIR/meta/server.toml       the metadata server's config; DIR/meta/meta.redb its store,
+//!                            meta.redb.wal0 and .wal1 its log
 //! DIR/dataN/server.toml      data server N's config; DIR/dataN/tK its targets
 //! DIR/logs/NAME.log          each server's log
 //! DIR/run/NAME.pid           each running server's process id

@@ -132,6 +132,16 @@ fn name_str(name: &OsStr) -> Result<&str, i32> {
     name.to_str().ok_or(libc::EINVAL)
 }
 
+/// The name as an owned `String` for a worker, or answers EINVAL and returns.
+macro_rules! owned_name {
+    ($name:expr, $reply:expr) => {
+        match name_str($name) {
+            Ok(n) => n.to_string(),
+            Err(e) => return $reply.error(e),
+        }
+    };
+}
+
 fn reply_entry(reply: ReplyEntry, r: Result<Attr, WireError>) {
     match r {
         Ok(a) => reply.entry(&ENTRY_TTL, &file_attr(&a), 0),
@@ -197,10 +207,7 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        let name = match name_str(name) {
-            Ok(n) => n.to_string(),
-            Err(e) => return reply.error(e),
-        };
+        let name = owned_name!(name, reply);
         self.spawn(req, move |_, c| {
             reply_entry(reply, c.lookup(InodeId(parent), &name))
         });
@@ -264,10 +271,7 @@ impl fuser::Filesystem for StripeFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        let name = match name_str(name) {
-            Ok(n) => n.to_string(),
-            Err(e) => return reply.error(e),
-        };
+        let name = owned_name!(name, reply);
         let perm = mode & 0o7777 & !umask;
         let r = match mode & libc::S_IFMT {
             libc::S_IFIFO => Some(FileType::Fifo),
@@ -299,10 +303,7 @@ impl fuser::Filesystem for StripeFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let name = match name_str(name) {
-            Ok(n) => n.to_string(),
-            Err(e) => return reply.error(e),
-        };
+        let name = owned_name!(name, reply);
         let perm = mode & 0o7777 & !umask;
         self.spawn(req, move |_, c| {
             reply_entry(reply, c.mkdir_at(InodeId(parent), &name, perm))
@@ -310,20 +311,14 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn unlink(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        let name = match name_str(name) {
-            Ok(n) => n.to_string(),
-            Err(e) => return reply.error(e),
-        };
+        let name = owned_name!(name, reply);
         self.spawn(req, move |_, c| {
             reply_empty(reply, c.unlink_at(InodeId(parent), &name))
         });
     }
 
     fn rmdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        let name = match name_str(name) {
-            Ok(n) => n.to_string(),
-            Err(e) => return reply.error(e),
-        };
+        let name = owned_name!(name, reply);
         self.spawn(req, move |_, c| {
             reply_empty(reply, c.rmdir_at(InodeId(parent), &name))
         });
@@ -385,10 +380,7 @@ impl fuser::Filesystem for StripeFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let name = match name_str(newname) {
-            Ok(n) => n.to_string(),
-            Err(e) => return reply.error(e),
-        };
+        let name = owned_name!(newname, reply);
         self.spawn(req, move |_, c| {
             reply_entry(reply, c.link_at(InodeId(ino), InodeId(newparent), &name))
         });
@@ -613,10 +605,7 @@ impl fuser::Filesystem for StripeFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let name = match name_str(name) {
-            Ok(n) => n.to_string(),
-            Err(e) => return reply.error(e),
-        };
+        let name = owned_name!(name, reply);
         let append = flags & libc::O_APPEND != 0;
         let opts = open_options(flags)
             .create(true)

@@ -207,9 +207,10 @@ fn from_disk(d: DiskInode) -> Result<Inode, String> {
     })
 }
 
-fn from_disk_v1(d: DiskInodeV1) -> Inode {
-    Inode {
-        ftype: d.ftype,
+/// A format 1 record in the current on-disk form (its hint had no start server).
+fn upgrade_v1(d: DiskInodeV1) -> DiskInode {
+    DiskInode {
+        ftype: type_code(d.ftype),
         mode: d.mode,
         nlink: d.nlink,
         uid: d.uid,
@@ -218,8 +219,8 @@ fn from_disk_v1(d: DiskInodeV1) -> Inode {
         atime_ns: d.atime_ns,
         mtime_ns: d.mtime_ns,
         ctime_ns: d.ctime_ns,
-        layout: d.layout.map(Layout::from),
-        dir_layout: LayoutHint {
+        layout: d.layout,
+        dir_layout: DiskHint {
             stripe_size_bytes: d.dir_layout.0,
             stripe_count: d.dir_layout.1,
             start_server: None,
@@ -254,8 +255,9 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
             .map_err(corrupt),
         Some((1, rest)) => codec()
             .deserialize::<DiskInodeV1>(rest)
-            .map(from_disk_v1)
-            .map_err(|e| corrupt(e.to_string())),
+            .map_err(|e| e.to_string())
+            .and_then(|d| from_disk(upgrade_v1(d)))
+            .map_err(corrupt),
         Some((v, _)) => Err(corrupt(format!(
             "record format {v} is newer than this build reads ({RECORD_VERSION}): upgrade stripefs"
         ))),
@@ -456,6 +458,18 @@ pub fn create_tables(db: &Database) -> Result<(), WireError> {
     txn.commit().map_err(|e| io("committing init", e))
 }
 
+/// Inserts `value` at `key`, or removes `key` for `None`.
+fn set<'k, 'v, K: redb::Key + 'static, V: redb::Value + 'static>(
+    t: &mut Table<K, V>,
+    key: K::SelfType<'k>,
+    value: Option<V::SelfType<'v>>,
+) -> Result<(), redb::StorageError> {
+    match value {
+        Some(v) => t.insert(key, v).map(|_| ()),
+        None => t.remove(key).map(|_| ()),
+    }
+}
+
 /// Writes a layer of changes into redb, with the log position it covers, in one durable
 /// transaction (a checkpoint).
 pub fn commit_gen(db: &Database, gen: &Gen, wal_seq: u64) -> Result<(), WireError> {
@@ -472,56 +486,29 @@ pub fn commit_gen(db: &Database, gen: &Gen, wal_seq: u64) -> Result<(), WireErro
         let mut orphans: Table<u64, ()> = txn.open_table(ORPHANS).map_err(e)?;
         let w = |what: String| move |e: redb::StorageError| io(what, e);
         for (&ino, v) in &gen.inodes {
-            match v {
-                Some(inode) => inodes
-                    .insert(ino, encode_inode(inode).as_slice())
-                    .map(|_| ())
-                    .map_err(w(format!("writing inode {ino}")))?,
-                None => inodes
-                    .remove(ino)
-                    .map(|_| ())
-                    .map_err(w(format!("deleting inode {ino}")))?,
-            }
+            let bytes = v.as_ref().map(encode_inode);
+            set(&mut inodes, ino, bytes.as_deref()).map_err(w(format!("updating inode {ino}")))?;
         }
         for (&parent, names) in &gen.dirents {
             for (name, v) in names {
-                match v {
-                    Some((child, t)) => dirents
-                        .insert((parent, name.as_str()), (*child, type_code(*t)))
-                        .map(|_| ())
-                        .map_err(w(format!("adding {name:?} to inode {parent}")))?,
-                    None => dirents
-                        .remove((parent, name.as_str()))
-                        .map(|_| ())
-                        .map_err(w(format!("removing {name:?} from inode {parent}")))?,
-                }
+                let v = v.map(|(child, t)| (child, type_code(t)));
+                set(&mut dirents, (parent, name.as_str()), v)
+                    .map_err(w(format!("updating {name:?} in inode {parent}")))?;
             }
         }
         for (key, v) in &gen.counters {
-            meta.insert(key.as_str(), *v)
-                .map_err(w(format!("writing counter {key}")))?;
+            set(&mut meta, key.as_str(), Some(*v)).map_err(w(format!("writing counter {key}")))?;
         }
-        meta.insert(META_WAL_SEQ, wal_seq)
+        set(&mut meta, META_WAL_SEQ, Some(wal_seq))
             .map_err(w("writing the log position".into()))?;
         for (&ino, v) in &gen.purge {
-            match v {
-                Some(layout) => purge
-                    .insert(ino, encode_layout(layout).as_slice())
-                    .map(|_| ())
-                    .map_err(w(format!("queueing inode {ino} for purge")))?,
-                None => purge
-                    .remove(ino)
-                    .map(|_| ())
-                    .map_err(w(format!("unqueueing inode {ino}")))?,
-            }
+            let bytes = v.as_ref().map(encode_layout);
+            set(&mut purge, ino, bytes.as_deref())
+                .map_err(w(format!("updating the purge entry of inode {ino}")))?;
         }
         for (&ino, &mark) in &gen.orphans {
-            let r = if mark {
-                orphans.insert(ino, ()).map(|_| ())
-            } else {
-                orphans.remove(ino).map(|_| ())
-            };
-            r.map_err(w(format!("updating orphan mark of inode {ino}")))?;
+            set(&mut orphans, ino, mark.then_some(()))
+                .map_err(w(format!("updating orphan mark of inode {ino}")))?;
         }
     }
     txn.commit().map_err(|e| io("committing a checkpoint", e))

@@ -9,7 +9,7 @@
 //! with posix_fadvise in any case) so that reads come from the disk. An operator runs it
 //! on every storage target to calibrate the node's disks against stripefs's figures.
 
-use crate::util::{drop_caches, mib_s, progress, progress_ops, write_json};
+use crate::util::{drop_caches, free_bytes, mib_s, progress, progress_ops, write_json};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::json;
@@ -271,18 +271,6 @@ fn xorshift(x: &mut u64) -> u64 {
     *x ^= *x >> 7;
     *x ^= *x << 17;
     *x
-}
-
-fn free_bytes(dir: &Path) -> Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    // SAFETY: statvfs writes into a zeroed struct we own; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("statvfs {}", dir.display()));
-    }
-    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn print_table(a: &DiskArgs, f: &Figures) {

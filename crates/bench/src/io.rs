@@ -8,7 +8,7 @@
 //! with `--baseline DIR`, in the same run, as the reference.
 
 use crate::pattern::Pattern;
-use crate::util::{drop_caches, mib_s, pct, progress, write_json};
+use crate::util::{drop_caches, free_bytes, mib_s, pct, progress, write_json};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::ProgressBar;
@@ -450,18 +450,6 @@ impl Local {
             let _ = std::fs::remove_file(self.path(f));
         }
     }
-}
-
-fn free_bytes(dir: &std::path::Path) -> Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    // SAFETY: statvfs writes into a zeroed struct we own; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("statvfs {}", dir.display()));
-    }
-    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 struct LocalHandle(std::fs::File);

@@ -12,7 +12,7 @@
 //! on a local directory (`--baseline DIR`) and the latency of one small local
 //! write + fdatasync, the floor of any durable create.
 
-use crate::util::{progress_ops, write_json};
+use crate::util::{join_all, progress_ops, write_json};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::ProgressBar;
@@ -431,16 +431,6 @@ fn rate_of(results: Vec<Result<Span>>) -> Result<Rate> {
         ops_s: ops as f64 / wall,
         latency_s: busy / ops.max(1) as f64,
     })
-}
-
-fn join_all<T>(handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T>>>) -> Vec<Result<T>> {
-    handles
-        .into_iter()
-        .map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
-        })
-        .collect()
 }
 
 // ---- same-run references ----

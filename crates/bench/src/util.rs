@@ -268,6 +268,32 @@ pub fn progress_ops(total_ops: u64, what: &str) -> ProgressBar {
     pb
 }
 
+/// Bytes available to unprivileged users on the file system holding `dir`.
+pub(crate) fn free_bytes(dir: &std::path::Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: statvfs writes into a zeroed struct we own; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statvfs {}", dir.display()));
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Joins client threads; a panicked one becomes an error.
+pub(crate) fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T>>>,
+) -> Vec<Result<T>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
+        })
+        .collect()
+}
+
 /// Runs `f(rank)` on `clients` threads started together; returns the seconds from the
 /// first start to the last finish, and each client's result in rank order.
 pub(crate) fn run_clients<T: Send>(
@@ -287,13 +313,7 @@ pub(crate) fn run_clients<T: Send>(
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow!("client thread panicked")))
-            })
-            .collect()
+        join_all(handles)
     });
     let (mut first, mut last, mut out) = (None::<Instant>, None::<Instant>, Vec::new());
     for r in results {

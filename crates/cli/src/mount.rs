@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use stripefs_client::{Client, ClusterConfig};
 
@@ -136,7 +136,7 @@ fn report(ready_fd: Option<i32>, r: &Result<()>) {
 fn serve(a: MountArgs) -> Result<()> {
     let ready_fd = a.ready_fd;
     let signals = block_signals();
-    if let Err(e) = init_logging(a.log.as_deref(), a.foreground) {
+    if let Err(e) = crate::serve::init_logging(a.log.as_deref(), a.foreground) {
         let r = Err(e);
         report(ready_fd, &r);
         return r;
@@ -158,28 +158,6 @@ fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
     let client = Client::connect(&cfg).map_err(|e| anyhow!("{e}"))?;
     let opts = stripefs_fuse::MountOptions::default();
     Ok(stripefs_fuse::mount(client, &a.mountpoint, &opts)?)
-}
-
-fn init_logging(log: Option<&Path>, foreground: bool) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STRIPEFS_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match log {
-        Some(p) => {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)
-                .with_context(|| format!("log file {}", p.display()))?;
-            builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(f))
-                .init();
-        }
-        None if foreground => builder.with_writer(std::io::stderr).init(),
-        None => {}
-    }
-    Ok(())
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread and so in every thread started

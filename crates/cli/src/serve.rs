@@ -31,7 +31,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
-    init_logging(a.log.as_ref())?;
+    init_logging(a.log.as_deref(), true)?;
     let cfg = stripefs_rpc::ServerConfig::load(&a.config).map_err(|e| anyhow!(e))?;
     let shutdown = Arc::new(AtomicBool::new(false));
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
@@ -64,12 +64,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
 }
 
-fn init_logging(log: Option<&PathBuf>) -> Result<()> {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("STRIPEFS_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false);
+/// Sends log lines (filtered by `STRIPEFS_LOG`, default `info`) to the file `log`, else
+/// to stderr when `to_stderr`, else nowhere. Shared by the servers and the mount.
+pub(crate) fn init_logging(log: Option<&std::path::Path>, to_stderr: bool) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STRIPEFS_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
     match log {
         Some(p) => {
             let f = std::fs::OpenOptions::new()
@@ -77,9 +77,13 @@ fn init_logging(log: Option<&PathBuf>) -> Result<()> {
                 .append(true)
                 .open(p)
                 .map_err(|e| anyhow!("cannot open log file {}: {e}", p.display()))?;
-            builder.with_writer(std::sync::Mutex::new(f)).init();
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .init();
         }
-        None => builder.with_writer(std::io::stderr).init(),
+        None if to_stderr => builder.with_writer(std::io::stderr).init(),
+        None => {}
     }
     Ok(())
 }

@@ -70,13 +70,14 @@ pub struct Layers {
 
 /// A consistent view: some layers, newest first, over a redb read snapshot.
 pub struct Stack<'a> {
-    gens: Vec<&'a Gen>,
+    /// At most: the batch delta, active, frozen (no allocation per lookup).
+    gens: [Option<&'a Gen>; 3],
     rd: &'a Rd,
 }
 
 impl<'a> Stack<'a> {
     fn gens(&self) -> impl Iterator<Item = &'a Gen> + '_ {
-        self.gens.iter().copied()
+        self.gens.iter().flatten().copied()
     }
 
     /// The whole purge queue in inode order, up to `limit` entries.
@@ -295,10 +296,14 @@ impl<'a> View<'a> {
     }
 
     pub fn stack(&self) -> Stack<'_> {
-        let mut gens = Vec::with_capacity(2);
-        gens.push(&self.layers.active);
-        gens.extend(self.layers.frozen.as_deref());
-        Stack { gens, rd: self.rd }
+        Stack {
+            gens: [
+                Some(&self.layers.active),
+                self.layers.frozen.as_deref(),
+                None,
+            ],
+            rd: self.rd,
+        }
     }
 }
 
@@ -344,12 +349,12 @@ impl<'t> Wr<'t> {
     }
 
     pub fn stack(&self) -> Stack<'_> {
-        let mut gens = Vec::with_capacity(3);
-        gens.push(&self.delta);
-        gens.push(&self.base.layers.active);
-        gens.extend(self.base.layers.frozen.as_deref());
         Stack {
-            gens,
+            gens: [
+                Some(&self.delta),
+                Some(&self.base.layers.active),
+                self.base.layers.frozen.as_deref(),
+            ],
             rd: self.base.rd,
         }
     }

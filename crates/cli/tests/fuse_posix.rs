@@ -454,3 +454,73 @@ fn created_file_keeps_its_mode() {
         libc::S_IFREG
     );
 }
+
+/// A write-only handle may bypass the page cache (direct writes, see the FUSE adapter's
+/// `open_flags`): a reader of the same mount that already holds pages of the file, read
+/// or mapped shared, sees the new bytes at once, and a shared mapping's stores reach the
+/// file.
+#[test]
+fn write_only_writes_are_seen_by_open_readers_and_mappings() {
+    need_fuse!();
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    const LEN: usize = 64 << 10;
+    fs::write(m.p("f"), vec![b'A'; LEN]).unwrap();
+    let r = fs::File::open(m.p("f")).unwrap();
+    let mut buf = vec![0u8; LEN];
+    std::os::unix::fs::FileExt::read_exact_at(&r, &mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&b| b == b'A'));
+    // SAFETY: a fresh shared read-only mapping of LEN bytes of an open file, unmapped
+    // below; the file is not truncated while it is mapped.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LEN,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&r),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    // SAFETY: the mapping is LEN bytes long and stays mapped while the slice lives.
+    let mapped = |at: usize| unsafe { *(map as *const u8).add(at) };
+    assert_eq!(mapped(100), b'A');
+
+    let mut w = OpenOptions::new().write(true).open(m.p("f")).unwrap();
+    w.write_all(&vec![b'B'; LEN]).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(&r, &mut buf, 0).unwrap();
+    assert!(buf.iter().all(|&b| b == b'B'), "the reader sees the write");
+    assert_eq!(mapped(100), b'B', "the mapping sees the write");
+    drop(w);
+    // SAFETY: unmaps exactly the mapping made above.
+    assert_eq!(unsafe { libc::munmap(map, LEN) }, 0);
+
+    // Stores through a shared writable mapping reach the file.
+    let rw = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.p("f"))
+        .unwrap();
+    // SAFETY: as above, with write access through a read-write handle.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            std::os::fd::AsRawFd::as_raw_fd(&rw),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    // SAFETY: the mapping is LEN bytes long and writable; msync and munmap take it whole.
+    unsafe {
+        std::ptr::write_bytes(map as *mut u8, b'C', 10);
+        assert_eq!(libc::msync(map, LEN, libc::MS_SYNC), 0);
+        assert_eq!(libc::munmap(map, LEN), 0);
+    }
+    drop(rw);
+    let got = fs::read(m.p("f")).unwrap();
+    assert_eq!(&got[..11], b"CCCCCCCCCCB");
+}

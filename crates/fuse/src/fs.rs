@@ -16,7 +16,7 @@ use fuser::{
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 use stripefs_client::{
@@ -51,11 +51,19 @@ pub struct Shared {
     notifier: OnceLock<fuser::Notifier>,
     mountpoint: std::path::PathBuf,
     readahead_set: std::sync::Once,
+    /// The kernel keeps direct writes coherent with cached and mapped pages
+    /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later): write-only handles then bypass
+    /// the page cache.
+    direct_writes: AtomicBool,
 }
 
 impl Shared {
     pub fn set_notifier(&self, n: fuser::Notifier) {
         let _ = self.notifier.set(n);
+    }
+
+    fn direct_writes(&self) -> bool {
+        self.direct_writes.load(Ordering::Relaxed)
     }
 
     fn insert(&self, h: Handle) -> u64 {
@@ -108,6 +116,7 @@ impl StripeFs {
                 notifier: OnceLock::new(),
                 mountpoint: mountpoint.to_path_buf(),
                 readahead_set: std::sync::Once::new(),
+                direct_writes: AtomicBool::new(false),
             }),
             pool: Pool::new(WORKERS, MAX_QUEUED_REQUESTS),
         }
@@ -172,11 +181,31 @@ fn open_options(flags: i32) -> OpenOptions {
         .truncate(flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY)
 }
 
-/// Reply flags for a new file handle. Appending handles bypass the page cache: their
-/// writes go to the end of file as the cluster knows it, not where the kernel's cached
-/// size says, so the kernel must not cache pages at its guessed offsets.
-fn open_flags(append: bool) -> u32 {
-    if append {
+thread_local! {
+    /// A worker's buffer for read replies.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Kernel capability (FUSE 7.39, Linux 6.6): files opened with `FOPEN_DIRECT_IO` may
+/// still be mapped shared, and a direct write writes back and drops the cached pages it
+/// overlaps.
+const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
+
+/// Reply flags for a new file handle.
+///
+/// Appending handles bypass the page cache: their writes go to the end of file as the
+/// cluster knows it, not where the kernel's cached size says, so the kernel must not
+/// cache pages at its guessed offsets.
+///
+/// Write-only handles bypass it too when the kernel keeps direct writes coherent with
+/// cached and mapped pages (`direct_writes`, FUSE_DIRECT_IO_ALLOW_MMAP): each write then
+/// comes to the daemon as one request of up to [`MAX_IO_BYTES`] straight from the
+/// writer's buffer, with no copy into page-cache pages that nobody reads (that copy cost
+/// more CPU than the rest of the mount's work on a 2 GiB `dd`, measured with `perf`).
+/// Readable handles keep the page cache: small reads (stdio, 4-8 KiB buffers) would
+/// otherwise each be a round trip to the daemon, eight times slower (measured).
+fn open_flags(append: bool, flags: i32, direct_writes: bool) -> u32 {
+    if append || (direct_writes && flags & libc::O_ACCMODE == libc::O_WRONLY) {
         FOPEN_DIRECT_IO
     } else {
         0
@@ -198,6 +227,8 @@ impl fuser::Filesystem for StripeFs {
         ] {
             let _ = config.add_capabilities(cap);
         }
+        let direct = config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok();
+        self.shared.direct_writes.store(direct, Ordering::Relaxed);
         Ok(())
     }
 
@@ -397,7 +428,7 @@ impl fuser::Filesystem for StripeFs {
                 Ok(file) => {
                     sh.forget_attrs(ino);
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle { file, append })));
-                    reply.opened(fh, open_flags(append));
+                    reply.opened(fh, open_flags(append, flags, sh.direct_writes()));
                 }
                 Err(e) => reply.error(errno_ino(&e)),
             }
@@ -423,11 +454,17 @@ impl fuser::Filesystem for StripeFs {
                 Ok(h) => h,
                 Err(e) => return reply.error(e),
             };
-            let mut buf = vec![0u8; size.min(MAX_IO_BYTES * 2) as usize];
-            match h.file.read_at(offset, &mut buf) {
-                Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(errno(&e)),
-            }
+            // Each worker reuses one buffer: no zeroing or page faults per request.
+            READ_BUF.with_borrow_mut(|buf| {
+                let want = size.min(MAX_IO_BYTES * 2) as usize;
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                match h.file.read_at(offset, &mut buf[..want]) {
+                    Ok(n) => reply.data(&buf[..n]),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            })
         });
     }
 
@@ -616,7 +653,13 @@ impl fuser::Filesystem for StripeFs {
                 Ok(file) => {
                     let attr = file_attr(&file.cached_attr());
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle { file, append })));
-                    reply.created(&ENTRY_TTL, &attr, 0, fh, open_flags(append));
+                    reply.created(
+                        &ENTRY_TTL,
+                        &attr,
+                        0,
+                        fh,
+                        open_flags(append, flags, sh.direct_writes()),
+                    );
                 }
                 Err(e) => reply.error(errno(&e)),
             }

@@ -1,11 +1,14 @@
 //! The `fuser::Filesystem` implementation: each kernel request is translated into client
 //! calls on a worker thread, which replies.
 
+use crate::behind::Stream;
 use crate::cred::CredCache;
 use crate::dir::DirHandle;
 use crate::errno::{errno, errno_ino, file_attr, time_ns};
 use crate::pool::Pool;
-use crate::{ATTR_TTL, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS};
+use crate::{
+    ATTR_TTL, DROP_BEHIND, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS,
+};
 use fuser::consts::{
     FOPEN_DIRECT_IO, FUSE_ASYNC_DIO, FUSE_ATOMIC_O_TRUNC, FUSE_CACHE_SYMLINKS, FUSE_PARALLEL_DIROPS,
 };
@@ -17,7 +20,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 use stripefs_client::{
     Attr, Client, ErrorCode, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
@@ -34,6 +37,18 @@ struct FileHandle {
     file: File,
     /// Opened with O_APPEND: every write goes to the current end of file.
     append: bool,
+    /// The handle's reads, for drop-behind.
+    stream: Mutex<Stream>,
+}
+
+impl FileHandle {
+    fn new(file: File, append: bool) -> FileHandle {
+        FileHandle {
+            file,
+            append,
+            stream: Mutex::new(Stream::default()),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -49,6 +64,8 @@ pub struct Shared {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     notifier: OnceLock<fuser::Notifier>,
+    /// Ranges of cached pages `(ino, from, to)` for the drop-behind thread to drop.
+    behind: OnceLock<Mutex<mpsc::Sender<(u64, u64, u64)>>>,
     mountpoint: std::path::PathBuf,
     readahead_set: std::sync::Once,
     /// The kernel keeps direct writes coherent with cached and mapped pages
@@ -58,8 +75,45 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Keeps the session's notifier and starts the thread that drops pages behind
+    /// streaming reads. That thread alone waits for the kernel to drop them (the kernel
+    /// may wait for a page's read in progress, which a worker must answer), and it ends
+    /// when the file system does.
     pub fn set_notifier(&self, n: fuser::Notifier) {
+        let (tx, rx) = mpsc::channel::<(u64, u64, u64)>();
+        let drop_n = n.clone();
+        let started = std::thread::Builder::new()
+            .name("fuse-drop-behind".into())
+            .spawn(move || {
+                for (ino, from, to) in rx {
+                    // Fails only if the kernel no longer knows the inode.
+                    let _ = drop_n.inval_inode(ino, from as i64, (to - from) as i64);
+                }
+            });
+        if started.is_ok() {
+            let _ = self.behind.set(Mutex::new(tx));
+        }
         let _ = self.notifier.set(n);
+    }
+
+    /// Notes a read of `[off, end)` through handle `h` of `ino`; drops the kernel's pages
+    /// far behind a stream.
+    fn read_done(&self, h: &FileHandle, ino: u64, off: u64, end: u64) {
+        // Appending handles bypass the page cache: nothing to drop.
+        if h.append {
+            return;
+        }
+        let range = h
+            .stream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note(&DROP_BEHIND, off, end);
+        if let (Some((from, to)), Some(tx)) = (range, self.behind.get()) {
+            let _ = tx
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .send((ino, from, to));
+        }
     }
 
     fn direct_writes(&self) -> bool {
@@ -114,6 +168,7 @@ impl StripeFs {
                 handles: Mutex::new(HashMap::new()),
                 next_fh: AtomicU64::new(1),
                 notifier: OnceLock::new(),
+                behind: OnceLock::new(),
                 mountpoint: mountpoint.to_path_buf(),
                 readahead_set: std::sync::Once::new(),
                 direct_writes: AtomicBool::new(false),
@@ -427,7 +482,7 @@ impl fuser::Filesystem for StripeFs {
             match c.open_ino(InodeId(ino), &open_options(flags)) {
                 Ok(file) => {
                     sh.forget_attrs(ino);
-                    let fh = sh.insert(Handle::File(Arc::new(FileHandle { file, append })));
+                    let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));
                     reply.opened(fh, open_flags(append, flags, sh.direct_writes()));
                 }
                 Err(e) => reply.error(errno_ino(&e)),
@@ -438,7 +493,7 @@ impl fuser::Filesystem for StripeFs {
     fn read(
         &mut self,
         req: &Request<'_>,
-        _ino: u64,
+        ino: u64,
         fh: u64,
         offset: i64,
         size: u32,
@@ -461,7 +516,10 @@ impl fuser::Filesystem for StripeFs {
                     buf.resize(want, 0);
                 }
                 match h.file.read_at(offset, &mut buf[..want]) {
-                    Ok(n) => reply.data(&buf[..n]),
+                    Ok(n) => {
+                        reply.data(&buf[..n]);
+                        sh.read_done(&h, ino, offset, offset + n as u64);
+                    }
                     Err(e) => reply.error(errno(&e)),
                 }
             })
@@ -652,7 +710,7 @@ impl fuser::Filesystem for StripeFs {
             match c.create_at(InodeId(parent), &name, &opts) {
                 Ok(file) => {
                     let attr = file_attr(&file.cached_attr());
-                    let fh = sh.insert(Handle::File(Arc::new(FileHandle { file, append })));
+                    let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));
                     reply.created(
                         &ENTRY_TTL,
                         &attr,

@@ -23,6 +23,7 @@
 //! timeout; they answer EIO, never hang. The client reconnects on the next call, so the
 //! mount works again once the servers are back.
 
+mod behind;
 mod cred;
 mod dir;
 mod errno;
@@ -50,6 +51,16 @@ pub const MAX_BACKGROUND: u16 = 64;
 /// Kernel readahead of the mount. The kernel offers only 128 KiB at INIT; as root the
 /// mount raises it through sysfs, so that sequential reads keep every server busy.
 pub const READAHEAD_BYTES: u64 = 16 << 20;
+/// Drop-behind of streaming reads (see `behind.rs`): a run of reads counts as one stream
+/// while each starts within the kernel's readahead of the front; once a stream has read
+/// four readaheads, the kernel's pages more than two readaheads behind its front are
+/// dropped, at least 8 MiB at a time.
+pub(crate) const DROP_BEHIND: behind::Policy = behind::Policy {
+    slack: READAHEAD_BYTES,
+    lag: 2 * READAHEAD_BYTES,
+    min_run: 4 * READAHEAD_BYTES,
+    step: 8 << 20,
+};
 /// The block size `stat` reports: programs size their buffers by it.
 pub const BLKSIZE_BYTES: u32 = 1 << 20;
 

@@ -10,8 +10,10 @@
 //! Concurrency. fuser reads kernel requests on one thread; every request that may wait
 //! on the network is handed to a pool of [`WORKERS`] threads, which reply themselves, so
 //! reads, writes, fsyncs and metadata calls of many processes are in flight at once.
-//! Writes use the client's write-behind (errors come back at flush, fsync or close), and
-//! sequential reads combine the kernel's readahead with the client's.
+//! Writes use the client's write-behind (errors come back at flush, fsync or close);
+//! write-only handles bypass the page cache where the kernel allows it (see `open_flags`
+//! in `fs.rs`). Sequential reads combine the kernel's readahead with the client's, and a
+//! streaming reader's pages far behind it are dropped (`behind.rs`).
 //!
 //! Consistency. Attributes and entries are cached by the kernel for [`ATTR_TTL`] and
 //! [`ENTRY_TTL`]. Close-to-open between clients: each open invalidates the kernel's

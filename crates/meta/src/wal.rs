@@ -344,42 +344,14 @@ impl Wal {
             )?;
             self.lens[self.cur] = to;
         }
-        if self.direct[self.cur].is_some() {
-            let mut scratch = std::mem::take(&mut self.scratch);
-            let buf = aligned(&mut scratch, padded);
-            buf[..self.tail.len()].copy_from_slice(&self.tail);
-            buf[self.tail.len()..used].copy_from_slice(&rec);
-            let f = self.direct[self.cur].as_ref().expect("checked above");
-            match f.write_all_at(buf, start) {
-                Ok(()) => {
-                    let keep = used % BLOCK;
-                    self.tail.clear();
-                    self.tail.extend_from_slice(&buf[used - keep..used]);
-                    self.scratch = scratch;
-                    return Ok(self.appended(end));
-                }
-                // The file system takes no direct I/O (after all): write through the
-                // page cache from now on.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    tracing::warn!(
-                        "{}: direct writes refused ({e}); using write + fdatasync",
-                        self.paths[self.cur].display()
-                    );
-                    self.direct = [None, None];
-                }
-                Err(e) => {
-                    return Err(io_err(
-                        format!("writing {}", self.paths[self.cur].display()),
-                        e,
-                    ))
-                }
-            }
+        if !(self.direct[self.cur].is_some() && self.write_direct(&rec, start, used, padded)?) {
+            let (f, p) = (&self.files[self.cur], &self.paths[self.cur]);
+            f.write_all_at(&rec, self.off)
+                .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
+            f.sync_data()
+                .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
         }
-        let (f, p) = (&self.files[self.cur], &self.paths[self.cur]);
-        f.write_all_at(&rec, self.off)
-            .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
-        f.sync_data()
-            .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
+        // The bytes from the last block boundary to the new end.
         let keep = (end % BLOCK as u64) as usize;
         if keep <= rec.len() {
             self.tail.clear();
@@ -387,14 +359,42 @@ impl Wal {
         } else {
             self.tail.extend_from_slice(&rec);
         }
-        Ok(self.appended(end))
-    }
-
-    fn appended(&mut self, end: u64) -> u64 {
+        assert_eq!(self.tail.len(), keep);
         self.off = end;
         self.next_seq += 1;
-        debug_assert_eq!(self.tail.len() as u64, end % BLOCK as u64);
-        self.next_seq - 1
+        Ok(seq)
+    }
+
+    /// Writes `tail` and `rec` as the `padded` bytes at `start`, direct and synchronous;
+    /// `false` if the file system refuses direct I/O (then no later append tries it).
+    fn write_direct(
+        &mut self,
+        rec: &[u8],
+        start: u64,
+        used: usize,
+        padded: usize,
+    ) -> Result<bool, WireError> {
+        let buf = aligned(&mut self.scratch, padded);
+        buf[..self.tail.len()].copy_from_slice(&self.tail);
+        buf[self.tail.len()..used].copy_from_slice(rec);
+        let f = self.direct[self.cur]
+            .as_ref()
+            .expect("called with a direct file");
+        match f.write_all_at(buf, start) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(
+                    "{}: direct writes refused ({e}); using write + fdatasync",
+                    self.paths[self.cur].display()
+                );
+                self.direct = [None, None];
+                Ok(false)
+            }
+            Err(e) => Err(io_err(
+                format!("writing {}", self.paths[self.cur].display()),
+                e,
+            )),
+        }
     }
 
     /// Continues in the other file, from its start. The caller guarantees that all its

@@ -312,11 +312,12 @@ impl File {
             ino: self.io.ino,
             session: self.inner.session,
         };
-        // The answer to Close is not waited for (it cannot fail for a handle we hold):
-        // create + close costs one round trip. Later requests on the same connection
-        // come after it; one on another connection may overtake it, which only moves
-        // the purge of a file unlinked meanwhile from the Unlink to this Close.
-        let closed = self.inner.meta.send(&self.cred, req);
+        // Close is not answered (it cannot fail for a handle we hold) and goes out with
+        // the next request to the metadata server, or within DEFER_MAX: create + close
+        // costs one round trip and one wake-up of the server. Requests sent meanwhile
+        // may overtake it, which only moves the purge of a file unlinked meanwhile from
+        // the Unlink to this Close.
+        let closed = self.inner.meta.send_deferred(&self.cred, req);
         flushed.and(closed)
     }
 }

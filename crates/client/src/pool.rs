@@ -6,16 +6,37 @@
 //! the server restarted) is retried once on a fresh connection when the request is
 //! idempotent; timeouts are never retried, so a call is bounded by one timeout per
 //! socket operation.
+//!
+//! Requests nobody waits for (Close) are deferred: they go out with the next request on
+//! their connection, so a create + close loop costs the server one wake-up per file,
+//! or, when the connection stays idle, within [`DEFER_MAX`] by the pool's flusher
+//! thread.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 use std::time::Duration;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{Cred, ErrorCode, Request, Response, ServerId, WireError};
+
+/// Longest a deferred request waits on an idle connection before the flusher sends it.
+pub const DEFER_MAX: Duration = Duration::from_millis(2);
 
 struct State {
     idle: Vec<Conn>,
     /// Connections in existence: idle, lent out, or being opened.
     open: usize,
+    /// An idle connection holds deferred requests.
+    deferred: bool,
+    /// The pool is being dropped: the flusher ends.
+    closing: bool,
+}
+
+/// What the pool shares with its flusher thread.
+struct Shared {
+    state: Mutex<State>,
+    returned: Condvar,
+    /// Wakes the flusher (deferred requests, or closing).
+    kick: Condvar,
 }
 
 pub(crate) struct ServerPool {
@@ -25,11 +46,12 @@ pub(crate) struct ServerPool {
     secret: Secret,
     timeout: Duration,
     max_conns: usize,
-    state: Mutex<State>,
-    returned: Condvar,
+    shared: Arc<Shared>,
+    /// Started on the first deferred request.
+    flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -48,11 +70,17 @@ impl ServerPool {
             secret: secret.clone(),
             timeout,
             max_conns,
-            state: Mutex::new(State {
-                idle: Vec::new(),
-                open: 0,
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    idle: Vec::new(),
+                    open: 0,
+                    deferred: false,
+                    closing: false,
+                }),
+                returned: Condvar::new(),
+                kick: Condvar::new(),
             }),
-            returned: Condvar::new(),
+            flusher: Mutex::new(None),
         }
     }
 
@@ -89,12 +117,32 @@ impl ServerPool {
         }
     }
 
-    /// Sends a request without waiting for its answer; see [`Conn::send`].
-    pub fn send(&self, cred: &Cred, req: Request) -> Result<(), WireError> {
+    /// Sends a request that gets no answer, deferred: with the next request on the same
+    /// connection, or within [`DEFER_MAX`]; see [`Conn::defer`].
+    pub fn send_deferred(&self, cred: &Cred, req: Request) -> Result<(), WireError> {
+        self.start_flusher()?;
         let (mut conn, _) = self.checkout()?;
-        let r = conn.send(cred, req);
+        let r = conn.defer(cred, req);
         self.checkin(conn);
         r
+    }
+
+    fn start_flusher(&self) -> Result<(), WireError> {
+        let mut f = lock(&self.flusher);
+        if f.is_none() {
+            let shared = self.shared.clone();
+            let thread = std::thread::Builder::new()
+                .name("stripefs-flush".into())
+                .spawn(move || flusher(&shared))
+                .map_err(|e| {
+                    WireError::new(
+                        ErrorCode::Internal,
+                        format!("cannot start a flusher thread: {e}"),
+                    )
+                })?;
+            *f = Some(thread);
+        }
+        Ok(())
     }
 
     /// Connects once, outside the pool, to check that the server answers.
@@ -105,7 +153,7 @@ impl ServerPool {
     }
 
     fn checkout(&self) -> Result<(Conn, bool), WireError> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.shared.state);
         loop {
             if let Some(c) = st.idle.pop() {
                 return Ok((c, true));
@@ -114,14 +162,18 @@ impl ServerPool {
                 st.open += 1;
                 break;
             }
-            st = self.returned.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = self
+                .shared
+                .returned
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
         }
         drop(st);
         match Conn::connect(&self.addr, &self.secret, self.timeout) {
             Ok(c) => Ok((c, false)),
             Err(e) => {
-                lock(&self.state).open -= 1;
-                self.returned.notify_one();
+                lock(&self.shared.state).open -= 1;
+                self.shared.returned.notify_one();
                 Err(e)
             }
         }
@@ -129,26 +181,67 @@ impl ServerPool {
 
     /// A fresh connection for a retry; counted against the pool like any other.
     fn connect_new(&self) -> Result<Conn, WireError> {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.shared.state);
         // Drop idle connections: if one was stale after a server restart, all are.
         let stale = std::mem::take(&mut st.idle);
         st.open -= stale.len();
         drop(st);
         drop(stale);
-        self.returned.notify_all();
+        self.shared.returned.notify_all();
         let (c, _) = self.checkout()?;
         Ok(c)
     }
 
     fn checkin(&self, conn: Conn) {
-        let mut st = lock(&self.state);
+        let mut st = lock(&self.shared.state);
         if conn.is_broken() {
             st.open -= 1;
         } else {
+            if conn.has_deferred() && !st.deferred {
+                st.deferred = true;
+                self.shared.kick.notify_one();
+            }
             st.idle.push(conn);
         }
         drop(st);
-        self.returned.notify_one();
+        self.shared.returned.notify_one();
+    }
+}
+
+impl Drop for ServerPool {
+    /// Ends the flusher; idle connections write their deferred requests as they close.
+    fn drop(&mut self) {
+        lock(&self.shared.state).closing = true;
+        self.shared.kick.notify_all();
+        if let Some(t) = lock(&self.flusher).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sends the deferred requests of idle connections [`DEFER_MAX`] after they were
+/// deferred (a connection used meanwhile has sent them with its request).
+fn flusher(shared: &Shared) {
+    loop {
+        let mut st = lock(&shared.state);
+        while !st.deferred && !st.closing {
+            st = shared.kick.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        if st.closing {
+            return;
+        }
+        drop(st);
+        std::thread::sleep(DEFER_MAX);
+        let mut st = lock(&shared.state);
+        st.deferred = false;
+        for c in st.idle.iter_mut() {
+            if let Err(e) = c.flush() {
+                tracing::warn!("{e}");
+            }
+        }
+        let before = st.idle.len();
+        st.idle.retain(|c| !c.is_broken());
+        st.open -= before - st.idle.len();
     }
 }
 

@@ -130,3 +130,45 @@ fn layouts_and_status() {
     let ms = c.meta_status().unwrap();
     assert!(ms.files >= 1 && ms.dirs >= 2, "{ms:?}");
 }
+
+/// Close is deferred to ride with the client's next metadata request: a request made
+/// right after the close sees the file closed, and an idle client's close reaches the
+/// server within the pool's flush delay, as does a dropped client's.
+#[test]
+fn deferred_closes_reach_the_server() {
+    let cl = Cluster::start();
+    let c = cl.client();
+    let other = cl.client();
+    let open_files = |c: &stripefs_client::Client| c.meta_status().unwrap().open_files;
+    let f = c.create("/a", 0o644).unwrap();
+    assert_eq!(open_files(&other), 1);
+    f.close().unwrap();
+    // The next request on the same connection carries the Close.
+    assert_eq!(open_files(&c), 0);
+    // An idle connection: the flusher sends it.
+    let f = c.create("/b", 0o644).unwrap();
+    f.close().unwrap();
+    let t0 = std::time::Instant::now();
+    while open_files(&other) != 0 {
+        assert!(
+            t0.elapsed().as_secs() < 5,
+            "the deferred Close never arrived"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // Many closes at once, then the client goes away.
+    let files: Vec<_> = (0..200)
+        .map(|i| c.create(&format!("/m{i}"), 0o644).unwrap())
+        .collect();
+    assert_eq!(open_files(&other), 200);
+    drop(files);
+    drop(c);
+    let t0 = std::time::Instant::now();
+    while open_files(&other) != 0 {
+        assert!(
+            t0.elapsed().as_secs() < 5,
+            "closes of a dropped client were lost"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}

@@ -22,7 +22,9 @@ pub fn frames(rng: &mut StdRng) -> Vec<Vec<u8>> {
                 cred: cred(rng),
                 req,
             };
-            out.push(encode_request(rng.gen(), &env, data_len));
+            // Some requests ask for no answer (as Close does).
+            let flags = if rng.gen_bool(0.25) { FLAG_NO_REPLY } else { 0 };
+            out.push(encode_request_flags(rng.gen(), &env, data_len, flags));
             let (resp, data_len) = response(op, rng);
             out.push(encode_response(rng.gen(), op, &Ok(resp), data_len));
         }

@@ -18,8 +18,8 @@ use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use stripefs_wire::{
-    decode_request, decode_response, encode_request, encode_response, FrameError, Header, Opcode,
-    HEADER_LEN,
+    decode_request, decode_response, encode_request_flags, encode_response, FrameError, Header,
+    Opcode, HEADER_LEN,
 };
 
 /// Error messages longer than this are cut by `encode_response`, so such frames do not
@@ -110,7 +110,7 @@ fn decode_as_request(h: &Header, body: &[u8], frame: &[u8]) -> Outcome {
         Ok(env) => env,
         Err(e) => return Outcome::Rejected(e.number()),
     };
-    let again = encode_request(h.request_id, &env, h.data_len);
+    let again = encode_request_flags(h.request_id, &env, h.data_len, h.flags);
     assert!(again == frame, "request does not re-encode to its bytes");
     match env.req.validate(h.data_len) {
         Ok(()) => Outcome::Accepted,

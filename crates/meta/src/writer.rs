@@ -143,7 +143,11 @@ impl Writer {
         let ticket = q.next_ticket;
         q.next_ticket += 1;
         q.jobs.push_back((ticket, job));
-        w.arrived.notify_one();
+        if q.jobs.len() >= q.last_len.min(MAX_BATCH) {
+            // A gathering leader waits for this many: waking it for fewer would cost a
+            // wake-up per operation for nothing (it gives up after GATHER_WAIT anyway).
+            w.arrived.notify_one();
+        }
         loop {
             if let Some(answer) = q.answers.remove(&ticket) {
                 return answer;

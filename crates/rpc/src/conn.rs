@@ -5,29 +5,32 @@ use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 use stripefs_wire::{
-    decode_response, encode_request, Cred, Envelope, ErrorCode, Opcode, Request, Response,
-    WireError,
+    decode_response, encode_request, encode_request_flags, Cred, Envelope, ErrorCode, Opcode,
+    Request, Response, WireError, FLAG_NO_REPLY,
 };
 
 /// Default timeout for connecting and for each read and write, in milliseconds.
 pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
-/// One authenticated connection to a server. One request is in flight at a time, apart
-/// from requests [`Conn::send`] did not wait for, whose answers are read before the
-/// next call. After any transport or frame error the connection is *broken*: callers
-/// drop it.
+/// One authenticated connection to a server. One request is in flight at a time (or up
+/// to [`MAX_PENDING`] with [`Conn::call_many`]), apart from requests sent with
+/// [`Conn::send`], which are not answered. After any transport or frame error the
+/// connection is *broken*: callers drop it.
 pub struct Conn {
     stream: TcpStream,
     addr: String,
     next_id: u64,
     broken: bool,
     body_buf: Vec<u8>,
-    /// Requests sent whose answers are still unread, oldest first.
-    pending: std::collections::VecDeque<(u64, Opcode)>,
+    /// Frames of requests [`Conn::defer`]red: they go out with the next request or at
+    /// [`Conn::flush`].
+    outbox: Vec<u8>,
 }
 
-/// Most answers [`Conn::send`] leaves unread before it reads them.
+/// Most requests [`Conn::call_many`] sends before it reads their answers.
 pub const MAX_PENDING: usize = 32;
+/// Deferred frames are written at once when they reach this many bytes.
+pub const MAX_OUTBOX_BYTES: usize = 64 << 10;
 
 impl Conn {
     /// Connects to `addr` and authenticates with `secret`. Every error names `addr`.
@@ -69,7 +72,7 @@ impl Conn {
             next_id: 1,
             broken: false,
             body_buf: Vec::new(),
-            pending: std::collections::VecDeque::new(),
+            outbox: Vec::new(),
         };
         conn.authenticate(secret)?;
         Ok(conn)
@@ -136,23 +139,62 @@ impl Conn {
         data: &[u8],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
-        // Sent before the unread answers are read: the server answers in order, and
-        // the earlier requests need not delay this one by a round trip.
-        let (id, opcode) = self.send_request(cred, req, data)?;
-        self.drain()?;
+        let (id, opcode) = self.send_request(cred, req, data, false)?;
         self.read_reply(id, opcode, recv)
     }
 
-    /// Sends `req` and returns without waiting for its answer, which is read (and an
-    /// error in it logged) before the next call on this connection. For requests whose
-    /// failure the caller could not act on, such as Close: the server handles requests
-    /// of one connection in order, so later requests on this connection see its effect.
+    /// Sends `req` with [`stripefs_wire::FLAG_NO_REPLY`] and returns: the server sends
+    /// no answer (it logs an error). For requests whose failure the caller could not act
+    /// on, such as Close: the server handles one connection's requests in order, so
+    /// later requests on this connection see its effect, and nobody waits for (or is
+    /// woken by) an answer.
     pub fn send(&mut self, cred: &Cred, req: Request) -> Result<(), WireError> {
-        if self.pending.len() >= MAX_PENDING {
-            self.drain()?;
+        self.send_request(cred, req, &[], true).map(|_| ())
+    }
+
+    /// Like [`Conn::send`], but the request goes out with the next request on this
+    /// connection (one system call and one wake-up of the server for both), or at
+    /// [`Conn::flush`] (also on drop), or at once when the deferred frames reach
+    /// [`MAX_OUTBOX_BYTES`]. Whoever defers must make sure that a flush follows.
+    pub fn defer(&mut self, cred: &Cred, req: Request) -> Result<(), WireError> {
+        self.check_usable()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let env = Envelope {
+            cred: cred.clone(),
+            req,
+        };
+        self.outbox
+            .extend(encode_request_flags(id, &env, 0, FLAG_NO_REPLY));
+        if self.outbox.len() >= MAX_OUTBOX_BYTES {
+            self.flush()?;
         }
-        let sent = self.send_request(cred, req, &[])?;
-        self.pending.push_back(sent);
+        Ok(())
+    }
+
+    /// Requests are deferred and not yet written.
+    pub fn has_deferred(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Writes the deferred requests.
+    pub fn flush(&mut self) -> Result<(), WireError> {
+        if self.outbox.is_empty() {
+            return Ok(());
+        }
+        self.check_usable()?;
+        let r = write_all_parts(&mut self.stream, &[&self.outbox]);
+        self.outbox.clear();
+        r.map_err(|e| self.transport("sending deferred requests".into(), e.into()))
+    }
+
+    fn check_usable(&self) -> Result<(), WireError> {
+        if self.broken {
+            return Err(WireError::new(
+                ErrorCode::Io,
+                format!("connection to {} is broken", self.addr),
+            ));
+        }
         Ok(())
     }
 
@@ -171,10 +213,9 @@ impl Conn {
             reqs.len() <= MAX_PENDING,
             "call_many takes at most MAX_PENDING requests"
         );
-        self.drain()?;
         let mut sent = Vec::with_capacity(reqs.len());
         for req in reqs {
-            sent.push(self.send_request(cred, req, &[])?);
+            sent.push(self.send_request(cred, req, &[], false)?);
         }
         let mut out = Vec::with_capacity(sent.len());
         for (id, opcode) in sent {
@@ -187,31 +228,14 @@ impl Conn {
         Ok(out)
     }
 
-    /// Reads the answers of requests sent by [`Conn::send`].
-    fn drain(&mut self) -> Result<(), WireError> {
-        while let Some((id, opcode)) = self.pending.pop_front() {
-            if let Err(e) = self.read_reply(id, opcode, &mut []) {
-                if self.broken {
-                    return Err(e);
-                }
-                tracing::warn!("{} answered with an error: {e}", opcode.name());
-            }
-        }
-        Ok(())
-    }
-
     fn send_request(
         &mut self,
         cred: &Cred,
         req: Request,
         data: &[u8],
+        no_reply: bool,
     ) -> Result<(u64, Opcode), WireError> {
-        if self.broken {
-            return Err(WireError::new(
-                ErrorCode::Io,
-                format!("connection to {} is broken", self.addr),
-            ));
-        }
+        self.check_usable()?;
         if data.len() > stripefs_wire::MAX_DATA_BYTES as usize {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
@@ -229,8 +253,16 @@ impl Conn {
             cred: cred.clone(),
             req,
         };
-        let frame = encode_request(id, &env, data.len() as u32);
-        if let Err(e) = write_all_parts(&mut self.stream, &[&frame, data]) {
+        let frame = if no_reply {
+            assert!(data.is_empty(), "requests with data are answered");
+            encode_request_flags(id, &env, 0, FLAG_NO_REPLY)
+        } else {
+            encode_request(id, &env, data.len() as u32)
+        };
+        // Deferred requests go first, in the same system call.
+        let sent = write_all_parts(&mut self.stream, &[&self.outbox, &frame, data]);
+        self.outbox.clear();
+        if let Err(e) = sent {
             return Err(self.transport(format!("sending {}", opcode.name()), e.into()));
         }
         Ok((id, opcode))
@@ -314,5 +346,12 @@ fn is_timeout(e: &std::io::Error) -> bool {
 impl From<std::io::Error> for ReadError {
     fn from(e: std::io::Error) -> ReadError {
         ReadError::Io(e)
+    }
+}
+
+impl Drop for Conn {
+    /// Deferred requests are written before the connection closes (best effort).
+    fn drop(&mut self) {
+        let _ = self.flush();
     }
 }

@@ -200,7 +200,14 @@ fn connection(
                 handle_guarded(service, &info, env, data)
             }
         };
-        send_reply(&mut stream, header.request_id, opcode, reply).map_err(|e| e.to_string())?;
+        if header.wants_reply() {
+            send_reply(&mut stream, header.request_id, opcode, reply).map_err(|e| e.to_string())?;
+        } else if let Err(e) = reply.result {
+            tracing::warn!(
+                "{} from {peer} (no reply wanted) failed: {e}",
+                opcode.name()
+            );
+        }
         if shutdown.load(Ordering::Relaxed) {
             return Ok(());
         }

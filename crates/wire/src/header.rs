@@ -5,7 +5,8 @@
 //!  0     4    magic       0x53545246 ("STRF" read as a big-endian word)
 //!  4     2    version     protocol version, currently 1
 //!  6     2    opcode      numbered operation (see `Opcode`)
-//!  8     2    flags       bit 0: this frame is a response
+//!  8     2    flags       bit 0: this frame is a response; bit 1 (requests only): the
+//!                          sender reads no response, and none is sent
 //! 10     2    reserved    must be zero
 //! 12     8    request_id  chosen by the client, echoed in the response
 //! 20     4    status      0 in requests and successful responses, else an ErrorCode
@@ -22,7 +23,10 @@ pub const MAGIC: u32 = 0x5354_5246;
 pub const VERSION: u16 = 1;
 pub const HEADER_LEN: usize = 40;
 pub const FLAG_RESPONSE: u16 = 1;
-const KNOWN_FLAGS: u16 = FLAG_RESPONSE;
+/// On a request: the sender reads no response, and the server sends none (an error is
+/// only logged). For requests whose failure the sender could not act on, like Close.
+pub const FLAG_NO_REPLY: u16 = 2;
+const KNOWN_FLAGS: u16 = FLAG_RESPONSE | FLAG_NO_REPLY;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Header {
@@ -107,6 +111,11 @@ impl Header {
         self.flags & FLAG_RESPONSE != 0
     }
 
+    /// A request whose sender reads no response.
+    pub fn wants_reply(&self) -> bool {
+        self.flags & FLAG_NO_REPLY == 0
+    }
+
     /// Encodes the header, computing its checksum.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
@@ -170,7 +179,7 @@ impl Header {
         if self.version != VERSION {
             return Err(FrameError::BadVersion(self.version));
         }
-        if self.flags & !KNOWN_FLAGS != 0 {
+        if self.flags & !KNOWN_FLAGS != 0 || self.flags == FLAG_RESPONSE | FLAG_NO_REPLY {
             return Err(FrameError::BadFlags(self.flags));
         }
         if crate::Opcode::from_u16(self.opcode).is_none() {
@@ -259,6 +268,7 @@ mod tests {
         let cases: Vec<(Header, u32)> = vec![
             (Header { version: 2, ..h }, 3),
             (Header { flags: 4, ..h }, 5),
+            (Header { flags: 3, ..h }, 5),
             (Header { opcode: 9999, ..h }, 7),
             (
                 Header {

@@ -17,7 +17,7 @@ mod header;
 mod msg;
 
 pub use error::{ErrorCode, WireError};
-pub use header::{FrameError, Header, FLAG_RESPONSE, HEADER_LEN, MAGIC, VERSION};
+pub use header::{FrameError, Header, FLAG_NO_REPLY, FLAG_RESPONSE, HEADER_LEN, MAGIC, VERSION};
 pub use msg::*;
 
 /// Largest encoded body (requests and responses without bulk data), in bytes.

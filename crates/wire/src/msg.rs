@@ -2,7 +2,9 @@
 //! Adding an operation means adding one line to that table (and a handler and a test on
 //! the server side); the opcode, its name and the dispatch match all derive from it.
 
-use crate::{ErrorCode, FrameError, Header, WireError, BLOCK_BYTES, FLAG_RESPONSE, VERSION};
+use crate::{
+    ErrorCode, FrameError, Header, WireError, BLOCK_BYTES, FLAG_NO_REPLY, FLAG_RESPONSE, VERSION,
+};
 use crate::{MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_PATH_BYTES, MAX_READDIR_ENTRIES};
 use bincode::Options;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -294,12 +296,19 @@ fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
 
 /// Encodes a request frame's header and body; `data_len` bytes of bulk data follow.
 pub fn encode_request(request_id: u64, env: &Envelope, data_len: u32) -> Vec<u8> {
+    encode_request_flags(request_id, env, data_len, 0)
+}
+
+/// [`encode_request`] with header flags: 0, or [`FLAG_NO_REPLY`] for a request whose
+/// sender reads no response.
+pub fn encode_request_flags(request_id: u64, env: &Envelope, data_len: u32, flags: u16) -> Vec<u8> {
     assert!(data_len <= MAX_DATA_BYTES);
+    assert_eq!(flags & !FLAG_NO_REPLY, 0, "a request's flags");
     let body = encode_body(env);
     let header = Header {
         version: VERSION,
         opcode: env.req.opcode() as u16,
-        flags: 0,
+        flags,
         request_id,
         status: 0,
         body_len: body.len() as u32,

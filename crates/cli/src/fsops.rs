@@ -229,18 +229,43 @@ pub fn get(a: GetArgs) -> Result<()> {
         .with_context(|| format!("cannot open {}", a.path))?;
     let len = file.size();
     let to_stdout = a.local.as_os_str() == "-";
-    let (mut out, tmp): (Box<dyn Write>, Option<PathBuf>) = if to_stdout {
+    let (mut out, tmp): (Box<dyn Write>, Option<(PathBuf, PathBuf)>) = if to_stdout {
         (Box::new(std::io::stdout().lock()), None)
     } else {
-        // Written beside the destination and renamed into place when complete, so that an
-        // error never leaves a half-written file under the requested name.
-        let tmp = temp_beside(&a.local);
-        let f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        (
-            Box::new(std::io::BufWriter::with_capacity(1 << 20, f)),
-            Some(tmp),
-        )
+        match std::fs::metadata(&a.local) {
+            Ok(m) if m.is_dir() => bail!(
+                "{} is a directory; name the file to write",
+                a.local.display()
+            ),
+            // A device, FIFO or socket (say /dev/null) is written to, never replaced.
+            Ok(m) if !m.is_file() => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&a.local)
+                    .with_context(|| format!("cannot open {}", a.local.display()))?;
+                (
+                    Box::new(std::io::BufWriter::with_capacity(1 << 20, f)),
+                    None,
+                )
+            }
+            found => {
+                // Written beside the destination (the file a symlink points to) and
+                // renamed into place when complete, so that an error never leaves a
+                // half-written file under the requested name.
+                let dest = match found {
+                    Ok(_) => std::fs::canonicalize(&a.local)
+                        .with_context(|| format!("cannot resolve {}", a.local.display()))?,
+                    Err(_) => a.local.clone(),
+                };
+                let tmp = temp_beside(&dest);
+                let f = std::fs::File::create(&tmp)
+                    .with_context(|| format!("cannot create {}", tmp.display()))?;
+                (
+                    Box::new(std::io::BufWriter::with_capacity(1 << 20, f)),
+                    Some((tmp, dest)),
+                )
+            }
+        }
     };
     let result = copy_out(&file, len, &mut out, &a.path);
     let result = result.and_then(|n| {
@@ -250,15 +275,14 @@ pub fn get(a: GetArgs) -> Result<()> {
     });
     let _ = file.close();
     match (result, tmp) {
-        (Ok(_), Some(tmp)) => {
-            std::fs::rename(&tmp, &a.local).with_context(|| {
-                format!("cannot move {} to {}", tmp.display(), a.local.display())
-            })?;
+        (Ok(_), Some((tmp, dest))) => {
+            std::fs::rename(&tmp, &dest)
+                .with_context(|| format!("cannot move {} to {}", tmp.display(), dest.display()))?;
             Ok(())
         }
         (Ok(_), None) => Ok(()),
         (Err(e), tmp) => {
-            if let Some(t) = tmp {
+            if let Some((t, _)) = tmp {
                 let _ = std::fs::remove_file(t);
             }
             Err(e)

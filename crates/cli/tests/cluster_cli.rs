@@ -99,6 +99,39 @@ fn namespace_commands_and_errors() {
         "directory default not inherited: {gs}"
     );
     assert_eq!(gs["stripe_count"], 1);
+    // `get` replaces a regular file (through a symlink, the file it points to) but
+    // writes into a FIFO or device (such as /dev/null) instead of renaming over it.
+    let link = work.path().join("link");
+    let real = work.path().join("real");
+    std::fs::write(&real, b"old").unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    c.ok(&["get", "/a/f", &link.display().to_string()]);
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert_eq!(std::fs::read(&real).unwrap(), b"hello stripefs");
+    let fifo = work.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(&fifo).unwrap())
+    };
+    c.ok(&["get", "/a/f", &fifo.display().to_string()]);
+    assert_eq!(reader.join().unwrap(), b"hello stripefs");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    let into_dir = c.run(&["get", "/a/f", &work.path().display().to_string()]);
+    assert!(!into_dir.status.success());
+    assert!(
+        text(&into_dir).contains("is a directory"),
+        "{}",
+        text(&into_dir)
+    );
     c.ok(&["mv", "/a/f", "/a/b/g"]);
     let ls = c.ok(&["ls", "/a/b"]);
     assert!(ls.contains('g') && ls.contains('c'), "{ls}");

@@ -212,6 +212,34 @@ impl File {
         Ok(n)
     }
 
+    /// Reads up to `len` bytes at `offset` and hands `f` the bytes where they arrived,
+    /// in file order (fewer than `len` at the end of the file), instead of copying them
+    /// into a buffer: for callers that copy them on anyway, as a FUSE reply does.
+    pub fn read_with<R>(
+        &self,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, WireError> {
+        if !self.read {
+            return Err(WireError::new(
+                ErrorCode::BadHandle,
+                format!("{} is not open for reading", self.describe()),
+            ));
+        }
+        let sequential = self.last_read_end.load(Ordering::Relaxed) == offset;
+        let mut n = 0;
+        let r = self
+            .io
+            .read_with(&self.cred, offset, len as u64, sequential, |s| {
+                n = s.iter().map(|p| p.len()).sum::<usize>();
+                f(s)
+            })?;
+        self.last_read_end
+            .store(offset + n as u64, Ordering::Relaxed);
+        Ok(r)
+    }
+
     /// Declares that this handle will read `[offset, offset + len)` from start to end,
     /// as `posix_fadvise(SEQUENTIAL)` on a range does: readahead starts with the first
     /// read and never fetches past the range, so no server works on bytes nobody reads.

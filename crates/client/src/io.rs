@@ -379,27 +379,79 @@ impl InodeIo {
         if n == 0 {
             return Ok(0);
         }
+        let parts = self.fetch(cred, offset, n, size, sequential)?;
+        let out = &mut buf[..n as usize];
+        let mut copied = 0;
+        for (chunk, base, data) in &parts {
+            copied += self.scatter(chunk, *base, data, offset, out);
+        }
+        assert_eq!(copied, n, "read pieces add up to the read");
+        Ok(n as usize)
+    }
+
+    /// Reads up to `len` bytes at `offset` like [`InodeIo::read`], but hands `f` the
+    /// bytes where they arrived, in file order, instead of copying them into a buffer:
+    /// for callers that copy them on anyway (a FUSE reply is copied by the kernel).
+    pub fn read_with<R>(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        len: u64,
+        sequential: bool,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, WireError> {
+        let (n, size) = self.clamp(cred, offset, len)?;
+        if n == 0 {
+            return Ok(f(&[]));
+        }
+        let parts = self.fetch(cred, offset, n, size, sequential)?;
+        let end = offset + n;
+        let mut pieces: Vec<(u64, &[u8])> = Vec::new();
+        for (chunk, base, data) in &parts {
+            for s in self.geo.segments(chunk.place, chunk.local, chunk.len) {
+                let lo = s.global.max(offset);
+                let hi = (s.global + s.len).min(end);
+                if lo < hi {
+                    let src = (s.local + (lo - s.global) - base) as usize;
+                    pieces.push((lo, &data[src..src + (hi - lo) as usize]));
+                }
+            }
+        }
+        pieces.sort_unstable_by_key(|(at, _)| *at);
+        let total: usize = pieces.iter().map(|(_, p)| p.len()).sum();
+        assert_eq!(total as u64, n, "read pieces add up to the read");
+        let slices: Vec<&[u8]> = pieces.into_iter().map(|(_, p)| p).collect();
+        Ok(f(&slices))
+    }
+
+    /// The data of the chunks covering `[offset, offset + n)`: (chunk, local start of
+    /// its buffer, buffer).
+    fn fetch(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        n: u64,
+        size: u64,
+        sequential: bool,
+    ) -> Result<Vec<(Chunk, u64, Arc<Vec<u8>>)>, WireError> {
         let end = offset + n;
         self.wait_overlapping(offset, end);
         let parts = self.plan_read(cred, offset, n, size, sequential);
-        let out = &mut buf[..n as usize];
-        let mut copied = 0;
+        let mut out = Vec::with_capacity(parts.len());
         for (chunk, base, done) in parts {
-            let data = match done.wait() {
-                Ok(d) => d,
+            match done.wait() {
+                Ok(d) => out.push((chunk, base, d)),
                 Err(e) => {
                     // A failed cell must not stay cached, or every retry would fail too.
                     lock(&self.state).drop_cells(|c| !matches!(c.data.try_get(), Some(Err(_))));
                     return Err(e);
                 }
-            };
-            copied += self.scatter(&chunk, base, &data, offset, out);
+            }
         }
-        assert_eq!(copied, n, "read pieces add up to the read");
         if sequential {
             lock(&self.state).drop_cells(|c| c.span.1 > end);
         }
-        Ok(n as usize)
+        Ok(out)
     }
 
     /// How many of `len` bytes at `offset` exist, and the size that says so. Reads that

@@ -92,6 +92,30 @@ fn random_offsets_with_holes() {
         assert_eq!(n, len.min(model.len() - off));
         assert_eq!(&buf[..n], &model[off..off + n]);
     }
+    // The same through read_with, whose pieces come in file order; then a sequential
+    // pass (readahead cells) in steps that do not match the stripes.
+    for _ in 0..50 {
+        let off = rng.gen_range(0..model.len());
+        let len = rng.gen_range(0..300_000usize);
+        let got = f
+            .read_with(off as u64, len, |parts| parts.concat())
+            .unwrap();
+        assert_eq!(got.len(), len.min(model.len() - off));
+        assert_eq!(got, &model[off..off + got.len()]);
+    }
+    let mut at = 0;
+    while at < model.len() {
+        let got = f
+            .read_with(at as u64, 100_003, |parts| parts.concat())
+            .unwrap();
+        assert_eq!(
+            got,
+            &model[at..at + got.len()],
+            "sequential read_with at {at}"
+        );
+        at += got.len();
+    }
+    assert_eq!(f.read_with(at as u64, 10, |p| p.len()).unwrap(), 0);
 }
 
 /// Random write/read/truncate sequences on one file against a Vec<u8> model.

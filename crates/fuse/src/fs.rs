@@ -509,20 +509,34 @@ impl fuser::Filesystem for StripeFs {
                 Ok(h) => h,
                 Err(e) => return reply.error(e),
             };
-            // Each worker reuses one buffer: no zeroing or page faults per request.
-            READ_BUF.with_borrow_mut(|buf| {
-                let want = size.min(MAX_IO_BYTES * 2) as usize;
-                if buf.len() < want {
-                    buf.resize(want, 0);
+            // The reply is written from where the client received the bytes (the kernel
+            // copies them into its page cache anyway); a read that spans several pieces
+            // is gathered in this worker's buffer, reused: no zeroing or page faults.
+            let want = size.min(MAX_IO_BYTES * 2) as usize;
+            let mut reply = Some(reply);
+            let read = h.file.read_with(offset, want, |parts| {
+                let reply = reply.take().expect("replied once");
+                match parts {
+                    [] => reply.data(&[]),
+                    [one] => reply.data(one),
+                    _ => READ_BUF.with_borrow_mut(|buf| {
+                        buf.clear();
+                        for p in parts {
+                            buf.extend_from_slice(p);
+                        }
+                        reply.data(buf);
+                    }),
                 }
-                match h.file.read_at(offset, &mut buf[..want]) {
-                    Ok(n) => {
-                        reply.data(&buf[..n]);
-                        sh.read_done(&h, ino, offset, offset + n as u64);
+                parts.iter().map(|p| p.len() as u64).sum::<u64>()
+            });
+            match read {
+                Ok(n) => sh.read_done(&h, ino, offset, offset + n),
+                Err(e) => {
+                    if let Some(reply) = reply {
+                        reply.error(errno(&e));
                     }
-                    Err(e) => reply.error(errno(&e)),
                 }
-            })
+            }
         });
     }
 

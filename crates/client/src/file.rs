@@ -269,6 +269,12 @@ impl File {
         self.io.write_would_not_wait(offset, len, self.window)
     }
 
+    /// Whether [`File::flush`] (and so [`File::close`], whose Close is deferred) would
+    /// return at once, without waiting or a round trip.
+    pub fn flush_is_noop(&self) -> bool {
+        self.io.flush_is_noop()
+    }
+
     /// Waits for queued writes and records the file's size on the metadata server, so
     /// that other clients see it; data is not forced to disk.
     pub fn flush(&self) -> Result<(), WireError> {

@@ -32,6 +32,8 @@ struct Pending {
 /// A request of a read: the chunk, the local offset its buffer starts at (a cell may
 /// start before the chunk), and the buffer to come.
 type ReadPart = (Chunk, u64, Completion<Arc<Vec<u8>>>);
+/// A chunk of a read, the local offset its buffer starts at, and the buffer.
+type Fetched = (Chunk, u64, Arc<Vec<u8>>);
 
 /// One readahead cell: `len` bytes at `local` of a server, being read or read.
 struct Cell {
@@ -244,6 +246,14 @@ impl InodeIo {
             && (st.inflight_bytes == 0 || st.inflight_bytes + n <= window)
     }
 
+    /// Whether [`InodeIo::flush`] without a data sync would return at once: no write
+    /// queued or in flight, no error to report, no size to record.
+    pub fn flush_is_noop(&self) -> bool {
+        let mut st = lock(&self.state);
+        st.reap();
+        st.pending.is_empty() && st.latched.is_none() && st.unflushed_end.is_none()
+    }
+
     /// Returns (and clears) the latched error of a background write.
     pub fn take_latched(&self) -> Result<(), WireError> {
         let mut st = lock(&self.state);
@@ -433,7 +443,7 @@ impl InodeIo {
         n: u64,
         size: u64,
         sequential: bool,
-    ) -> Result<Vec<(Chunk, u64, Arc<Vec<u8>>)>, WireError> {
+    ) -> Result<Vec<Fetched>, WireError> {
         let end = offset + n;
         self.wait_overlapping(offset, end);
         let parts = self.plan_read(cred, offset, n, size, sequential);

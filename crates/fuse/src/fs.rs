@@ -588,6 +588,13 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn flush(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _lock: u64, reply: ReplyEmpty) {
+        // Nothing to wait for or send (a file only read, or created and closed): answered
+        // here, without the hand-over to a worker.
+        if let Ok(h) = self.shared.file(fh) {
+            if h.file.flush_is_noop() {
+                return reply_empty(reply, h.file.flush());
+            }
+        }
         self.spawn(req, move |sh, _| match sh.file(fh) {
             Ok(h) => reply_empty(reply, h.file.flush()),
             Err(e) => reply.error(e),
@@ -604,18 +611,12 @@ impl fuser::Filesystem for StripeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(req, move |sh, _| {
-            let h = sh.lock().remove(&fh);
-            match h {
-                // The kernel ignores release errors; close-time errors were reported by
-                // the flush before it.
-                Some(Handle::File(h)) => match Arc::try_unwrap(h) {
-                    Ok(h) => reply_empty(reply, h.file.close()),
-                    Err(_) => reply.ok(),
-                },
-                _ => reply.ok(),
-            }
-        });
+        // As in flush: with nothing to wait for, closing only queues a deferred Close.
+        let noop = self.shared.file(fh).is_ok_and(|h| h.file.flush_is_noop());
+        if noop {
+            return release(&self.shared, fh, reply);
+        }
+        self.spawn(req, move |sh, _| release(sh, fh, reply));
     }
 
     fn fsync(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _data: bool, reply: ReplyEmpty) {
@@ -771,4 +772,18 @@ fn setattr(
         }
     }
     c.setattr_ino(ino, attrs)
+}
+
+/// Forgets handle `fh` and closes its file when this was its last user.
+fn release(sh: &Shared, fh: u64, reply: ReplyEmpty) {
+    let h = sh.lock().remove(&fh);
+    match h {
+        // The kernel ignores release errors; close-time errors were reported by the
+        // flush before it.
+        Some(Handle::File(h)) => match Arc::try_unwrap(h) {
+            Ok(h) => reply_empty(reply, h.file.close()),
+            Err(_) => reply.ok(),
+        },
+        _ => reply.ok(),
+    }
 }

@@ -415,17 +415,9 @@ impl InodeIo {
             return Ok(f(&[]));
         }
         let parts = self.fetch(cred, offset, n, size, sequential)?;
-        let end = offset + n;
         let mut pieces: Vec<(u64, &[u8])> = Vec::new();
         for (chunk, base, data) in &parts {
-            for s in self.geo.segments(chunk.place, chunk.local, chunk.len) {
-                let lo = s.global.max(offset);
-                let hi = (s.global + s.len).min(end);
-                if lo < hi {
-                    let src = (s.local + (lo - s.global) - base) as usize;
-                    pieces.push((lo, &data[src..src + (hi - lo) as usize]));
-                }
-            }
+            pieces.extend(self.pieces(chunk, *base, data, offset, offset + n));
         }
         pieces.sort_unstable_by_key(|(at, _)| *at);
         let total: usize = pieces.iter().map(|(_, p)| p.len()).sum();
@@ -637,19 +629,36 @@ impl InodeIo {
     fn scatter(&self, chunk: &Chunk, base: u64, data: &[u8], offset: u64, out: &mut [u8]) -> u64 {
         let end = offset + out.len() as u64;
         let mut copied = 0;
-        for s in self.geo.segments(chunk.place, chunk.local, chunk.len) {
-            let lo = s.global.max(offset);
-            let hi = (s.global + s.len).min(end);
-            if lo >= hi {
-                continue;
-            }
-            let src = (s.local + (lo - s.global) - base) as usize;
-            let dst = (lo - offset) as usize;
-            let n = (hi - lo) as usize;
-            out[dst..dst + n].copy_from_slice(&data[src..src + n]);
-            copied += n as u64;
+        for (at, piece) in self.pieces(chunk, base, data, offset, end) {
+            let dst = (at - offset) as usize;
+            out[dst..dst + piece.len()].copy_from_slice(piece);
+            copied += piece.len() as u64;
         }
         copied
+    }
+
+    /// The parts of `chunk`'s buffer `data` (starting at local offset `base`) that hold
+    /// bytes of `[offset, end)` of the file, each with its file offset.
+    fn pieces<'d>(
+        &self,
+        chunk: &Chunk,
+        base: u64,
+        data: &'d [u8],
+        offset: u64,
+        end: u64,
+    ) -> impl Iterator<Item = (u64, &'d [u8])> + 'd {
+        let segments: Vec<_> = self
+            .geo
+            .segments(chunk.place, chunk.local, chunk.len)
+            .collect();
+        segments.into_iter().filter_map(move |s| {
+            let lo = s.global.max(offset);
+            let hi = (s.global + s.len).min(end);
+            (lo < hi).then(|| {
+                let src = (s.local + (lo - s.global) - base) as usize;
+                (lo, &data[src..src + (hi - lo) as usize])
+            })
+        })
     }
 
     // ---- durability and size ----

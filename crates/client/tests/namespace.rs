@@ -140,6 +140,13 @@ fn deferred_closes_reach_the_server() {
     let c = cl.client();
     let other = cl.client();
     let open_files = |c: &stripefs_client::Client| c.meta_status().unwrap().open_files;
+    let all_closed = |c: &stripefs_client::Client, what: &str| {
+        let t0 = std::time::Instant::now();
+        while open_files(c) != 0 {
+            assert!(t0.elapsed().as_secs() < 5, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
     let f = c.create("/a", 0o644).unwrap();
     assert_eq!(open_files(&other), 1);
     f.close().unwrap();
@@ -148,14 +155,7 @@ fn deferred_closes_reach_the_server() {
     // An idle connection: the flusher sends it.
     let f = c.create("/b", 0o644).unwrap();
     f.close().unwrap();
-    let t0 = std::time::Instant::now();
-    while open_files(&other) != 0 {
-        assert!(
-            t0.elapsed().as_secs() < 5,
-            "the deferred Close never arrived"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    all_closed(&other, "the deferred Close never arrived");
     // Many closes at once, then the client goes away.
     let files: Vec<_> = (0..200)
         .map(|i| c.create(&format!("/m{i}"), 0o644).unwrap())
@@ -163,12 +163,5 @@ fn deferred_closes_reach_the_server() {
     assert_eq!(open_files(&other), 200);
     drop(files);
     drop(c);
-    let t0 = std::time::Instant::now();
-    while open_files(&other) != 0 {
-        assert!(
-            t0.elapsed().as_secs() < 5,
-            "closes of a dropped client were lost"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    all_closed(&other, "closes of a dropped client were lost");
 }

@@ -182,6 +182,27 @@ impl StripeFs {
     }
 
     /// Runs `f` on a worker with a client carrying the caller's credentials.
+    /// Runs `f` on this, the session's thread, when `here` (work that cannot block: it
+    /// saves the hand-over to a worker and its wake-up), else on a worker.
+    fn here_or_spawn(
+        &self,
+        req: &Request<'_>,
+        here: bool,
+        f: impl FnOnce(&Shared) + Send + 'static,
+    ) {
+        if here {
+            f(&self.shared)
+        } else {
+            self.spawn(req, move |sh, _| f(sh))
+        }
+    }
+
+    /// Handle `fh` has nothing to flush (a file only read, or created and closed):
+    /// flushing or closing it neither waits nor needs a round trip.
+    fn nothing_to_flush(&self, fh: u64) -> bool {
+        self.shared.file(fh).is_ok_and(|h| h.file.flush_is_noop())
+    }
+
     fn spawn(&self, req: &Request<'_>, f: impl FnOnce(&Shared, Client) + Send + 'static) {
         let cred = self.shared.creds.cred(req.uid(), req.gid(), req.pid());
         let shared = self.shared.clone();
@@ -588,14 +609,8 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn flush(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _lock: u64, reply: ReplyEmpty) {
-        // Nothing to wait for or send (a file only read, or created and closed): answered
-        // here, without the hand-over to a worker.
-        if let Ok(h) = self.shared.file(fh) {
-            if h.file.flush_is_noop() {
-                return reply_empty(reply, h.file.flush());
-            }
-        }
-        self.spawn(req, move |sh, _| match sh.file(fh) {
+        let here = self.nothing_to_flush(fh);
+        self.here_or_spawn(req, here, move |sh| match sh.file(fh) {
             Ok(h) => reply_empty(reply, h.file.flush()),
             Err(e) => reply.error(e),
         });
@@ -611,12 +626,20 @@ impl fuser::Filesystem for StripeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        // As in flush: with nothing to wait for, closing only queues a deferred Close.
-        let noop = self.shared.file(fh).is_ok_and(|h| h.file.flush_is_noop());
-        if noop {
-            return release(&self.shared, fh, reply);
-        }
-        self.spawn(req, move |sh, _| release(sh, fh, reply));
+        // With nothing to flush, closing only queues a deferred Close.
+        let here = self.nothing_to_flush(fh);
+        self.here_or_spawn(req, here, move |sh| {
+            let h = sh.lock().remove(&fh);
+            match h {
+                // The kernel ignores release errors; close-time errors were reported by
+                // the flush before it.
+                Some(Handle::File(h)) => match Arc::try_unwrap(h) {
+                    Ok(h) => reply_empty(reply, h.file.close()),
+                    Err(_) => reply.ok(),
+                },
+                _ => reply.ok(),
+            }
+        });
     }
 
     fn fsync(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _data: bool, reply: ReplyEmpty) {
@@ -772,18 +795,4 @@ fn setattr(
         }
     }
     c.setattr_ino(ino, attrs)
-}
-
-/// Forgets handle `fh` and closes its file when this was its last user.
-fn release(sh: &Shared, fh: u64, reply: ReplyEmpty) {
-    let h = sh.lock().remove(&fh);
-    match h {
-        // The kernel ignores release errors; close-time errors were reported by the
-        // flush before it.
-        Some(Handle::File(h)) => match Arc::try_unwrap(h) {
-            Ok(h) => reply_empty(reply, h.file.close()),
-            Err(_) => reply.ok(),
-        },
-        _ => reply.ok(),
-    }
 }

@@ -5,9 +5,9 @@
 //! Inodes and directory entries are separate tables, so an inode may have many names
 //! (hard links) or none while a client keeps it open. Mutations are group-committed
 //! (`writer.rs`): the operations queued meanwhile are applied together, logged as one
-//! record of the metadata log with one `fdatasync` (`wal.rs`), and only then published and
-//! answered. Readers see redb under the in-memory layers of logged changes that background
-//! checkpoints have not yet written into redb (`overlay.rs`). Files whose last link goes
+//! record of the metadata log with one synchronous write (`wal.rs`), and only then
+//! published and answered. Readers see redb under the in-memory layers of logged changes
+//! that background checkpoints have not yet written into redb (`overlay.rs`). Files whose last link goes
 //! away are deleted in the same batch that puts their data objects in a purge queue,
 //! emptied by a background thread (`purge.rs`).
 //!

@@ -3,9 +3,11 @@
 //! A thread with a mutation (a connection thread, the purge thread) queues it and waits.
 //! If no commit is running, it becomes the *leader*: it takes every queued operation (up
 //! to [`MAX_BATCH`]), applies them in order to one batch delta (an in-memory layer over
-//! the namespace, `overlay.rs`), appends the delta to the metadata log as one record made
-//! durable by one `fdatasync` (`wal.rs`), publishes it to readers, hands every waiter its
-//! answer and wakes them; one of those that queued meanwhile leads the next batch.
+//! the namespace, `overlay.rs`), appends the delta to the metadata log as one record
+//! made durable by one synchronous write (`wal.rs`), publishes it to readers, hands every
+//! waiter its answer and wakes them; one of those that queued meanwhile leads the next
+//! batch. A gathering leader is woken only when as many operations as its last batch
+//! held are queued, or after [`GATHER_WAIT`].
 //! Nothing is acknowledged or visible before it is durable, one sync serves every
 //! operation that arrived while the previous one ran, and no operation passes through
 //! another thread on its way (each hand-over costs a wake-up).

@@ -7,9 +7,9 @@
 //! (`writer.rs`): the operations queued meanwhile are applied together, logged as one
 //! record of the metadata log with one synchronous write (`wal.rs`), and only then
 //! published and answered. Readers see redb under the in-memory layers of logged changes
-//! that background checkpoints have not yet written into redb (`overlay.rs`). Files whose last link goes
-//! away are deleted in the same batch that puts their data objects in a purge queue,
-//! emptied by a background thread (`purge.rs`).
+//! that background checkpoints have not yet written into redb (`overlay.rs`). Files
+//! whose last link goes away are deleted in the same batch that puts their data objects
+//! in a purge queue, emptied by a background thread (`purge.rs`).
 //!
 //! Invariants (checked by [`check`]): every entry names an existing inode of the
 //! recorded type; link counts equal the names (plus subdirectories for directories);

@@ -27,6 +27,13 @@ pub struct MountArgs {
     /// Append the daemon's log to this file.
     #[arg(long)]
     log: Option<PathBuf>,
+    /// Let device nodes in the mount be opened as devices (mount option `dev`; root
+    /// only). Off by default: they can be made, listed and archived, not opened.
+    #[arg(long)]
+    dev: bool,
+    /// Honour set-user-ID and set-group-ID bits on exec (mount option `suid`; root only).
+    #[arg(long)]
+    suid: bool,
     /// Internal: the pipe on which a daemon reports that the mount is up.
     #[arg(long, hide = true)]
     ready_fd: Option<i32>,
@@ -80,6 +87,11 @@ fn daemonize(a: MountArgs) -> Result<()> {
         .current_dir("/");
     if let Some(log) = &a.log {
         cmd.arg("--log").arg(std::path::absolute(log)?);
+    }
+    for (on, flag) in [(a.dev, "--dev"), (a.suid, "--suid")] {
+        if on {
+            cmd.arg(flag);
+        }
     }
     // SAFETY: between fork and exec the closure only calls async-signal-safe functions.
     unsafe {
@@ -156,7 +168,11 @@ fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
     let path = cluster_path(a)?;
     let cfg = ClusterConfig::load(&path).map_err(|e| anyhow!(e))?;
     let client = Client::connect(&cfg).map_err(|e| anyhow!("{e}"))?;
-    let opts = stripefs_fuse::MountOptions::default();
+    let opts = stripefs_fuse::MountOptions {
+        dev: a.dev,
+        suid: a.suid,
+        ..stripefs_fuse::MountOptions::default()
+    };
     Ok(stripefs_fuse::mount(client, &a.mountpoint, &opts)?)
 }
 

@@ -421,15 +421,51 @@ fn mount_daemon_returns_when_up_and_fails_clearly() {
     assert_eq!(e.kind(), ErrorKind::NotFound);
 }
 
+/// A user other than root with no fusermount3 on the PATH is told what to install, and
+/// nothing is left mounted or running.
+#[test]
+fn non_root_mount_without_fusermount3_says_what_to_install() {
+    need_fuse!();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run the mount as another user");
+        return;
+    }
+    let c = Cluster::up(1, 1, &[]);
+    let mp = tempfile::tempdir().unwrap();
+    let cluster = c.path().join("nobody.toml");
+    fs::copy(c.cluster_file(), &cluster).unwrap();
+    for p in [c.path(), cluster.as_path(), mp.path()] {
+        let ok = Command::new("chmod").arg("a+rx").arg(p).status().unwrap();
+        assert!(ok.success());
+    }
+    let empty_path = tempfile::tempdir().unwrap();
+    let out = Command::new(exe())
+        .args(["mount", "--cluster"])
+        .arg(&cluster)
+        .arg(mp.path())
+        .env("PATH", empty_path.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    let msg = text(&out);
+    assert!(
+        msg.contains("fusermount3") && msg.contains("fuse3"),
+        "{msg}"
+    );
+    assert!(!is_mounted(mp.path()));
+}
+
 /// Lazily unmounts on drop, for mounts made by the daemon.
 struct Unmount(std::path::PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
         if is_mounted(&self.0) {
-            let _ = Command::new("fusermount3")
-                .arg("-u")
-                .arg("-z")
+            let _ = Command::new(exe())
+                .args(["umount", "-z"])
                 .arg(&self.0)
                 .output();
         }

@@ -80,6 +80,11 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// Shown as the source in /proc/mounts and `df`.
     pub fsname: String,
+    /// Device nodes in the mount may be opened as devices (mount option `dev`). Off by
+    /// default, as fusermount3 does: anyone who can create a node could reach any device.
+    pub dev: bool,
+    /// Set-user-ID and set-group-ID bits take effect on exec (mount option `suid`).
+    pub suid: bool,
 }
 
 impl Default for MountOptions {
@@ -88,6 +93,8 @@ impl Default for MountOptions {
             // SAFETY: geteuid cannot fail.
             allow_other: unsafe { libc::geteuid() } == 0,
             fsname: "stripefs".into(),
+            dev: false,
+            suid: false,
         }
     }
 }
@@ -103,13 +110,26 @@ pub fn mount(client: Client, mountpoint: &Path, opts: &MountOptions) -> io::Resu
     check_mountpoint(mountpoint)?;
     // Canonical, as /proc/self/mountinfo shows it.
     let mountpoint = &std::fs::canonicalize(mountpoint)?;
+    check_mount_program()?;
+    // default_permissions: the kernel checks modes itself, with the attributes it
+    // caches, on every call including those it answers from its caches (an open of a
+    // path whose entries are cached never reaches the daemon, so only the kernel can
+    // check search permission on each directory then). The metadata server checks again
+    // on every request it receives: it does not trust a client's kernel.
     let mut options = vec![
         fuser::MountOption::FSName(opts.fsname.clone()),
         fuser::MountOption::Subtype("stripefs".into()),
         fuser::MountOption::NoAtime,
+        fuser::MountOption::DefaultPermissions,
     ];
     if opts.allow_other {
         options.push(fuser::MountOption::AllowOther);
+    }
+    if opts.dev {
+        options.push(fuser::MountOption::Dev);
+    }
+    if opts.suid {
+        options.push(fuser::MountOption::Suid);
     }
     let fs = fs::StripeFs::new(client, mountpoint);
     let shared = fs.shared();
@@ -131,6 +151,26 @@ impl Mounted {
         drop(self.session);
         r
     }
+}
+
+/// As root the mount is made with mount(2) directly; other users need the setuid helper
+/// `fusermount3`, which a fresh machine may not have.
+fn check_mount_program() -> io::Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 || find_in_path("fusermount3") {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "mounting as a user other than root needs the fusermount3 program, which is not \
+         installed: install the fuse3 package (Debian/Ubuntu: `sudo apt-get install fuse3`), \
+         or mount as root",
+    ))
+}
+
+fn find_in_path(program: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path).any(|d| d.join(program).is_file())
 }
 
 fn check_mountpoint(mountpoint: &Path) -> io::Result<()> {

@@ -338,6 +338,9 @@ fn type_char(t: FileType) -> char {
         FileType::File => '-',
         FileType::Symlink => 'l',
         FileType::Fifo => 'p',
+        FileType::Socket => 's',
+        FileType::BlockDev => 'b',
+        FileType::CharDev => 'c',
     }
 }
 
@@ -399,6 +402,10 @@ fn attr_json(a: &Attr) -> serde_json::Value {
         "stripe_size": a.layout.as_ref().map(|l| l.stripe_size_bytes),
         "stripe_count": a.layout.as_ref().map(|l| l.servers.len()),
         "servers": a.layout.as_ref().map(|l| l.servers.iter().map(|s| s.0).collect::<Vec<_>>()),
+        "device": a.ftype.is_device().then(|| {
+            let (major, minor) = stripefs_client::split_rdev(a.rdev);
+            json!({"major": major, "minor": minor})
+        }),
     })
 }
 
@@ -417,6 +424,10 @@ pub fn stat(a: PathArgs) -> Result<()> {
         at.ftype, at.ino.0, at.nlink
     );
     println!("  size: {} ({} bytes)", format_size(at.size), at.size);
+    if at.ftype.is_device() {
+        let (major, minor) = stripefs_client::split_rdev(at.rdev);
+        println!("  device: {major},{minor}");
+    }
     println!(
         "  mode: {:04o} ({})   uid: {}   gid: {}",
         at.mode,

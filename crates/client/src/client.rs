@@ -117,13 +117,15 @@ impl Client {
         )
     }
 
-    /// Makes a special file (a FIFO; the metadata server refuses other types).
+    /// Makes a FIFO, socket or device node (`rdev` from [`stripefs_wire::make_rdev`] for
+    /// devices, which only root may make; 0 otherwise).
     pub fn mknod_at(
         &self,
         parent: InodeId,
         name: &str,
         mode: u32,
         ftype: FileType,
+        rdev: u32,
     ) -> Result<Attr, WireError> {
         name_ok(name)?;
         let req = Request::Mknod {
@@ -131,6 +133,7 @@ impl Client {
             name: name.into(),
             mode,
             ftype,
+            rdev,
         };
         ctx(self.attr_of(req), || format!("mknod {name:?} in {parent}"))
     }
@@ -378,9 +381,13 @@ impl Client {
                 ));
             }
             let io = self.inner.inode_io(&a, None)?;
-            attr = Some(ctx(io.truncate(&self.cred, size), what)?);
+            attr = Some(ctx(io.truncate(&self.cred, size, false), what)?);
         }
-        if rest == SetAttrs::default() {
+        let nothing_else = SetAttrs {
+            via_write_handle: false,
+            ..rest.clone()
+        } == SetAttrs::default();
+        if nothing_else {
             if let Some(a) = attr {
                 return Ok(self.with_local_size(a));
             }

@@ -182,6 +182,11 @@ impl File {
         self.path.as_deref()
     }
 
+    /// Whether the handle was opened for writing.
+    pub fn is_writable(&self) -> bool {
+        self.write
+    }
+
     pub fn layout(&self) -> &Layout {
         &self.io.layout
     }
@@ -305,7 +310,7 @@ impl File {
                 format!("{} is not open for writing", self.describe()),
             ));
         }
-        self.io.truncate(&self.cred, size).map(|_| ())
+        self.io.truncate(&self.cred, size, true).map(|_| ())
     }
 
     /// The attributes seen at open, with the size as this client knows it now; no round

@@ -706,7 +706,16 @@ impl InodeIo {
 
     /// Sets the size: waits for pending writes, cuts (or extends) every server's object,
     /// then records the size on the metadata server.
-    pub fn truncate(&self, cred: &Cred, size: u64) -> Result<Attr, WireError> {
+    /// Cuts or extends the file to `size`: the data servers first, then the size on the
+    /// metadata server. `via_write_handle`: the caller holds this file open for writing
+    /// (ftruncate); otherwise the caller's write permission is checked before any data
+    /// server is touched, so that a refused truncate loses no bytes.
+    pub fn truncate(
+        &self,
+        cred: &Cred,
+        size: u64,
+        via_write_handle: bool,
+    ) -> Result<Attr, WireError> {
         if size > MAX_FILE_BYTES {
             return Err(WireError::new(
                 ErrorCode::FileTooBig,
@@ -715,6 +724,15 @@ impl InodeIo {
                     self.describe()
                 ),
             ));
+        }
+        if !via_write_handle {
+            self.inner.meta_call(
+                cred,
+                Request::Access {
+                    ino: self.ino,
+                    mask: 2,
+                },
+            )?;
         }
         self.wait_all();
         self.take_latched()?;
@@ -733,6 +751,7 @@ impl InodeIo {
         })?;
         let attrs = SetAttrs {
             size: Some(size),
+            via_write_handle,
             ..SetAttrs::default()
         };
         let attr = self.inner.meta_attr(

@@ -36,8 +36,8 @@ pub use client::{DataStatus, MetaStatus, StatFs};
 pub use file::{File, OpenOptions};
 pub use stripefs_rpc::ClusterConfig;
 pub use stripefs_wire::{
-    Attr, Counters, Cred, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, ServerId,
-    SetAttrs, SetTime, TargetStatus, WireError,
+    make_rdev, split_rdev, Attr, Counters, Cred, DirEntry, ErrorCode, FileType, InodeId, Layout,
+    LayoutHint, ServerId, SetAttrs, SetTime, TargetStatus, WireError,
 };
 
 use exec::Executor;

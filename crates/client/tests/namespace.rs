@@ -98,7 +98,7 @@ fn readdir_pages_through_large_directories() {
             let c = c.clone();
             s.spawn(move || {
                 for i in (t..n).step_by(8) {
-                    c.mknod_at(d.ino, &format!("f{i:05}"), 0o644, FileType::Fifo)
+                    c.mknod_at(d.ino, &format!("f{i:05}"), 0o644, FileType::Fifo, 0)
                         .unwrap();
                 }
             });
@@ -164,4 +164,41 @@ fn deferred_closes_reach_the_server() {
     drop(files);
     drop(c);
     all_closed(&other, "closes of a dropped client were lost");
+}
+
+/// A truncate that the metadata server refuses leaves every byte in place: the caller's
+/// write permission is checked before any data server cuts its pieces. Through a handle
+/// opened for writing, a truncate is judged by the handle (POSIX ftruncate), even when
+/// the file's mode no longer allows writing.
+#[test]
+fn refused_truncate_loses_no_data_and_ftruncate_follows_the_handle() {
+    let cl = Cluster::start();
+    let root = cl.client();
+    let data: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
+    root.write_file("/kept", &data, 0o644).unwrap();
+    let user = cl.client().with_cred(stripefs_client::Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    });
+    let e = user.truncate("/kept", 10).unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
+    assert_eq!(root.read_file("/kept").unwrap(), data);
+
+    root.setattr_ino(
+        root.stat("/").unwrap().ino,
+        stripefs_client::SetAttrs {
+            mode: Some(0o777),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let opts = OpenOptions::create_new(0).read(true).write(true);
+    let f = user.create_at(InodeId::ROOT, "mode0", &opts).unwrap();
+    f.set_len(5000).unwrap();
+    assert_eq!(f.attr().unwrap().size, 5000);
+    f.close().unwrap();
+    let e = user.truncate("/mode0", 1).unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
+    assert_eq!(root.stat("/mode0").unwrap().size, 5000);
 }

@@ -34,6 +34,9 @@ pub fn kind(t: FileType) -> fuser::FileType {
         FileType::Dir => fuser::FileType::Directory,
         FileType::Symlink => fuser::FileType::Symlink,
         FileType::Fifo => fuser::FileType::NamedPipe,
+        FileType::Socket => fuser::FileType::Socket,
+        FileType::BlockDev => fuser::FileType::BlockDevice,
+        FileType::CharDev => fuser::FileType::CharDevice,
     }
 }
 
@@ -56,7 +59,7 @@ pub fn file_attr(a: &Attr) -> fuser::FileAttr {
     let size = match a.ftype {
         FileType::Symlink | FileType::File => a.size,
         FileType::Dir => 4096,
-        FileType::Fifo => 0,
+        FileType::Fifo | FileType::Socket | FileType::BlockDev | FileType::CharDev => 0,
     };
     fuser::FileAttr {
         ino: a.ino.0,
@@ -71,7 +74,7 @@ pub fn file_attr(a: &Attr) -> fuser::FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev,
         blksize: BLKSIZE_BYTES,
         flags: 0,
     }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 use stripefs_client::{
-    Attr, Client, ErrorCode, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
+    Attr, Client, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
 };
 
 /// Size of the unit `statfs` counts blocks in.
@@ -352,6 +352,7 @@ impl fuser::Filesystem for StripeFs {
             size,
             atime: set_time(atime),
             mtime: set_time(mtime),
+            via_write_handle: false,
         };
         self.spawn(req, move |sh, c| {
             match setattr(sh, &c, InodeId(ino), attrs, fh) {
@@ -375,21 +376,23 @@ impl fuser::Filesystem for StripeFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let name = owned_name!(name, reply);
         let perm = mode & 0o7777 & !umask;
-        let r = match mode & libc::S_IFMT {
-            libc::S_IFIFO => Some(FileType::Fifo),
-            libc::S_IFREG => None,
-            libc::S_IFSOCK => return reply.error(libc::EOPNOTSUPP),
-            _ => return reply.error(libc::EPERM),
+        let (ftype, rdev) = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => (None, 0),
+            libc::S_IFIFO => (Some(FileType::Fifo), 0),
+            libc::S_IFSOCK => (Some(FileType::Socket), 0),
+            libc::S_IFBLK => (Some(FileType::BlockDev), rdev),
+            libc::S_IFCHR => (Some(FileType::CharDev), rdev),
+            _ => return reply.error(libc::EINVAL),
         };
         self.spawn(req, move |_, c| {
             let p = InodeId(parent);
-            let r = match r {
-                Some(t) => c.mknod_at(p, &name, perm, t),
+            let r = match ftype {
+                Some(t) => c.mknod_at(p, &name, perm, t, rdev),
                 None => c
                     .create_at(p, &name, &OpenOptions::create_new(perm))
                     .and_then(|f| {
@@ -763,8 +766,10 @@ impl fuser::Filesystem for StripeFs {
     }
 }
 
-/// Changes attributes; a size change through an open handle goes through that handle,
-/// so that it is ordered after the handle's queued writes.
+/// Changes attributes. Through a handle opened for writing (ftruncate, and the kernel
+/// clearing set-ID bits on a write), the change is judged by that handle's access; a size
+/// change through a handle goes through the handle, so that it is ordered after the
+/// handle's queued writes.
 fn setattr(
     sh: &Shared,
     c: &Client,
@@ -772,24 +777,20 @@ fn setattr(
     mut attrs: SetAttrs,
     fh: Option<u64>,
 ) -> Result<Attr, WireError> {
-    if let (Some(size), Some(fh)) = (attrs.size, fh) {
-        if let Ok(h) = sh.file(fh) {
-            h.file.set_len(size).or_else(|e| match e.code {
-                // A handle opened read-only may still be ftruncate'd by a process that
-                // has write permission another way; let the inode-level call decide.
-                ErrorCode::BadHandle => c
-                    .setattr_ino(
-                        ino,
-                        SetAttrs {
-                            size: Some(size),
-                            ..SetAttrs::default()
-                        },
-                    )
-                    .map(|_| ()),
-                _ => Err(e),
-            })?;
+    let handle = fh.and_then(|fh| sh.file(fh).ok());
+    if let Some(h) = &handle {
+        attrs.via_write_handle = h.file.is_writable();
+    }
+    if let (Some(size), Some(h)) = (attrs.size, &handle) {
+        if h.file.is_writable() {
+            h.file.set_len(size)?;
             attrs.size = None;
-            if attrs == SetAttrs::default() {
+            if attrs
+                == (SetAttrs {
+                    via_write_handle: true,
+                    ..SetAttrs::default()
+                })
+            {
                 return c.getattr(ino);
             }
         }

@@ -91,6 +91,9 @@ fn ftype(rng: &mut StdRng) -> FileType {
         FileType::Dir,
         FileType::Symlink,
         FileType::Fifo,
+        FileType::Socket,
+        FileType::BlockDev,
+        FileType::CharDev,
     ]
     .choose(rng)
     .expect("non-empty")
@@ -138,6 +141,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             name: text(rng),
             mode: 0o600,
             ftype: ftype(rng),
+            rdev: rng.gen(),
         },
         Opcode::Symlink => Request::Symlink {
             parent: ino(rng),
@@ -174,6 +178,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
                 size: rng.gen_bool(0.5).then(|| rng.gen()),
                 atime: set_time(rng),
                 mtime: set_time(rng),
+                via_write_handle: rng.gen(),
             },
         },
         Opcode::ReadDir => Request::ReadDir {
@@ -255,6 +260,7 @@ fn attr(rng: &mut StdRng) -> Attr {
         atime_ns: rng.gen(),
         mtime_ns: rng.gen(),
         ctime_ns: rng.gen(),
+        rdev: rng.gen(),
         layout: rng.gen_bool(0.5).then(|| Layout {
             stripe_size_bytes: unit(rng),
             servers: (0..servers).map(ServerId).collect(),

@@ -24,7 +24,8 @@ pub struct Report {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
-    pub fifos: u64,
+    /// FIFOs, sockets and device nodes.
+    pub specials: u64,
     pub dirents: u64,
     pub orphans: u64,
     pub purge_pending: u64,
@@ -65,7 +66,9 @@ pub fn check_db(db: &Database) -> Result<Report, String> {
             FileType::File => report.files += 1,
             FileType::Dir => report.dirs += 1,
             FileType::Symlink => report.symlinks += 1,
-            FileType::Fifo => report.fifos += 1,
+            FileType::Fifo | FileType::Socket | FileType::BlockDev | FileType::CharDev => {
+                report.specials += 1
+            }
         }
     }
     report.inodes = inodes.len() as u64;

@@ -556,6 +556,7 @@ fn init(db: &Database, now_ns: i64, placement: Placement, last: u64) -> Result<(
             dir_layout: LayoutHint::default(),
             target: None,
             parent: InodeId::ROOT.0,
+            rdev: 0,
         };
         w.put_inode(InodeId::ROOT.0, &root)?;
         w.set_counter(store::META_NEXT_INO, 2)?;

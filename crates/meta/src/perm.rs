@@ -9,7 +9,7 @@ pub const R: u32 = 4;
 pub const W: u32 = 2;
 pub const X: u32 = 1;
 
-const S_ISUID: u32 = 0o4000;
+pub const S_ISUID: u32 = 0o4000;
 pub const S_ISGID: u32 = 0o2000;
 const S_ISVTX: u32 = 0o1000;
 
@@ -105,8 +105,16 @@ pub fn require_owner(cred: &Cred, inode: &Inode, ino: u64, what: &str) -> Result
     ))
 }
 
-/// Bits cleared when a non-root caller changes ownership, or changes the mode of a file
-/// whose group they are not in (as Linux does).
+/// Whether `new` is `old` with some of its set-user-ID and set-group-ID bits cleared
+/// and nothing else changed.
+pub fn only_clears_setid(old: u32, new: u32) -> bool {
+    let (old, new) = (old & 0o7777, new & 0o7777);
+    new & !old == 0 && (old & !new) & !(S_ISUID | S_ISGID) == 0
+}
+
+/// Bits cleared when ownership changes, and when someone other than root writes or
+/// truncates a file (as Linux does): set-user-ID always, set-group-ID when the group may
+/// execute (without group execute it marks mandatory locking, not privilege).
 pub fn strip_setid_on_chown(mode: u32) -> u32 {
     let mut m = mode & !S_ISUID;
     if m & 0o010 != 0 {

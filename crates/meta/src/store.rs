@@ -37,8 +37,9 @@ pub const META_WAL_SEQ: &str = "wal_seq";
 
 /// Leading byte of an encoded inode record, so that the format can evolve.
 /// Format of inode records. 1: the first release's; 2: layout hints gained
-/// `start_server`. Old records are read and rewritten in the new form when changed.
-const RECORD_VERSION: u8 = 2;
+/// `start_server`; 3: sockets and devices, with a device number. Old records are read
+/// and rewritten in the new form when changed.
+const RECORD_VERSION: u8 = 3;
 /// Largest encoded record we accept from disk (a layout of many servers plus a target).
 const MAX_RECORD_BYTES: u64 = 1 << 20;
 
@@ -60,6 +61,8 @@ pub struct Inode {
     /// For directories, the one directory that holds their entry (root: itself); it
     /// answers `..` and the "into its own subtree" rename check. 0 for other types.
     pub parent: u64,
+    /// Device number of a block or character device; 0 for other types.
+    pub rdev: u32,
 }
 
 impl Inode {
@@ -75,6 +78,7 @@ impl Inode {
             atime_ns: self.atime_ns,
             mtime_ns: self.mtime_ns,
             ctime_ns: self.ctime_ns,
+            rdev: self.rdev,
             layout: self.layout.clone(),
             dir_layout: self.dir_layout,
         }
@@ -97,6 +101,25 @@ fn codec() -> impl Options {
 /// can never silently change the database format.
 #[derive(Serialize, Deserialize)]
 struct DiskInode {
+    ftype: u8,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime_ns: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    layout: Option<DiskLayout>,
+    dir_layout: DiskHint,
+    target: Option<String>,
+    parent: u64,
+    rdev: u32,
+}
+
+/// Version 2 records: no device number.
+#[derive(Serialize, Deserialize)]
+struct DiskInodeV2 {
     ftype: u8,
     mode: u32,
     nlink: u32,
@@ -181,6 +204,7 @@ fn to_disk(inode: &Inode) -> DiskInode {
         },
         target: inode.target.clone(),
         parent: inode.parent,
+        rdev: inode.rdev,
     }
 }
 
@@ -204,7 +228,28 @@ fn from_disk(d: DiskInode) -> Result<Inode, String> {
         },
         target: d.target,
         parent: d.parent,
+        rdev: d.rdev,
     })
+}
+
+/// A format 2 record in the current on-disk form (no device number: none had one).
+fn upgrade_v2(d: DiskInodeV2) -> DiskInode {
+    DiskInode {
+        ftype: d.ftype,
+        mode: d.mode,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        size: d.size,
+        atime_ns: d.atime_ns,
+        mtime_ns: d.mtime_ns,
+        ctime_ns: d.ctime_ns,
+        layout: d.layout,
+        dir_layout: d.dir_layout,
+        target: d.target,
+        parent: d.parent,
+        rdev: 0,
+    }
 }
 
 /// A format 1 record in the current on-disk form (its hint had no start server).
@@ -227,6 +272,7 @@ fn upgrade_v1(d: DiskInodeV1) -> DiskInode {
         },
         target: d.target,
         parent: d.parent,
+        rdev: 0,
     }
 }
 
@@ -252,6 +298,11 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
             .deserialize::<DiskInode>(rest)
             .map_err(|e| e.to_string())
             .and_then(from_disk)
+            .map_err(corrupt),
+        Some((2, rest)) => codec()
+            .deserialize::<DiskInodeV2>(rest)
+            .map_err(|e| e.to_string())
+            .and_then(|d| from_disk(upgrade_v2(d)))
             .map_err(corrupt),
         Some((1, rest)) => codec()
             .deserialize::<DiskInodeV1>(rest)
@@ -289,6 +340,9 @@ pub fn type_code(t: FileType) -> u8 {
         FileType::Dir => 1,
         FileType::Symlink => 2,
         FileType::Fifo => 3,
+        FileType::Socket => 4,
+        FileType::BlockDev => 5,
+        FileType::CharDev => 6,
     }
 }
 
@@ -298,6 +352,9 @@ pub fn type_from_code(parent: u64, name: &str, code: u8) -> Result<FileType, Wir
         1 => FileType::Dir,
         2 => FileType::Symlink,
         3 => FileType::Fifo,
+        4 => FileType::Socket,
+        5 => FileType::BlockDev,
+        6 => FileType::CharDev,
         _ => {
             return Err(WireError::new(
                 ErrorCode::Internal,
@@ -593,6 +650,52 @@ mod tests {
             dir_layout: LayoutHint::default(),
             target,
             parent: 0,
+            rdev: 0,
+        }
+    }
+
+    /// Records of format 2 (no device number) still read, as what they were.
+    #[test]
+    fn reads_format_2_records() {
+        let v2 = DiskInodeV2 {
+            ftype: type_code(FileType::Fifo),
+            mode: 0o640,
+            nlink: 1,
+            uid: 1,
+            gid: 2,
+            size: 0,
+            atime_ns: 3,
+            mtime_ns: 4,
+            ctime_ns: 5,
+            layout: None,
+            dir_layout: DiskHint {
+                stripe_size_bytes: None,
+                stripe_count: None,
+                start_server: Some(1),
+            },
+            target: None,
+            parent: 0,
+        };
+        let mut bytes = vec![2u8];
+        codec().serialize_into(&mut bytes, &v2).unwrap();
+        let i = decode_inode(7, &bytes).unwrap();
+        assert_eq!((i.ftype, i.mode, i.rdev), (FileType::Fifo, 0o640, 0));
+        assert_eq!(i.dir_layout.start_server, Some(1));
+        assert_eq!(decode_inode(7, &encode_inode(&i)).unwrap(), i);
+    }
+
+    #[test]
+    fn device_records_keep_type_and_number() {
+        for (t, rdev) in [
+            (FileType::BlockDev, stripefs_wire::make_rdev(8, 1)),
+            (FileType::CharDev, stripefs_wire::make_rdev(4095, 0xfffff)),
+            (FileType::Socket, 0),
+        ] {
+            let mut i = inode(0o600, 0, vec![], None);
+            i.ftype = t;
+            i.layout = None;
+            i.rdev = rdev;
+            assert_eq!(decode_inode(3, &encode_inode(&i)).unwrap(), i);
         }
     }
 
@@ -600,8 +703,10 @@ mod tests {
         #[test]
         fn inode_records_round_trip(mode in 0u32..0o7777, size: u64,
                                     servers in proptest::collection::vec(0u32..64, 0..16),
-                                    target in proptest::option::of(".{0,40}")) {
-            let i = inode(mode, size, servers, target);
+                                    target in proptest::option::of(".{0,40}"),
+                                    rdev: u32) {
+            let mut i = inode(mode, size, servers, target);
+            i.rdev = rdev;
             prop_assert_eq!(decode_inode(9, &encode_inode(&i)).unwrap(), i);
         }
 

@@ -443,6 +443,7 @@ mod tests {
                 dir_layout: LayoutHint::default(),
                 target: None,
                 parent: 0,
+                rdev: 0,
             }),
         );
         g.inodes.insert(i + 1000, None);

@@ -342,21 +342,67 @@ fn symlinks_fifo_and_resolve() {
                 name: "p".into(),
                 mode: 0o600,
                 ftype: FileType::Fifo,
+                rdev: 0,
             },
         )
         .unwrap();
     assert_eq!((fifo.ftype, fifo.layout), (FileType::Fifo, None));
-    let dev = fs.attr(
-        &r,
-        Request::Mknod {
-            parent: InodeId(ROOT),
-            name: "q".into(),
-            mode: 0o600,
-            ftype: FileType::File,
-        },
+    let mknod = |cred: &Cred, name: &str, ftype, rdev| {
+        fs.attr(
+            cred,
+            Request::Mknod {
+                parent: InodeId(ROOT),
+                name: name.into(),
+                mode: 0o640,
+                ftype,
+                rdev,
+            },
+        )
+    };
+    // A regular file is made by Create; a FIFO or socket has no device number.
+    assert_eq!(
+        code(mknod(&r, "q", FileType::File, 0)),
+        ErrorCode::InvalidArgument
     );
-    assert_eq!(code(dev), ErrorCode::Unsupported);
-    fs.unlink(&r, ROOT, "p").unwrap();
+    assert_eq!(
+        code(mknod(&r, "q", FileType::Fifo, 5)),
+        ErrorCode::InvalidArgument
+    );
+    let sock = mknod(&r, "s", FileType::Socket, 0).unwrap();
+    assert_eq!(
+        (sock.ftype, sock.mode, sock.rdev),
+        (FileType::Socket, 0o640, 0)
+    );
+    let rdev = stripefs_wire::make_rdev(8, 17);
+    let blk = mknod(&r, "b", FileType::BlockDev, rdev).unwrap();
+    assert_eq!(
+        (blk.ftype, blk.rdev, blk.size),
+        (FileType::BlockDev, rdev, 0)
+    );
+    let chr = mknod(&r, "c", FileType::CharDev, 0x103).unwrap();
+    assert_eq!(fs.getattr(chr.ino.0).unwrap().rdev, 0x103);
+    // Only root makes device nodes; anyone with write access to the directory makes
+    // FIFOs and sockets.
+    let open_root = Request::SetAttr {
+        ino: InodeId(ROOT),
+        attrs: SetAttrs {
+            mode: Some(0o777),
+            ..SetAttrs::default()
+        },
+    };
+    fs.attr(&r, open_root).unwrap();
+    let user = Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    for t in [FileType::BlockDev, FileType::CharDev] {
+        assert_eq!(code(mknod(&user, "u", t, 1)), ErrorCode::NotPermitted);
+    }
+    assert_eq!(mknod(&user, "us", FileType::Socket, 0).unwrap().uid, 1000);
+    for n in ["p", "s", "b", "c", "us"] {
+        fs.unlink(&r, ROOT, n).unwrap();
+    }
     fs.unlink(&r, ROOT, "abs").unwrap();
     assert_eq!(fs.svc.purge_queue_len().unwrap(), 0);
     fs.check();

@@ -20,7 +20,7 @@
 use crate::{ErrorCode, MAX_BODY_BYTES, MAX_DATA_BYTES};
 
 pub const MAGIC: u32 = 0x5354_5246;
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 40;
 pub const FLAG_RESPONSE: u16 = 1;
 /// On a request: the sender reads no response, and the server sends none (an error is
@@ -266,7 +266,13 @@ mod tests {
         b[0] = 0;
         assert!(matches!(Header::decode(&b), Err(FrameError::BadMagic(_))));
         let cases: Vec<(Header, u32)> = vec![
-            (Header { version: 2, ..h }, 3),
+            (
+                Header {
+                    version: VERSION + 1,
+                    ..h
+                },
+                3,
+            ),
             (Header { flags: 4, ..h }, 5),
             (Header { flags: 3, ..h }, 5),
             (Header { opcode: 9999, ..h }, 7),

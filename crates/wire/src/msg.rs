@@ -48,6 +48,39 @@ pub enum FileType {
     Dir,
     Symlink,
     Fifo,
+    /// A UNIX domain socket's name: the socket itself lives in the kernel that bound it.
+    Socket,
+    BlockDev,
+    CharDev,
+}
+
+impl FileType {
+    /// Types whose inode is only a name with attributes: no data, no entries, no target.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileType::Fifo | FileType::Socket | FileType::BlockDev | FileType::CharDev
+        )
+    }
+
+    /// Device nodes, which carry a device number (`rdev`).
+    pub fn is_device(self) -> bool {
+        matches!(self, FileType::BlockDev | FileType::CharDev)
+    }
+}
+
+/// A device number in Linux's 32-bit encoding (`new_encode_dev`, as FUSE carries it):
+/// minor bits 0-7 and 20-31, major bits 8-19.
+pub fn make_rdev(major: u32, minor: u32) -> u32 {
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+/// The major and minor numbers of a device number made by [`make_rdev`].
+pub fn split_rdev(rdev: u32) -> (u32, u32) {
+    (
+        (rdev & 0xfff00) >> 8,
+        (rdev & 0xff) | ((rdev >> 12) & 0xfff00),
+    )
 }
 
 /// Where a file's bytes live: striped round-robin in units of `stripe_size_bytes` over
@@ -83,6 +116,8 @@ pub struct Attr {
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// Device number of a block or character device (see [`make_rdev`]); 0 otherwise.
+    pub rdev: u32,
     /// Layout of a regular file.
     pub layout: Option<Layout>,
     /// Default layout a directory gives to new files in it.
@@ -111,6 +146,11 @@ pub struct SetAttrs {
     pub size: Option<u64>,
     pub atime: Option<SetTime>,
     pub mtime: Option<SetTime>,
+    /// The caller acts through a handle it opened for writing (ftruncate, and the
+    /// kernel's clearing of set-ID bits on write): POSIX judges these by the
+    /// descriptor's access, so the metadata server skips the write-permission check
+    /// while the inode is open.
+    pub via_write_handle: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,7 +231,8 @@ requests! {
     12 => Resolve { path: String, follow: bool },
     13 => Mkdir { parent: InodeId, name: String, mode: u32 },
     14 => Create { parent: InodeId, name: String, mode: u32, exclusive: bool, layout: LayoutHint },
-    15 => Mknod { parent: InodeId, name: String, mode: u32, ftype: FileType },
+    // A FIFO, socket or device node (`rdev` for devices, else 0); devices need root.
+    15 => Mknod { parent: InodeId, name: String, mode: u32, ftype: FileType, rdev: u32 },
     16 => Symlink { parent: InodeId, name: String, target: String },
     17 => Readlink { ino: InodeId },
     18 => Link { ino: InodeId, parent: InodeId, name: String },

@@ -41,7 +41,10 @@ fn ftype() -> impl Strategy<Value = FileType> {
         Just(FileType::File),
         Just(FileType::Dir),
         Just(FileType::Symlink),
-        Just(FileType::Fifo)
+        Just(FileType::Fifo),
+        Just(FileType::Socket),
+        Just(FileType::BlockDev),
+        Just(FileType::CharDev)
     ]
 }
 
@@ -61,14 +64,16 @@ fn set_attrs() -> impl Strategy<Value = SetAttrs> {
         any::<Option<u64>>(),
         set_time(),
         set_time(),
+        any::<bool>(),
     )
-        .prop_map(|(mode, uid, gid, size, atime, mtime)| SetAttrs {
+        .prop_map(|(mode, uid, gid, size, atime, mtime, via)| SetAttrs {
             mode,
             uid,
             gid,
             size,
             atime,
             mtime,
+            via_write_handle: via,
         })
 }
 
@@ -116,14 +121,15 @@ fn namespace_request() -> impl Strategy<Value = Request> {
                     }
                 }
             ),
-        (inode(), name(), any::<u32>(), ftype()).prop_map(|(parent, name, mode, ftype)| {
-            Request::Mknod {
+        (inode(), name(), any::<u32>(), ftype(), any::<u32>()).prop_map(
+            |(parent, name, mode, ftype, rdev)| Request::Mknod {
                 parent,
                 name,
                 mode,
                 ftype,
+                rdev,
             }
-        }),
+        ),
         (inode(), name(), name()).prop_map(|(parent, name, target)| Request::Symlink {
             parent,
             name,
@@ -241,12 +247,17 @@ fn attr() -> impl Strategy<Value = Attr> {
     ));
     (
         (inode(), ftype(), any::<[u32; 4]>(), any::<u64>()),
-        any::<[i64; 3]>(),
+        (any::<[i64; 3]>(), any::<u32>()),
         layout,
         hint(),
     )
         .prop_map(
-            |((ino, ftype, [mode, nlink, uid, gid], size), [a, m, c], layout, dir_layout)| Attr {
+            |(
+                (ino, ftype, [mode, nlink, uid, gid], size),
+                ([a, m, c], rdev),
+                layout,
+                dir_layout,
+            )| Attr {
                 ino,
                 ftype,
                 mode,
@@ -257,6 +268,7 @@ fn attr() -> impl Strategy<Value = Attr> {
                 atime_ns: a,
                 mtime_ns: m,
                 ctime_ns: c,
+                rdev,
                 layout,
                 dir_layout,
             },
@@ -645,6 +657,7 @@ fn ping_like(op: Opcode) -> Request {
             name,
             mode: 0,
             ftype: FileType::Fifo,
+            rdev: 0,
         },
         Opcode::Symlink => Request::Symlink {
             parent: ino,
@@ -809,4 +822,22 @@ fn protocol_doc_matches_the_code() {
             "{name}: {errno}"
         );
     }
+}
+
+/// Device numbers survive Linux's 32-bit encoding for every major below 4096 and every
+/// minor below 2^20, and the encoding is the kernel's (`new_encode_dev`).
+#[test]
+fn device_numbers_round_trip() {
+    use stripefs_wire::{make_rdev, split_rdev};
+    for major in (0..4096).step_by(7).chain([4095]) {
+        for minor in (0..(1 << 20))
+            .step_by(4099)
+            .chain([255, 256, (1 << 20) - 1])
+        {
+            assert_eq!(split_rdev(make_rdev(major, minor)), (major, minor));
+        }
+    }
+    // As libc's makedev folds them into 32 bits: 8:1 is 0x801, 1:259 is 0x100103.
+    assert_eq!(make_rdev(8, 1), 0x801);
+    assert_eq!(make_rdev(1, 259), 0x100103);
 }

@@ -40,6 +40,9 @@ pub fn set_attr(ctx: &mut Ctx, ino: u64, a: &SetAttrs) -> Result<Response, WireE
     if let Some(size) = a.size {
         inode.size = size;
         inode.mtime_ns = now;
+        if cred.uid != 0 {
+            inode.mode = perm::strip_setid_on_chown(inode.mode);
+        }
     }
     let at = |t: SetTime| match t {
         SetTime::Now => now,
@@ -59,8 +62,16 @@ pub fn set_attr(ctx: &mut Ctx, ino: u64, a: &SetAttrs) -> Result<Response, WireE
 /// All the permission and type checks of SetAttr, before anything changes.
 fn check_set_attr(ctx: &Ctx, ino: u64, inode: &Inode, a: &SetAttrs) -> Result<(), WireError> {
     let cred = ctx.cred;
-    if a.mode.is_some() {
-        perm::require_owner(cred, inode, ino, "change the mode of")?;
+    // The right to write, judged by the handle it came through when it came through one.
+    let may_write =
+        || (a.via_write_handle && ctx.opens.lock().is_open(ino)) || perm::may(cred, inode, perm::W);
+    if let Some(mode) = a.mode {
+        // Clearing only set-ID bits is what the kernel asks on a write or truncate by
+        // someone who is not the owner: allowed to whoever may write.
+        let only_clears_setid = perm::only_clears_setid(inode.mode, mode);
+        if !(only_clears_setid && may_write()) {
+            perm::require_owner(cred, inode, ino, "change the mode of")?;
+        }
     }
     if a.uid.is_some_and(|u| u != inode.uid) && cred.uid != 0 {
         return Err(WireError::new(
@@ -79,7 +90,9 @@ fn check_set_attr(ctx: &Ctx, ino: u64, inode: &Inode, a: &SetAttrs) -> Result<()
     }
     if a.size.is_some() {
         require_file(inode, ino, "truncate")?;
-        perm::check(cred, inode, ino, perm::W)?;
+        if !may_write() {
+            perm::check(cred, inode, ino, perm::W)?;
+        }
     }
     for t in [a.atime, a.mtime].into_iter().flatten() {
         match t {
@@ -107,6 +120,10 @@ pub fn extend_size(
     }
     inode.size = inode.size.max(size);
     inode.mtime_ns = inode.mtime_ns.max(mtime_ns);
+    // Written by someone other than root: set-ID bits go, as on any write.
+    if ctx.cred.uid != 0 {
+        inode.mode = perm::strip_setid_on_chown(inode.mode);
+    }
     inode.ctime_ns = inode.ctime_ns.max(ctx.now_ns);
     ctx.w.put_inode(ino, &inode)?;
     Ok(Response::Attr(inode.attr(ino)))

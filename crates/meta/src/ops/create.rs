@@ -24,12 +24,23 @@ fn prepare(ctx: &Ctx, parent: u64, name: &str) -> Result<Inode, WireError> {
     Ok(dir)
 }
 
-/// A new inode owned by the caller; the group comes from a setgid parent.
+/// A new inode owned by the caller; the group comes from a setgid parent, as does the
+/// setgid bit of a new directory. As Linux does, a new group-executable non-directory
+/// that takes a setgid directory's group, which the caller is not in, loses a requested
+/// setgid bit (unless the caller is root).
 fn new_inode(ctx: &Ctx, dir: &Inode, ftype: FileType, mode: u32) -> Inode {
     let setgid = dir.mode & perm::S_ISGID != 0;
+    let gid = if setgid { dir.gid } else { ctx.cred.gid };
     let mut mode = mode & 0o7777;
     if setgid && ftype == FileType::Dir {
         mode |= perm::S_ISGID;
+    } else if setgid
+        && ftype != FileType::Dir
+        && mode & (perm::S_ISGID | 0o010) == perm::S_ISGID | 0o010
+        && ctx.cred.uid != 0
+        && !perm::in_group(ctx.cred, gid)
+    {
+        mode &= !perm::S_ISGID;
     }
     let now = ctx.now_ns;
     Inode {
@@ -37,7 +48,7 @@ fn new_inode(ctx: &Ctx, dir: &Inode, ftype: FileType, mode: u32) -> Inode {
         mode,
         nlink: 1,
         uid: ctx.cred.uid,
-        gid: if setgid { dir.gid } else { ctx.cred.gid },
+        gid,
         size: 0,
         atime_ns: now,
         mtime_ns: now,
@@ -46,6 +57,7 @@ fn new_inode(ctx: &Ctx, dir: &Inode, ftype: FileType, mode: u32) -> Inode {
         dir_layout: LayoutHint::default(),
         target: None,
         parent: 0,
+        rdev: 0,
     }
 }
 
@@ -211,15 +223,32 @@ pub fn mknod(
     name: &str,
     mode: u32,
     ftype: FileType,
+    rdev: u32,
 ) -> Result<Response, WireError> {
-    if ftype != FileType::Fifo {
+    if !ftype.is_special() {
         return Err(WireError::new(
-            ErrorCode::Unsupported,
-            format!("mknod of {ftype:?} is not supported, only Fifo"),
+            ErrorCode::InvalidArgument,
+            format!("mknod makes FIFOs, sockets and devices, not a {ftype:?}"),
+        ));
+    }
+    if ftype.is_device() && ctx.cred.uid != 0 {
+        return Err(WireError::new(
+            ErrorCode::NotPermitted,
+            format!(
+                "only root may make device node {name:?} (uid {})",
+                ctx.cred.uid
+            ),
+        ));
+    }
+    if !ftype.is_device() && rdev != 0 {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!("a {ftype:?} has no device number (got {rdev:#x})"),
         ));
     }
     let dir = prepare(ctx, parent, name)?;
-    let inode = new_inode(ctx, &dir, FileType::Fifo, mode);
+    let mut inode = new_inode(ctx, &dir, ftype, mode);
+    inode.rdev = rdev;
     let ino = link_new(ctx, parent, dir, name, &inode)?;
     Ok(Response::Attr(inode.attr(ino)))
 }

@@ -54,7 +54,8 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             name,
             mode,
             ftype,
-        } => create::mknod(ctx, parent.0, name, *mode, *ftype),
+            rdev,
+        } => create::mknod(ctx, parent.0, name, *mode, *ftype, *rdev),
         Request::Symlink {
             parent,
             name,

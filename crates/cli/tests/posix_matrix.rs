@@ -1409,6 +1409,9 @@ fn file_cases(fs: &Fs) -> Vec<MCase> {
                 "open_w",
                 "open_rw",
                 "open_trunc",
+                "open_r_trunc",
+                "open_append",
+                "open_creat",
                 "truncate",
                 "chmod",
                 "chgrp_mine",
@@ -1555,6 +1558,24 @@ fn file_cases(fs: &Fs) -> Vec<MCase> {
                         "access_x" => (access(&p, "x"), ok_or(may_(X), "EACCES")),
                         // A path through a regular file: ENOTDIR, whatever its mode.
                         "exec_search" => (stat(&format!("{p}/x")), "ENOTDIR"),
+                        // O_TRUNC asks for write permission even with O_RDONLY.
+                        "open_r_trunc" => {
+                            let ok = may_(R | W);
+                            after[0].1.as_mut().unwrap().size = Some(if ok { 0 } else { 3 });
+                            (
+                                open(&p, &["O_RDONLY", "O_TRUNC"], 0, "f"),
+                                ok_or(ok, "EACCES"),
+                            )
+                        }
+                        "open_append" => (
+                            open(&p, &["O_WRONLY", "O_APPEND"], 0, "f"),
+                            ok_or(may_(W), "EACCES"),
+                        ),
+                        // O_CREAT of an existing file: only the file's own permission.
+                        "open_creat" => (
+                            open(&p, &["O_WRONLY", "O_CREAT"], 0o777, "f"),
+                            ok_or(may_(W), "EACCES"),
+                        ),
                         "open_r_nb" => (
                             open(&p, &["O_RDONLY", "O_NONBLOCK"], 0, "f"),
                             ok_or(may_(R), "EACCES"),
@@ -1636,6 +1657,7 @@ fn entry_cases(fs: &Fs) -> Vec<MCase> {
     let src = fs.p("de-src");
     fs.setup(&[
         mkdir(&fs.p("de"), 0o777),
+        mkdir(&fs.p("de-out"), 0o777),
         write_file(&src, "s"),
         chmod(&src, 0o666),
     ]);
@@ -1658,6 +1680,8 @@ fn entry_cases(fs: &Fs) -> Vec<MCase> {
                     "stat",
                     "listdir",
                     "link",
+                    "move_out",
+                    "move_dir_out",
                 ] {
                     let e = format!("{d}/{call}-{}", who.name);
                     let to = format!("{e}.to");
@@ -1749,6 +1773,34 @@ fn entry_cases(fs: &Fs) -> Vec<MCase> {
                             ));
                             (mkdir(&e, 0o705), create)
                         }
+                        "move_out" | "move_dir_out" => {
+                            // To another directory (0777): moving a directory also
+                            // rewrites its "..", which takes write permission on it.
+                            let dir_entry = call == "move_dir_out";
+                            if dir_entry {
+                                fixture.push(mkdir(&e, 0o755));
+                            } else {
+                                fixture.push(write_file(&e, "e"));
+                            }
+                            fixture.push(chown(&e, eowner as i64, eowner as i64));
+                            let r = if del != "OK" {
+                                del
+                            } else {
+                                ok_or(
+                                    !dir_entry || may(who, eowner, eowner, 0o755, W, true),
+                                    "EACCES",
+                                )
+                            };
+                            let ok = r == "OK";
+                            let out = format!(
+                                "{}/{dmode:04o}-{eowner}-{call}-{}",
+                                fs.p("de-out"),
+                                who.name
+                            );
+                            after.push((e.clone(), (!ok).then_some(entry_attrs)));
+                            after.push((out.clone(), ok.then_some(entry_attrs)));
+                            (rename(&e, &out), r)
+                        }
                         "listdir" => (
                             listdir(&d),
                             ok_or(may(who, dir.0, dir.1, dmode, R, true), "EACCES"),
@@ -1832,7 +1884,74 @@ fn run_entry_matrix(fs: &Fs) {
     run_matrix(fs, &cases);
 }
 
+/// Creating a file, directory or FIFO with special mode bits (S_ISUID, S_ISGID with and
+/// without group execute, S_ISVTX) in a plain and in a setgid directory owned by
+/// 1001:3000, by every caller: the new entry's owner, group and mode.
+fn creation_cases(fs: &Fs) -> Vec<MCase> {
+    let mut cases = Vec::new();
+    let mut dirs = Vec::new();
+    for sgid in [false, true] {
+        let d = fs.p(if sgid { "cr-sgid" } else { "cr-plain" });
+        dirs.push(mkdir(&d, 0o777));
+        dirs.push(chown(&d, 1001, 3000));
+        dirs.push(chmod(&d, if sgid { 0o2777 } else { 0o777 }));
+        for who in CALLERS {
+            for kind in ["reg", "dir", "fifo"] {
+                for mode in [0o644, 0o2755, 0o2745, 0o4755, 0o1777, 0o3775] {
+                    let p = format!("{d}/{kind}-{mode:04o}-{}", who.name);
+                    let step = match kind {
+                        "reg" => open(&p, &["O_CREAT", "O_WRONLY", "O_EXCL"], mode, "f"),
+                        "dir" => mkdir(&p, mode),
+                        _ => mkfifo(&p, mode),
+                    };
+                    // A new directory takes S_ISGID from its parent only (never from
+                    // mkdir's mode); a new file loses S_ISGID (with group execute) in a
+                    // setgid directory whose group its creator is not in.
+                    let perm = if kind == "dir" {
+                        (mode & 0o1777) | if sgid { 0o2000 } else { 0 }
+                    } else if sgid && mode & 0o2010 == 0o2010 && !(who.root() || who.in_group(3000))
+                    {
+                        mode & !0o2000
+                    } else {
+                        mode
+                    };
+                    let gid = if sgid { 3000 } else { who.gid };
+                    cases.push(MCase {
+                        desc: format!(
+                            "create {kind} mode {mode:04o} in the {} dir (1001:3000)",
+                            if sgid { "setgid 2777" } else { "plain 0777" }
+                        ),
+                        who,
+                        fixture_key: String::new(),
+                        fixture: Vec::new(),
+                        steps: vec![step],
+                        expect: "OK",
+                        after: vec![(
+                            p,
+                            Some(Attrs {
+                                perm: Some(perm),
+                                uid: Some(who.uid),
+                                gid: Some(gid),
+                                ..Attrs::default()
+                            }),
+                        )],
+                    });
+                }
+            }
+        }
+    }
+    fs.setup(&dirs);
+    cases
+}
+
 posix_tests! {
+    /// New files, directories and FIFOs x special mode bits x plain or setgid parent x
+    /// every caller: owner, group and mode of the result.
+    fn matrix_creation_in_setgid_and_plain_directories(fs) {
+        let cases = creation_cases(fs);
+        run_matrix(fs, &cases);
+    }
+
     /// open/truncate/chmod/chown/utimensat/access... on regular files, FIFOs and
     /// directories x every caller x 12 modes, against the permission model.
     fn matrix_calls_on_files_fifos_and_directories(fs) {

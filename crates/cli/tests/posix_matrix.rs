@@ -20,7 +20,7 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -637,11 +637,9 @@ macro_rules! posix_tests {
     )*};
 }
 
-const S_IFMT: u32 = 0o170000;
 const S_IFSOCK: u32 = 0o140000;
 const S_IFBLK: u32 = 0o060000;
 const S_IFCHR: u32 = 0o020000;
-const S_IFDIR: u32 = 0o040000;
 const S_IFIFO: u32 = 0o010000;
 
 // ---------------------------------------------------------------------------------------
@@ -1666,8 +1664,8 @@ fn entry_cases(fs: &Fs) -> Vec<MCase> {
         for eowner in [MEMBER.uid, OTHER.uid] {
             let d = fs.p(&format!("de/{dmode:04o}-{eowner}"));
             let dir = (dir_owner.0, dir_owner.1, dmode);
-            // The directory is made by its first case's fixture; its mode is set last,
-            // after every entry is in (see below).
+            // run_entry_matrix makes the directory before these fixtures and gives it
+            // its owner and mode after them.
             for who in CALLERS {
                 for call in [
                     "unlink",
@@ -1959,8 +1957,8 @@ posix_tests! {
         run_matrix(fs, &cases);
     }
 
-    /// unlink/rename/rmdir/create/mkdir/link/stat/listdir of entries x every caller x
-    /// 10 directory modes (with and without the sticky bit) x 2 entry owners.
+    /// unlink/rename/rmdir/create/mkdir/link/stat/listdir/moving out of entries x every
+    /// caller x 10 directory modes (with and without the sticky bit) x 2 entry owners.
     fn matrix_entries_in_directories_with_sticky_and_modes(fs) {
         run_entry_matrix(fs);
     }
@@ -1980,5 +1978,4 @@ fn the_model_matches_textbook_cases() {
     assert_eq!(may_delete(OTHER, (1001, 1001, 0o1777), 1003), "OK");
     assert_eq!(may_delete(OWNER, (1001, 1001, 0o1777), 1002), "OK");
     assert_eq!(may_delete(OTHER, (1001, 1001, 0o755), 1003), "EACCES");
-    let _ = (S_IFMT, S_IFDIR, BTreeMap::<u8, u8>::new());
 }

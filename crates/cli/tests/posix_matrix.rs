@@ -548,8 +548,18 @@ impl Outcome {
             .unwrap_or_default()
     }
 
-    fn get(&self, i: usize) -> &Res {
-        &self.res[i]
+    /// Records a failure unless stat field `f` of step `i` lies between the clock
+    /// readings of steps `lo` and `hi` ([`now`]). The kernel's clock is coarse (it may lag
+    /// time_ns by a tick): 50 ms of slack.
+    fn near(&mut self, i: usize, f: &str, lo: usize, hi: usize, what: &str) {
+        let slack = 50_000_000;
+        let at = |k: usize| self.res[k].value.as_u64().unwrap_or(0) as i128;
+        let (lo, hi) = (at(lo), at(hi));
+        let v = self.field(i, f);
+        self.check(
+            matches!(v, Some(v) if v >= lo - slack && v <= hi + slack),
+            format!("{what}: {f} {v:?} is not the time of the call ({lo}..{hi})"),
+        );
     }
 
     /// Stat field `f` of step `i`, if that step succeeded.
@@ -778,8 +788,15 @@ posix_tests! {
     fn sticky_directory_limits_unlink_and_rename(fs) {
         let s_ = |n: &str| fs.p(&format!("s/{n}"));
         let mut setup = vec![mkdir(&fs.p("s"), 0o777)];
-        for (n, owner) in [("a", 1002), ("b", 1003), ("c", 1003), ("e", 1002), ("g", 1003),
-                           ("h", 1002)] {
+        let owners = [
+            ("a", 1002),
+            ("b", 1003),
+            ("c", 1003),
+            ("e", 1002),
+            ("g", 1003),
+            ("h", 1002),
+        ];
+        for (n, owner) in owners {
             setup.push(write_file(&s_(n), n));
             setup.push(chown(&s_(n), owner, owner));
         }
@@ -831,8 +848,8 @@ posix_tests! {
     /// its creator is not in that group.
     fn setgid_directory_inherits_group_and_bit(fs) {
         let g = |n: &str| fs.p(&format!("g/{n}"));
-        fs.setup(&[mkdir(&fs.p("g"), 0o777), chown(&fs.p("g"), 1001, 3000),
-                   chmod(&fs.p("g"), 0o2777)]);
+        let dir = fs.p("g");
+        fs.setup(&[mkdir(&dir, 0o777), chown(&dir, 1001, 3000), chmod(&dir, 0o2777)]);
         let mut failures = Vec::new();
         // OTHER is not in group 3000, OWNER is.
         let mut s = Script::new();
@@ -880,8 +897,8 @@ posix_tests! {
     fn chmod_only_by_owner_or_root(fs) {
         let c = fs.p("c");
         let o3 = fs.p("o3");
-        fs.setup(&[write_file(&c, "c"), chown(&c, 1001, 1001), chmod(&c, 0o666),
-                   write_file(&o3, "o"), chown(&o3, 1003, 3000)]);
+        fs.setup(&[write_file(&c, "c"), chown(&c, 1001, 1001), chmod(&c, 0o666)]);
+        fs.setup(&[write_file(&o3, "o"), chown(&o3, 1003, 3000)]);
         let mut failures = Vec::new();
         for who in [MEMBER, PGID, OTHER] {
             let mut s = Script::new();
@@ -979,8 +996,8 @@ posix_tests! {
         s.ok(open(&fs.p("k"), &["O_WRONLY"], 0, "k"));
         s.ok(write("k", "x"));
         s.ok(close("k"));
-        failures.extend(check(OTHER, &mut s, &[("w", 0o777), ("t", 0o777), ("ft", 0o777),
-                                              ("k", 0o666)]));
+        let want = [("w", 0o777), ("t", 0o777), ("ft", 0o777), ("k", 0o666)];
+        failures.extend(check(OTHER, &mut s, &want));
         let mut s = Script::new();
         s.ok(open(&fs.p("wo"), &["O_WRONLY"], 0, "w"));
         s.ok(write("w", "x"));
@@ -989,8 +1006,8 @@ posix_tests! {
         s.ok(open(&fs.p("km"), &["O_WRONLY"], 0, "k"));
         s.ok(write("k", "x"));
         s.ok(close("k"));
-        failures.extend(check(OWNER, &mut s, &[("wo", 0o777), ("c", 0o777),
-                                              ("km", 0o2666)]));
+        let want = [("wo", 0o777), ("c", 0o777), ("km", 0o2666)];
+        failures.extend(check(OWNER, &mut s, &want));
         let mut s = Script::new();
         s.ok(open(&fs.p("rw"), &["O_WRONLY"], 0, "w"));
         s.ok(write("w", "x"));
@@ -1122,8 +1139,8 @@ posix_tests! {
     fn timestamps_utimens_now_omit_and_nanoseconds(fs) {
         let f = fs.p("f");
         fs.setup(&[write_file(&f, "x")]);
-        let (a_s, a_ns, m_s, m_ns) = (1_000_000_000i128, 123_456_789i128, 1_500_000_000i128,
-                                      987_654_321i128);
+        let (a_s, a_ns) = (1_000_000_000i128, 123_456_789i128);
+        let (m_s, m_ns) = (1_500_000_000i128, 987_654_321i128);
         let mut s = Script::new();
         let s0 = s.ok(stat(&f));
         s.run(sleep_ms(TICK_MS));
@@ -1153,21 +1170,12 @@ posix_tests! {
         o.grew(s0, s1, "ctime_ns", "utimensat with explicit times");
         o.eq(s2, "atime_ns", at, "atime after UTIME_OMIT");
         o.grew(s1, s2, "ctime_ns", "utimensat UTIME_OMIT/UTIME_NOW");
-        // The kernel's clock is coarse (it may lag time_ns by a tick): allow 50 ms.
-        let slack = 50_000_000;
-        let near = |o: &mut Outcome, i: usize, f: &str, lo: usize, hi: usize, what: &str| {
-            let (lo, hi) = (o.get(lo).value.as_i64().unwrap_or(0) as i128,
-                            o.get(hi).value.as_i64().unwrap_or(0) as i128);
-            let v = o.field(i, f);
-            o.check(matches!(v, Some(v) if v >= lo - slack && v <= hi + slack),
-                    format!("{what}: {f} {v:?} is not the time of the call ({lo}..{hi})"));
-        };
-        near(&mut o, s2, "mtime_ns", t0, t1, "mtime after UTIME_NOW");
+        o.near(s2, "mtime_ns", t0, t1, "mtime after UTIME_NOW");
         o.same(s2, s3, "mtime_ns", "mtime after UTIME_OMIT");
         o.grew(s2, s3, "atime_ns", "atime after UTIME_NOW");
         o.grew(s2, s3, "ctime_ns", "utimensat UTIME_NOW/UTIME_OMIT");
-        near(&mut o, s4, "atime_ns", t2, t3, "atime after utimensat(NULL)");
-        near(&mut o, s4, "mtime_ns", t2, t3, "mtime after utimensat(NULL)");
+        o.near(s4, "atime_ns", t2, t3, "atime after utimensat(NULL)");
+        o.near(s4, "mtime_ns", t2, t3, "mtime after utimensat(NULL)");
         o.eq(s5, "atime_ns", at, "explicit atime through the second mount");
         o.eq(s5, "mtime_ns", mt, "explicit mtime through the second mount");
         o.done();
@@ -1200,9 +1208,9 @@ posix_tests! {
         s.ok(stat(&fs.p("src")));
         let mut o = fs.exec(ROOT, &s);
         let names = o.value(ls).clone();
-        o.check(names.as_array().is_some_and(|a| a.contains(&json!(n255))
-                                              && a.contains(&json!(utf))),
-                format!("listing lacks the 255-byte names: {names}"));
+        let listed = |n: &str| names.as_array().is_some_and(|a| a.contains(&json!(n)));
+        let both = listed(&n255) && listed(&utf);
+        o.check(both, format!("listing lacks the 255-byte names: {names}"));
         o.done();
     }
 
@@ -1260,8 +1268,8 @@ posix_tests! {
         let r3 = s.ok(read_file(&a));
         let st = s.ok(stat(&a));
         let mut o = fs.exec(ROOT, &s);
-        for (i, want) in [(r1, "version-1 from A"), (r1b, "version-1 from A"),
-                          (r2, "VERSION-2 from A"), (r3, "v3")] {
+        let v1 = "version-1 from A";
+        for (i, want) in [(r1, v1), (r1b, v1), (r2, "VERSION-2 from A"), (r3, "v3")] {
             let v = o.value(i).clone();
             o.check(v == json!(want), format!("read {v}, expected {want:?}"));
         }
@@ -1819,7 +1827,8 @@ fn entry_cases(fs: &Fs) -> Vec<MCase> {
                     };
                     cases.push(MCase {
                         desc: format!(
-                            "{call} of {e} (entry owner {eowner}) in dir mode {dmode:04o} (1001:1001)"
+                            "{call} of {e} (entry owner {eowner}) in dir mode {dmode:04o} \
+                             (1001:1001)"
                         ),
                         who,
                         fixture_key: e.clone(),

@@ -427,9 +427,9 @@ struct Unmount(std::path::PathBuf);
 impl Drop for Unmount {
     fn drop(&mut self) {
         if is_mounted(&self.0) {
-            let _ = Command::new("fusermount3")
-                .arg("-u")
-                .arg("-z")
+            // fusermount3 where installed, else umount2(2) as root.
+            let _ = Command::new(exe())
+                .args(["umount", "-z"])
                 .arg(&self.0)
                 .output();
         }

@@ -28,6 +28,9 @@ use stripefs_client::{
 
 /// Size of the unit `statfs` counts blocks in.
 const STATFS_FRSIZE: u32 = 4096;
+/// Inodes whose write times [`Shared::note_write`] remembers at most (they are forgotten
+/// at flush; past this many at once, all are: stat then shows the time of the flush).
+const MAX_WRITTEN_INODES: usize = 65536;
 /// Longest name, as the wire protocol allows.
 const NAME_MAX: u32 = 255;
 /// Inodes `statfs` reports as total and free: the metadata store has no fixed table.
@@ -72,6 +75,10 @@ pub struct Shared {
     /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later): write-only handles then bypass
     /// the page cache.
     direct_writes: AtomicBool,
+    /// When this mount last wrote to each inode whose new mtime the metadata server has
+    /// not been told yet (write-behind tells it at flush): `stat` between a write and the
+    /// close shows the write's time, as POSIX wants.
+    written: Mutex<HashMap<u64, i64>>,
 }
 
 impl Shared {
@@ -114,6 +121,34 @@ impl Shared {
                 .unwrap_or_else(|p| p.into_inner())
                 .send((ino, from, to));
         }
+    }
+
+    /// Notes a write to `ino` now.
+    fn note_write(&self, ino: u64) {
+        let now = crate::errno::time_ns(SystemTime::now());
+        let mut w = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if w.len() >= MAX_WRITTEN_INODES {
+            w.clear();
+        }
+        w.insert(ino, now);
+    }
+
+    /// The metadata server has the times of every write to `ino` before now.
+    fn writes_recorded(&self, ino: u64) {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&ino);
+    }
+
+    /// `a` with the time of this mount's writes that the metadata server does not know.
+    fn with_local_times(&self, mut a: Attr) -> Attr {
+        let w = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&t) = w.get(&a.ino.0) {
+            a.mtime_ns = a.mtime_ns.max(t);
+            a.ctime_ns = a.ctime_ns.max(t);
+        }
+        a
     }
 
     fn direct_writes(&self) -> bool {
@@ -172,6 +207,7 @@ impl StripeFs {
                 mountpoint: mountpoint.to_path_buf(),
                 readahead_set: std::sync::Once::new(),
                 direct_writes: AtomicBool::new(false),
+                written: Mutex::new(HashMap::new()),
             }),
             pool: Pool::new(WORKERS, MAX_QUEUED_REQUESTS),
         }
@@ -257,6 +293,20 @@ fn open_options(flags: i32) -> OpenOptions {
         .truncate(flags & libc::O_TRUNC != 0 && acc != libc::O_RDONLY)
 }
 
+/// open(O_RDONLY | O_TRUNC): Linux truncates when the caller may write (the kernel
+/// has checked that); the handle stays read-only.
+fn truncate_read_only(c: &Client, flags: i32, f: &File) -> Result<(), WireError> {
+    let read_only_trunc = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC != 0;
+    if read_only_trunc && f.size() > 0 {
+        let zero = SetAttrs {
+            size: Some(0),
+            ..SetAttrs::default()
+        };
+        c.setattr_ino(f.ino(), zero)?;
+    }
+    Ok(())
+}
+
 thread_local! {
     /// A worker's buffer for read replies.
     static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -321,8 +371,8 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        self.spawn(req, move |_, c| match c.getattr(InodeId(ino)) {
-            Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&a)),
+        self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
+            Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&sh.with_local_times(a))),
             Err(e) => reply.error(errno_ino(&e)),
         });
     }
@@ -503,7 +553,13 @@ impl fuser::Filesystem for StripeFs {
             // looking at the mount would wait for this very loop.
             sh.readahead_set
                 .call_once(|| crate::readahead::raise(&sh.mountpoint));
-            match c.open_ino(InodeId(ino), &open_options(flags)) {
+            let opened = c
+                .open_ino(InodeId(ino), &open_options(flags))
+                .and_then(|f| {
+                    truncate_read_only(&c, flags, &f)?;
+                    Ok(f)
+                });
+            match opened {
                 Ok(file) => {
                     sh.forget_attrs(ino);
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));
@@ -567,7 +623,7 @@ impl fuser::Filesystem for StripeFs {
     fn write(
         &mut self,
         req: &Request<'_>,
-        _ino: u64,
+        ino: u64,
         fh: u64,
         offset: i64,
         data: &[u8],
@@ -584,6 +640,7 @@ impl fuser::Filesystem for StripeFs {
         // wait for earlier writes goes to a worker, so that other requests keep flowing.
         if let Ok(h) = self.shared.file(fh) {
             if !h.append && h.file.write_would_not_wait(offset, data.len() as u64) {
+                self.shared.note_write(ino);
                 return match h.file.write_at(offset, data) {
                     Ok(()) => reply.written(data.len() as u32),
                     Err(e) => reply.error(errno(&e)),
@@ -604,6 +661,7 @@ impl fuser::Filesystem for StripeFs {
             } else {
                 offset
             };
+            sh.note_write(ino);
             match h.file.write_at(at, &data) {
                 Ok(()) => reply.written(data.len() as u32),
                 Err(e) => reply.error(errno(&e)),
@@ -611,10 +669,16 @@ impl fuser::Filesystem for StripeFs {
         });
     }
 
-    fn flush(&mut self, req: &Request<'_>, _ino: u64, fh: u64, _lock: u64, reply: ReplyEmpty) {
+    fn flush(&mut self, req: &Request<'_>, ino: u64, fh: u64, _lock: u64, reply: ReplyEmpty) {
         let here = self.nothing_to_flush(fh);
         self.here_or_spawn(req, here, move |sh| match sh.file(fh) {
-            Ok(h) => reply_empty(reply, h.file.flush()),
+            Ok(h) => {
+                let r = h.file.flush();
+                if r.is_ok() && !here {
+                    sh.writes_recorded(ino);
+                }
+                reply_empty(reply, r)
+            }
             Err(e) => reply.error(e),
         });
     }

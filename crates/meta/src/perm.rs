@@ -112,9 +112,23 @@ pub fn only_clears_setid(old: u32, new: u32) -> bool {
     new & !old == 0 && (old & !new) & !(S_ISUID | S_ISGID) == 0
 }
 
-/// Bits cleared when ownership changes, and when someone other than root writes or
-/// truncates a file (as Linux does): set-user-ID always, set-group-ID when the group may
-/// execute (without group execute it marks mandatory locking, not privilege).
+/// Bits cleared when someone other than root writes or truncates a file (as Linux
+/// does): set-user-ID always; set-group-ID when the group may execute, or when the writer
+/// is not in the file's group.
+pub fn strip_setid_on_write(cred: &Cred, inode: &Inode) -> u32 {
+    if cred.uid == 0 {
+        return inode.mode;
+    }
+    let mut m = inode.mode & !S_ISUID;
+    if m & 0o010 != 0 || !in_group(cred, inode.gid) {
+        m &= !S_ISGID;
+    }
+    m
+}
+
+/// Bits cleared when ownership changes (as Linux does): set-user-ID always,
+/// set-group-ID when the group may execute (without group execute it marks mandatory
+/// locking, not privilege).
 pub fn strip_setid_on_chown(mode: u32) -> u32 {
     let mut m = mode & !S_ISUID;
     if m & 0o010 != 0 {

@@ -40,9 +40,7 @@ pub fn set_attr(ctx: &mut Ctx, ino: u64, a: &SetAttrs) -> Result<Response, WireE
     if let Some(size) = a.size {
         inode.size = size;
         inode.mtime_ns = now;
-        if cred.uid != 0 {
-            inode.mode = perm::strip_setid_on_chown(inode.mode);
-        }
+        inode.mode = perm::strip_setid_on_write(cred, &inode);
     }
     let at = |t: SetTime| match t {
         SetTime::Now => now,
@@ -121,9 +119,7 @@ pub fn extend_size(
     inode.size = inode.size.max(size);
     inode.mtime_ns = inode.mtime_ns.max(mtime_ns);
     // Written by someone other than root: set-ID bits go, as on any write.
-    if ctx.cred.uid != 0 {
-        inode.mode = perm::strip_setid_on_chown(inode.mode);
-    }
+    inode.mode = perm::strip_setid_on_write(ctx.cred, &inode);
     inode.ctime_ns = inode.ctime_ns.max(ctx.now_ns);
     ctx.w.put_inode(ino, &inode)?;
     Ok(Response::Attr(inode.attr(ino)))

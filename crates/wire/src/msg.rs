@@ -267,6 +267,11 @@ pub enum Response {
     ReadData {
         crcs: Vec<u32>,
     },
+    DataStatus {
+        server_id: ServerId,
+        targets: Vec<TargetStatus>,
+        counters: Counters,
+    },
     /// Answer to Seek: the local offset found, `None` if there is no data at or after
     /// the offset asked about.
     Offset {
@@ -275,11 +280,6 @@ pub enum Response {
     /// Answer to Allocated: bytes allocated on disk to the objects and their checksums.
     Allocated {
         bytes: u64,
-    },
-    DataStatus {
-        server_id: ServerId,
-        targets: Vec<TargetStatus>,
-        counters: Counters,
     },
 }
 

@@ -313,6 +313,56 @@ impl File {
         self.io.truncate(&self.cred, size, true).map(|_| ())
     }
 
+    fn need_write(&self, what: &str) -> Result<(), WireError> {
+        if self.write {
+            return Ok(());
+        }
+        Err(WireError::new(
+            ErrorCode::BadHandle,
+            format!("{what}: {} is not open for writing", self.describe()),
+        ))
+    }
+
+    /// Reserves space on the data servers for `len` bytes at `offset`, so that writing
+    /// them later does not fail for lack of space (fallocate mode 0); the size grows to
+    /// the range's end unless `keep_size` (FALLOC_FL_KEEP_SIZE). The bytes do not change.
+    pub fn allocate(&self, offset: u64, len: u64, keep_size: bool) -> Result<(), WireError> {
+        self.need_write("fallocate")?;
+        self.io.allocate(&self.cred, offset, len, keep_size)
+    }
+
+    /// Makes `len` bytes at `offset` read as zeros and frees their space on the data
+    /// servers (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE); the size stays.
+    pub fn punch_hole(&self, offset: u64, len: u64) -> Result<(), WireError> {
+        self.need_write("punch hole")?;
+        self.io.punch(&self.cred, offset, len)
+    }
+
+    /// Makes `len` bytes at `offset` read as zeros, with their space allocated
+    /// (FALLOC_FL_ZERO_RANGE); the size grows to the range's end unless `keep_size`.
+    pub fn zero_range(&self, offset: u64, len: u64, keep_size: bool) -> Result<(), WireError> {
+        self.need_write("zero range")?;
+        self.io.zero_range(&self.cred, offset, len, keep_size)
+    }
+
+    /// `lseek(SEEK_DATA)`: the first offset at or after `offset` that holds data stored
+    /// on the data servers; `None` (ENXIO) if none does before the end of the file.
+    pub fn seek_data(&self, offset: u64) -> Result<Option<u64>, WireError> {
+        self.io.seek(&self.cred, offset, false)
+    }
+
+    /// `lseek(SEEK_HOLE)`: the first offset at or after `offset` in a hole, the end of
+    /// the file at the latest; `None` (ENXIO) at or past the end of the file.
+    pub fn seek_hole(&self, offset: u64) -> Result<Option<u64>, WireError> {
+        self.io.seek(&self.cred, offset, true)
+    }
+
+    /// Bytes the file occupies on its data servers (for `st_blocks`).
+    pub fn allocated_bytes(&self) -> Result<u64, WireError> {
+        self.io.wait_all();
+        crate::io::allocated_bytes(&self.inner, &self.cred, &self.cached_attr())
+    }
+
     /// The attributes seen at open, with the size as this client knows it now; no round
     /// trip. A FUSE adapter answers `create` with them.
     pub fn cached_attr(&self) -> Attr {

@@ -15,6 +15,10 @@ use crate::pool::ServerPool;
 use crate::{Inner, MAX_FILE_BYTES, READAHEAD_BASE_BYTES, READAHEAD_MAX_BYTES};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+mod sparse;
+pub(crate) use sparse::allocated_bytes;
+
 use stripefs_wire::{
     crc32c, padded_block_crc, piece_crcs, Attr, Cred, ErrorCode, InodeId, Layout, Request,
     Response, SetAttrs, WireError, BLOCK_BYTES,
@@ -772,29 +776,56 @@ impl InodeIo {
         op: &'static str,
         make: impl Fn(u32) -> Request,
     ) -> Result<(), WireError> {
-        let mut waits = Vec::new();
-        for place in 0..self.geo.width() {
-            let (p, c) = promise::<()>();
-            let pool = self.pool(place).clone();
-            let (cred, req, what) = (cred.clone(), make(place), self.describe());
-            self.inner
-                .exec
-                .submit(self.places[place as usize], move || {
-                    let r = pool
-                        .call(&cred, req, &[], &mut [])
-                        .and_then(|(resp, _)| match resp {
-                            Response::Done => Ok(()),
-                            other => Err(unexpected(&pool, op, &other)),
-                        });
-                    p.fulfil(
-                        r.map_err(|e| context(e, format!("{op} of {what} on {}", pool.name()))),
-                    );
-                });
-            waits.push(c);
-        }
-        let results: Vec<_> = waits.iter().map(|c| c.wait()).collect();
-        results.into_iter().collect()
+        let reqs = (0..self.geo.width()).map(|place| (place, make(place)));
+        self.on_places(cred, op, reqs.collect(), |pool, resp| match resp {
+            Response::Done => Ok(()),
+            other => Err(unexpected(pool, op, &other)),
+        })
+        .map(|_| ())
     }
+
+    /// Sends each `(place, request)` to the server of that place, all at once, and
+    /// turns each answer into a value with `answer`; the first error wins.
+    pub fn on_places<T: Clone + Send + 'static>(
+        &self,
+        cred: &Cred,
+        op: &'static str,
+        reqs: Vec<(u32, Request)>,
+        answer: impl Fn(&ServerPool, Response) -> Result<T, WireError> + Copy + Send + 'static,
+    ) -> Result<Vec<T>, WireError> {
+        let to_servers = reqs
+            .into_iter()
+            .map(|(place, req)| (self.places[place as usize], req));
+        call_servers(&self.inner, cred, op, &self.describe(), to_servers, answer)
+    }
+}
+
+/// Sends each `(data server index, request)` at once through the worker pool and turns
+/// each answer into a value with `answer`; the first error wins, named with `op`, the
+/// file (`what`) and the server.
+pub(crate) fn call_servers<T: Clone + Send + 'static>(
+    inner: &Inner,
+    cred: &Cred,
+    op: &'static str,
+    what: &str,
+    reqs: impl Iterator<Item = (usize, Request)>,
+    answer: impl Fn(&ServerPool, Response) -> Result<T, WireError> + Copy + Send + 'static,
+) -> Result<Vec<T>, WireError> {
+    let mut waits = Vec::new();
+    for (server, req) in reqs {
+        let (p, c) = promise::<T>();
+        let pool = inner.data[server].clone();
+        let (cred, what) = (cred.clone(), what.to_string());
+        inner.exec.submit(server, move || {
+            let r = pool
+                .call(&cred, req, &[], &mut [])
+                .and_then(|(resp, _)| answer(&pool, resp));
+            p.fulfil(r.map_err(|e| context(e, format!("{op} of {what} on {}", pool.name()))));
+        });
+        waits.push(c);
+    }
+    let results: Vec<_> = waits.iter().map(|c| c.wait()).collect();
+    results.into_iter().collect()
 }
 
 /// Checks each returned block against the CRC the server stored for it. A short last

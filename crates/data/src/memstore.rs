@@ -165,6 +165,36 @@ impl ObjectFile for MemFile {
         Ok(())
     }
 
+    fn punch(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        let size = st.data.len() as u64;
+        let end = offset.saturating_add(len).min(size);
+        if offset < end {
+            let bytes = vec![0u8; (end - offset) as usize];
+            put(&mut st.data, offset as usize, &bytes);
+            st.pending.push(Op::Write { offset, bytes });
+        }
+        Ok(())
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let end = offset.saturating_add(len);
+        if end > MEM_CAPACITY_BYTES {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        let mut st = lock(&self.state);
+        if end > st.data.len() as u64 {
+            st.data.resize(end as usize, 0);
+            st.pending.push(Op::SetLen(end));
+        }
+        Ok(())
+    }
+
+    /// Memory files are dense: every byte up to the length is allocated.
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        self.size_bytes()
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         let mut st = lock(&self.state);
         st.synced = st.data.clone();

@@ -5,6 +5,12 @@
 //! 4096 bytes, then u32 LE flag, 0 = never written (a hole: reads as zeros whatever the
 //! data file holds) and anything else = written. Entries past the sidecar's end are holes.
 //!
+//! Sparse objects: punching whole blocks zeroes their sidecar entries first and then
+//! frees their data, so a crash in between leaves holes over stale bytes, which read as
+//! zeros; the partial blocks at the edges of a punched range are rewritten with zeros and
+//! a fresh CRC, as a write would. Stored data, for SEEK_DATA/SEEK_HOLE, is the written
+//! blocks: the sidecar says which, at block granularity, whatever the file system does.
+//!
 //! Invariant: outside a range lock, every written block's CRC matches its bytes. Data is
 //! written before its sidecar entries, so a torn write shows up as a checksum mismatch
 //! (written blocks) or as the old hole (new blocks), never as silently wrong bytes.
@@ -259,4 +265,146 @@ pub fn truncate(c: &Ctx, obj: &Object, new_len: u64) -> Result<(), WireError> {
             .map_err(|e| c.io(&format!("writing checksum of block {block}"), &e))?;
     }
     Ok(())
+}
+
+/// Entries scanned per sidecar read while seeking (8192 entries cover 32 MiB of object).
+const SEEK_SCAN_ENTRIES: u64 = 8192;
+
+/// Makes `[off, off + len)` of the object read as zeros and frees its whole blocks.
+pub fn punch(c: &Ctx, obj: &Object, off: u64, len: u64) -> Result<(), WireError> {
+    assert!(len > 0);
+    let end = off.checked_add(len).expect("validated range");
+    let (first_full, end_full) = (off.div_ceil(BLOCK), end / BLOCK);
+    let head = (off % BLOCK != 0).then_some(off / BLOCK);
+    let tail = (end % BLOCK != 0)
+        .then_some(end / BLOCK)
+        .filter(|b| Some(*b) != head);
+    // Read and verify the edge blocks before anything changes; a hole at an edge
+    // already reads as zeros.
+    let mut edges = Vec::with_capacity(2);
+    for block in head.into_iter().chain(tail) {
+        let p = Partial::load(c, obj, block)?;
+        if p.written {
+            edges.push(p);
+        }
+    }
+    if first_full < end_full {
+        let n = end_full - first_full;
+        obj.crcs
+            .punch(first_full * ENTRY_BYTES, n * ENTRY_BYTES)
+            .map_err(|e| {
+                c.io(
+                    &format!("clearing checksums of {n} blocks from {first_full}"),
+                    &e,
+                )
+            })?;
+        obj.data.punch(first_full * BLOCK, n * BLOCK).map_err(|e| {
+            c.io(
+                &format!(
+                    "punching {} bytes at object offset {}",
+                    n * BLOCK,
+                    first_full * BLOCK
+                ),
+                &e,
+            )
+        })?;
+    }
+    for p in &mut edges {
+        let start = p.block * BLOCK;
+        let lo = (off.max(start) - start) as usize;
+        let hi = (end.min(start + BLOCK) - start) as usize;
+        let crc = p.store(c, obj, lo, &[0u8; BLOCK_USIZE][..hi - lo])?;
+        obj.crcs
+            .write_at(&encode_entry(crc), p.block * ENTRY_BYTES)
+            .map_err(|e| c.io(&format!("writing checksum of block {}", p.block), &e))?;
+    }
+    Ok(())
+}
+
+/// Reserves disk space for the blocks of `[off, off + len)` and their sidecar entries,
+/// so that writing them later does not fail for lack of space. Changes no content: new
+/// blocks stay holes.
+pub fn allocate(c: &Ctx, obj: &Object, off: u64, len: u64) -> Result<(), WireError> {
+    assert!(len > 0);
+    let first = off / BLOCK;
+    let end = off
+        .checked_add(len)
+        .expect("validated range")
+        .div_ceil(BLOCK);
+    let n = end - first;
+    obj.data.allocate(first * BLOCK, n * BLOCK).map_err(|e| {
+        c.io(
+            &format!(
+                "allocating {} bytes at object offset {}",
+                n * BLOCK,
+                first * BLOCK
+            ),
+            &e,
+        )
+    })?;
+    obj.crcs
+        .allocate(first * ENTRY_BYTES, n * ENTRY_BYTES)
+        .map_err(|e| {
+            c.io(
+                &format!("allocating checksums of {n} blocks from {first}"),
+                &e,
+            )
+        })
+}
+
+/// Bytes the object and its sidecar occupy on disk.
+pub fn allocated(c: &Ctx, obj: &Object) -> Result<u64, WireError> {
+    let data = obj
+        .data
+        .allocated_bytes()
+        .map_err(|e| c.io("reading the object's allocation", &e))?;
+    let crcs = obj
+        .crcs
+        .allocated_bytes()
+        .map_err(|e| c.io("reading the checksums' allocation", &e))?;
+    Ok(data + crcs)
+}
+
+/// The first object offset at or after `off` in a written block (`hole` false) or in a
+/// hole (`hole` true); `None` if no written block follows. Past the sidecar's last
+/// entry everything is a hole, so a hole is always found.
+pub fn seek(c: &Ctx, obj: &Object, off: u64, hole: bool) -> Result<Option<u64>, WireError> {
+    let entries = obj
+        .crcs
+        .size_bytes()
+        .map_err(|e| c.io("reading the checksums' length", &e))?
+        / ENTRY_BYTES;
+    let mut block = off / BLOCK;
+    let mut buf = vec![0u8; (SEEK_SCAN_ENTRIES * ENTRY_BYTES) as usize];
+    while block < entries {
+        if !hole {
+            // Skip the sidecar's own holes (never-written stretches) without reading.
+            let next = obj
+                .crcs
+                .seek_data(block * ENTRY_BYTES)
+                .map_err(|e| c.io("seeking data in the checksums", &e))?;
+            match next {
+                Some(at) => block = block.max(at / ENTRY_BYTES),
+                None => return Ok(None),
+            }
+            if block >= entries {
+                break;
+            }
+        }
+        let n = (entries - block).min(SEEK_SCAN_ENTRIES);
+        let bytes = &mut buf[..(n * ENTRY_BYTES) as usize];
+        let got = obj
+            .crcs
+            .read_at(bytes, block * ENTRY_BYTES)
+            .map_err(|e| c.io(&format!("reading checksums from block {block}"), &e))?;
+        bytes[got..].fill(0);
+        let hit = bytes
+            .chunks(ENTRY_BYTES as usize)
+            .position(|e| decode_entry(e).is_none() == hole);
+        if let Some(i) = hit {
+            return Ok(Some(off.max((block + i as u64) * BLOCK)));
+        }
+        block += n;
+    }
+    Ok(hole.then(|| off.max(block * BLOCK)))
 }

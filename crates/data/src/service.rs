@@ -307,6 +307,81 @@ impl DataService {
         Ok(Response::Done)
     }
 
+    /// Frees the local range `[offset, offset + len)`: one contiguous object range per
+    /// target, each under its exclusive block-range lock. Missing objects read as zeros
+    /// already.
+    fn punch(&self, fid: InodeId, unit: u32, offset: u64, len: u64) -> Result<Response, WireError> {
+        let stripe = self.stripe(unit)?;
+        for e in stripe.extents(offset, len) {
+            let t = e.place as usize;
+            let (first, end) = (e.local / BLOCK, (e.local + e.len).div_ceil(BLOCK));
+            let _g = self.locks.lock(fid.0, e.place, first, end, Mode::Exclusive);
+            if let Some(obj) = self.object(t, fid, false)? {
+                object::punch(&self.ctx(t, fid), &obj, e.local, e.len)?;
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    /// Reserves space for the local range on every target it touches, creating the
+    /// objects. Content does not change, so a shared lock suffices.
+    fn allocate(
+        &self,
+        fid: InodeId,
+        unit: u32,
+        offset: u64,
+        len: u64,
+    ) -> Result<Response, WireError> {
+        let stripe = self.stripe(unit)?;
+        for e in stripe.extents(offset, len) {
+            let t = e.place as usize;
+            let (first, end) = (e.local / BLOCK, (e.local + e.len).div_ceil(BLOCK));
+            let _g = self.locks.lock(fid.0, e.place, first, end, Mode::Shared);
+            let obj = self
+                .object(t, fid, true)?
+                .ok_or_else(|| self.vanished(t, fid))?;
+            object::allocate(&self.ctx(t, fid), &obj, e.local, e.len)?;
+        }
+        Ok(Response::Done)
+    }
+
+    /// The first local offset at or after `offset` with stored data (or in a hole): each
+    /// target's object is searched from its own start and the answers are combined by
+    /// the striping math. No lock: the answer is a snapshot, as on a local file system,
+    /// and a sidecar entry is read whole or not at all.
+    fn seek(
+        &self,
+        fid: InodeId,
+        unit: u32,
+        offset: u64,
+        hole: bool,
+    ) -> Result<Response, WireError> {
+        let stripe = self.stripe(unit)?;
+        let mut found = Vec::with_capacity(self.targets.len());
+        for (place, start) in stripe.seek_starts(offset) {
+            let t = place as usize;
+            let at = match self.object(t, fid, false)? {
+                Some(obj) => object::seek(&self.ctx(t, fid), &obj, start, hole)?,
+                None => hole.then_some(start),
+            };
+            found.extend(at.map(|local| (place, local)));
+        }
+        Ok(Response::Offset {
+            offset: stripe.seek_result(found),
+        })
+    }
+
+    /// Bytes on disk of the fid's objects and sidecars over all targets.
+    fn allocated(&self, fid: InodeId) -> Result<Response, WireError> {
+        let mut bytes = 0;
+        for t in 0..self.targets.len() {
+            if let Some(obj) = self.object(t, fid, false)? {
+                bytes += object::allocated(&self.ctx(t, fid), &obj)?;
+            }
+        }
+        Ok(Response::Allocated { bytes })
+    }
+
     fn remove(&self, fid: InodeId) -> Result<Response, WireError> {
         for t in 0..self.targets.len() {
             let _g = self
@@ -441,6 +516,25 @@ impl DataService {
             Request::Remove { fid } => self.remove(fid),
             Request::Fsync { fid } => self.fsync(fid),
             Request::DropCache { fid } => self.drop_cache(fid),
+            Request::Punch {
+                fid,
+                unit,
+                offset,
+                len,
+            } => self.punch(fid, unit, offset, len),
+            Request::Allocate {
+                fid,
+                unit,
+                offset,
+                len,
+            } => self.allocate(fid, unit, offset, len),
+            Request::Seek {
+                fid,
+                unit,
+                offset,
+                hole,
+            } => self.seek(fid, unit, offset, hole),
+            Request::Allocated { fid } => self.allocated(fid),
             Request::DataStatus {} => self.status(),
             other => Err(WireError::new(
                 ErrorCode::Unsupported,

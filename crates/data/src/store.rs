@@ -23,7 +23,24 @@ pub trait ObjectFile: Send + Sync {
     fn start_writeback(&self, _offset: u64, _len: u64) {}
     /// Drops the file's clean cached pages (a hint; benchmarks use it for cold reads).
     fn drop_cache(&self) {}
+    /// Makes `len` bytes at `offset` read as zeros without changing the file's length,
+    /// freeing their space where the file system can (`FALLOC_FL_PUNCH_HOLE`).
+    fn punch(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Reserves space for `len` bytes at `offset` (fallocate mode 0), extending the file
+    /// if the range ends beyond it; the bytes read as before (zeros where new).
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()>;
+    /// Bytes the file occupies on disk (`st_blocks` * 512).
+    fn allocated_bytes(&self) -> io::Result<u64>;
+    /// The first offset at or after `offset` the file system may hold data at
+    /// (`SEEK_DATA`), `None` if none. May be early (everything before the end counts as
+    /// data where holes are not tracked), never late.
+    fn seek_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        Ok((offset < self.size_bytes()?).then_some(offset))
+    }
 }
+
+/// Bytes of zeros written per call where a file system cannot punch holes.
+const ZERO_FILL_BYTES: usize = 1 << 20;
 
 /// Space on one target.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,6 +107,53 @@ impl ObjectFile for FsFile {
         unsafe { libc::posix_fadvise(self.0.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
 
+    fn punch(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        match fallocate(&self.0, mode, offset, len) {
+            // Without hole punching, zeros keep the promise (but not the space).
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                let end = offset.saturating_add(len).min(self.size_bytes()?);
+                let zeros = vec![0u8; ZERO_FILL_BYTES];
+                let mut at = offset;
+                while at < end {
+                    let n = (end - at).min(ZERO_FILL_BYTES as u64) as usize;
+                    self.0.write_all_at(&zeros[..n], at)?;
+                    at += n as u64;
+                }
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        fallocate(&self.0, 0, offset, len)
+    }
+
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.blocks() * 512)
+    }
+
+    fn seek_data(&self, offset: u64) -> io::Result<Option<u64>> {
+        use std::os::fd::AsRawFd;
+        let Ok(off) = libc::off64_t::try_from(offset) else {
+            return Ok(None);
+        };
+        // SAFETY: lseek on our own open descriptor; it touches no memory. The handle's
+        // position is never used (all I/O is positional), so moving it is harmless.
+        let r = unsafe { libc::lseek64(self.0.as_raw_fd(), off, libc::SEEK_DATA) };
+        if r >= 0 {
+            return Ok(Some(r as u64));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENXIO) => Ok(None),
+            // A file system without SEEK_DATA: everything before the end is data.
+            Some(libc::EINVAL) => Ok((offset < self.size_bytes()?).then_some(offset)),
+            _ => Err(e),
+        }
+    }
+
     fn start_writeback(&self, offset: u64, len: u64) {
         use std::os::fd::AsRawFd;
         // SAFETY: sync_file_range on our own open descriptor; it touches no memory.
@@ -142,6 +206,23 @@ impl Storage for FsStore {
             total,
             free,
         })
+    }
+}
+
+fn fallocate(f: &std::fs::File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let too_big = || io::Error::from_raw_os_error(libc::EFBIG);
+    let off = libc::off64_t::try_from(offset).map_err(|_| too_big())?;
+    let len = libc::off64_t::try_from(len).map_err(|_| too_big())?;
+    loop {
+        // SAFETY: fallocate on our own open descriptor; it touches no memory.
+        if unsafe { libc::fallocate64(f.as_raw_fd(), mode, off, len) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 

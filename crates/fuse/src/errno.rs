@@ -55,7 +55,9 @@ pub fn time_ns(t: SystemTime) -> i64 {
     }
 }
 
-pub fn file_attr(a: &Attr) -> fuser::FileAttr {
+/// The kernel's attributes of `a`; `allocated_bytes` is what the file occupies on the
+/// data servers (`Client::allocated_bytes`), reported as `st_blocks` so that `du` is true.
+pub fn file_attr(a: &Attr, allocated_bytes: u64) -> fuser::FileAttr {
     let size = match a.ftype {
         FileType::Symlink | FileType::File => a.size,
         FileType::Dir => 4096,
@@ -64,7 +66,7 @@ pub fn file_attr(a: &Attr) -> fuser::FileAttr {
     fuser::FileAttr {
         ino: a.ino.0,
         size,
-        blocks: size.div_ceil(512),
+        blocks: allocated_bytes.div_ceil(512),
         atime: time(a.atime_ns),
         mtime: time(a.mtime_ns),
         ctime: time(a.ctime_ns),

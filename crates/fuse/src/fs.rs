@@ -14,7 +14,7 @@ use fuser::consts::{
 };
 use fuser::{
     KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 use stripefs_client::{
-    Attr, Client, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
+    Attr, Client, ErrorCode, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
 };
 
 /// Size of the unit `statfs` counts blocks in.
@@ -263,10 +263,53 @@ macro_rules! owned_name {
     };
 }
 
-fn reply_entry(reply: ReplyEntry, r: Result<Attr, WireError>) {
+/// The kernel's attributes of `a`, with `st_blocks` from the data servers: a regular
+/// file of size above 0 costs one parallel round trip to its servers, nothing else
+/// does. If they cannot answer, the size stands in, so that `stat` and `ls` still work
+/// while a data server is down.
+fn kernel_attr(c: &Client, a: &Attr) -> fuser::FileAttr {
+    let allocated = c.allocated_bytes(a).unwrap_or_else(|e| {
+        tracing::warn!("st_blocks of {}: {e}; reporting its size instead", a.ino);
+        a.size
+    });
+    file_attr(a, allocated)
+}
+
+fn reply_entry(c: &Client, reply: ReplyEntry, r: Result<Attr, WireError>) {
     match r {
-        Ok(a) => reply.entry(&ENTRY_TTL, &file_attr(&a), 0),
+        Ok(a) => reply.entry(&ENTRY_TTL, &kernel_attr(c, &a), 0),
         Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// What a fallocate(2) mode asks for; other modes are EOPNOTSUPP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fallocate {
+    Allocate { keep_size: bool },
+    PunchHole,
+    ZeroRange { keep_size: bool },
+}
+
+impl Fallocate {
+    fn of_mode(mode: i32) -> Option<Fallocate> {
+        use libc::{FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH};
+        const ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE;
+        match mode {
+            0 => Some(Fallocate::Allocate { keep_size: false }),
+            KEEP => Some(Fallocate::Allocate { keep_size: true }),
+            m if m == PUNCH | KEEP => Some(Fallocate::PunchHole),
+            ZERO => Some(Fallocate::ZeroRange { keep_size: false }),
+            m if m == ZERO | KEEP => Some(Fallocate::ZeroRange { keep_size: true }),
+            _ => None,
+        }
+    }
+
+    fn run(self, f: &File, offset: u64, len: u64) -> Result<(), WireError> {
+        match self {
+            Fallocate::Allocate { keep_size } => f.allocate(offset, len, keep_size),
+            Fallocate::PunchHole => f.punch_hole(offset, len),
+            Fallocate::ZeroRange { keep_size } => f.zero_range(offset, len, keep_size),
+        }
     }
 }
 
@@ -366,13 +409,13 @@ impl fuser::Filesystem for StripeFs {
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = owned_name!(name, reply);
         self.spawn(req, move |_, c| {
-            reply_entry(reply, c.lookup(InodeId(parent), &name))
+            reply_entry(&c, reply, c.lookup(InodeId(parent), &name))
         });
     }
 
     fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
         self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
-            Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&sh.with_local_times(a))),
+            Ok(a) => reply.attr(&ATTR_TTL, &kernel_attr(&c, &sh.with_local_times(a))),
             Err(e) => reply.error(errno_ino(&e)),
         });
     }
@@ -406,7 +449,7 @@ impl fuser::Filesystem for StripeFs {
         };
         self.spawn(req, move |sh, c| {
             match setattr(sh, &c, InodeId(ino), attrs, fh) {
-                Ok(a) => reply.attr(&ATTR_TTL, &file_attr(&a)),
+                Ok(a) => reply.attr(&ATTR_TTL, &kernel_attr(&c, &a)),
                 Err(e) => reply.error(errno_ino(&e)),
             }
         });
@@ -450,7 +493,7 @@ impl fuser::Filesystem for StripeFs {
                         f.close().map(|()| a)
                     }),
             };
-            reply_entry(reply, r)
+            reply_entry(&c, reply, r)
         });
     }
 
@@ -466,7 +509,7 @@ impl fuser::Filesystem for StripeFs {
         let name = owned_name!(name, reply);
         let perm = mode & 0o7777 & !umask;
         self.spawn(req, move |_, c| {
-            reply_entry(reply, c.mkdir_at(InodeId(parent), &name, perm))
+            reply_entry(&c, reply, c.mkdir_at(InodeId(parent), &name, perm))
         });
     }
 
@@ -497,7 +540,7 @@ impl fuser::Filesystem for StripeFs {
             _ => return reply.error(libc::EINVAL),
         };
         self.spawn(req, move |_, c| {
-            reply_entry(reply, c.symlink_at(InodeId(parent), &name, &target))
+            reply_entry(&c, reply, c.symlink_at(InodeId(parent), &name, &target))
         });
     }
 
@@ -542,7 +585,11 @@ impl fuser::Filesystem for StripeFs {
     ) {
         let name = owned_name!(newname, reply);
         self.spawn(req, move |_, c| {
-            reply_entry(reply, c.link_at(InodeId(ino), InodeId(newparent), &name))
+            reply_entry(
+                &c,
+                reply,
+                c.link_at(InodeId(ino), InodeId(newparent), &name),
+            )
         });
     }
 
@@ -716,6 +763,75 @@ impl fuser::Filesystem for StripeFs {
         });
     }
 
+    fn lseek(
+        &mut self,
+        req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself.
+        let hole = match whence {
+            libc::SEEK_DATA => false,
+            libc::SEEK_HOLE => true,
+            _ => return reply.error(libc::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(libc::ENXIO);
+        };
+        self.spawn(req, move |sh, _| {
+            let h = match sh.file(fh) {
+                Ok(h) => h,
+                Err(e) => return reply.error(e),
+            };
+            let found = if hole {
+                h.file.seek_hole(offset)
+            } else {
+                h.file.seek_data(offset)
+            };
+            match found {
+                Ok(Some(at)) => reply.offset(at as i64),
+                Ok(None) => reply.error(libc::ENXIO),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn fallocate(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let Some(op) = Fallocate::of_mode(mode) else {
+            return reply.error(libc::EOPNOTSUPP);
+        };
+        let (Ok(offset), Ok(len)) = (u64::try_from(offset), u64::try_from(length)) else {
+            return reply.error(libc::EINVAL);
+        };
+        self.spawn(req, move |sh, _| {
+            let h = match sh.file(fh) {
+                Ok(h) => h,
+                Err(e) => return reply.error(e),
+            };
+            let r = op.run(&h.file, offset, len);
+            // Size, times and st_blocks changed behind the kernel's cached attributes.
+            sh.forget_attrs(ino);
+            match r {
+                Ok(()) => reply.ok(),
+                // ENOSYS would make the kernel stop sending fallocate for good.
+                Err(e) if e.code == ErrorCode::Unsupported => reply.error(libc::EOPNOTSUPP),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
     fn opendir(&mut self, req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
         self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
             Ok(a) if a.ftype != FileType::Dir => reply.error(libc::ENOTDIR),
@@ -814,7 +930,7 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| {
             match c.create_at(InodeId(parent), &name, &opts) {
                 Ok(file) => {
-                    let attr = file_attr(&file.cached_attr());
+                    let attr = kernel_attr(&c, &file.cached_attr());
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));
                     reply.created(
                         &ENTRY_TTL,

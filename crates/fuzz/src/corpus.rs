@@ -226,6 +226,25 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::Fsync => Request::Fsync { fid: ino(rng) },
         Opcode::DataStatus => Request::DataStatus {},
         Opcode::DropCache => Request::DropCache { fid: ino(rng) },
+        Opcode::Punch => Request::Punch {
+            fid: ino(rng),
+            unit: unit(rng),
+            offset: rng.gen(),
+            len: rng.gen_range(0..1 << 40),
+        },
+        Opcode::Allocate => Request::Allocate {
+            fid: ino(rng),
+            unit: unit(rng),
+            offset: rng.gen(),
+            len: rng.gen_range(0..1 << 40),
+        },
+        Opcode::Seek => Request::Seek {
+            fid: ino(rng),
+            unit: unit(rng),
+            offset: rng.gen(),
+            hole: rng.gen(),
+        },
+        Opcode::Allocated => Request::Allocated { fid: ino(rng) },
     };
     (r, 0)
 }
@@ -337,6 +356,10 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             }],
             counters: counters(rng),
         },
+        Opcode::Seek => Response::Offset {
+            offset: rng.gen_bool(0.5).then(|| rng.gen()),
+        },
+        Opcode::Allocated => Response::Allocated { bytes: rng.gen() },
         Opcode::Auth
         | Opcode::Unlink
         | Opcode::Rmdir
@@ -348,7 +371,9 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Truncate
         | Opcode::Remove
         | Opcode::Fsync
-        | Opcode::DropCache => Response::Done,
+        | Opcode::DropCache
+        | Opcode::Punch
+        | Opcode::Allocate => Response::Done,
     };
     (r, 0)
 }

@@ -11,7 +11,9 @@
 //!
 //! Invariants (tested exhaustively for small shapes and by property tests):
 //! `to_global(locate(x)) == x`; `split` covers a range exactly once, in order;
-//! the `local_size`s of all places add up to the global size.
+//! the `local_size`s of all places add up to the global size; a search through the
+//! places (`seek_starts`, `seek_result`) finds the same first byte as a search of the
+//! global space.
 
 /// A round-robin striping of a byte space over `width` places in units of `unit` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +153,31 @@ impl Stripe {
         self.local_size_of(size, place)
     }
 
+    /// Where each place starts looking for the first byte at or after global offset
+    /// `global` that has some property (stored data, or a hole): `(place, local)` with
+    /// `local` the first local offset of `place` whose global offset is `global` or more.
+    ///
+    /// Local offsets map to global ones in increasing order, so the first match of a
+    /// place at or after its start, mapped back by [`Stripe::seek_result`], is the
+    /// place's first match at or after `global`; the smallest over all places is the
+    /// first match of the whole byte space. Used twice, as the rest of this crate: a
+    /// client asks each data server of a file (SEEK_DATA/SEEK_HOLE), and a data server
+    /// asks each of its targets' objects.
+    pub fn seek_starts(&self, global: u64) -> impl Iterator<Item = (u32, u64)> + '_ {
+        (0..self.width).map(move |place| (place, self.local_size_of(global, place)))
+    }
+
+    /// Combines the places' answers to a search begun at [`Stripe::seek_starts`]:
+    /// `(place, local)` for each place that found a match (at or after its start), and
+    /// nothing for a place without one. Returns the smallest global offset among them,
+    /// `None` if no place found one.
+    pub fn seek_result(&self, found: impl IntoIterator<Item = (u32, u64)>) -> Option<u64> {
+        found
+            .into_iter()
+            .map(|(place, local)| self.to_global(place, local))
+            .min()
+    }
+
     fn local_size_of(&self, size: u64, place: u32) -> u64 {
         let full_rounds = size / self.round();
         let rest = size % self.round();
@@ -260,7 +287,92 @@ mod tests {
         }
     }
 
+    /// Brute force: the first global offset at or after `from` whose byte is in `set`.
+    fn first_in(set: &[bool], from: u64) -> Option<u64> {
+        (from..set.len() as u64).find(|&g| set[g as usize])
+    }
+
+    /// Answers a seek through the places, as a client (or a data server) does: each
+    /// place searches its own local space from its start, and the answers are combined.
+    fn seek_by_places(s: &Stripe, set: &[bool], from: u64) -> Option<u64> {
+        let local_len = |p: u32| s.local_size(set.len() as u64, p);
+        let found = s.seek_starts(from).filter_map(|(place, start)| {
+            (start..local_len(place))
+                .find(|&l| set[s.to_global(place, l) as usize])
+                .map(|l| (place, l))
+        });
+        s.seek_result(found)
+    }
+
+    /// Every set of marked bytes of small spaces, every start: searching through the
+    /// places finds exactly the first marked byte (data), and on the complement the
+    /// first unmarked one (a hole).
+    #[test]
+    fn seek_exhaustive_small_shapes() {
+        for unit in 1..=3u64 {
+            for width in 1..=4u32 {
+                let s = Stripe::new(unit, width).unwrap();
+                let span = (unit * width as u64 * 2 + 1).min(12);
+                for mask in 0u32..(1 << span) {
+                    let set: Vec<bool> = (0..span).map(|g| mask >> g & 1 == 1).collect();
+                    let holes: Vec<bool> = set.iter().map(|b| !b).collect();
+                    for from in 0..=span {
+                        assert_eq!(seek_by_places(&s, &set, from), first_in(&set, from));
+                        assert_eq!(seek_by_places(&s, &holes, from), first_in(&holes, from));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn seek_starts_are_first_local_at_or_after() {
+        let s = Stripe::new(4, 3).unwrap();
+        // 13 lies in place 0's second unit (local 5); places 1 and 2 start their
+        // second units at global 16 and 20, local 4.
+        assert_eq!(
+            s.seek_starts(13).collect::<Vec<_>>(),
+            vec![(0, 5), (1, 4), (2, 4)]
+        );
+        assert_eq!(s.seek_result([(1, 4), (2, 4)]), Some(16));
+        assert_eq!(s.seek_result([]), None);
+    }
+
     proptest! {
+        /// Large shapes: each place's start maps to the first of its bytes at or after
+        /// `from`, and the combined answer of marked extents is the brute-force one.
+        #[test]
+        fn seek_large(unit in 1u64..(1 << 22), width in 1u32..32, from in 0u64..(1 << 40),
+                      marks in proptest::collection::vec((0u64..(1 << 41), 1u64..(1 << 24)), 0..6)) {
+            let s = Stripe::new(unit, width).unwrap();
+            for (place, start) in s.seek_starts(from) {
+                let g = s.to_global(place, start);
+                prop_assert!(g >= from);
+                if start > 0 {
+                    prop_assert!(s.to_global(place, start - 1) < from);
+                }
+            }
+            // Marked extents: a place's first marked byte at or after its start is the
+            // smallest over extents of the first local byte inside the extent.
+            let found = s.seek_starts(from).filter_map(|(place, start)| {
+                marks
+                    .iter()
+                    .filter_map(|&(g, len)| {
+                        let lo = s.local_size(g, place).max(start);
+                        (lo < s.local_size(g + len, place)).then_some(lo)
+                    })
+                    .min()
+                    .map(|l| (place, l))
+            });
+            let want = marks
+                .iter()
+                .filter(|&&(g, len)| g + len > from)
+                .map(|&(g, _)| g.max(from))
+                .min();
+            prop_assert_eq!(s.seek_result(found), want);
+        }
+
+
         #[test]
         fn round_trip_large(unit in 1u64..(64 << 20), width in 1u32..256, g in 0u64..(1 << 50)) {
             let s = Stripe::new(unit, width).unwrap();

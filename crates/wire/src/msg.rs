@@ -261,6 +261,17 @@ requests! {
     // Metadata server: Create and Open in one round trip and one commit (open(O_CREAT)).
     // Without `exclusive`, an existing regular file is opened instead.
     67 => CreateOpen { parent: InodeId, name: String, mode: u32, exclusive: bool, layout: LayoutHint, session: u64, read: bool, write: bool },
+    // Data server: sparse files (fallocate, SEEK_DATA/SEEK_HOLE, st_blocks). Ranges are
+    // in the server's local byte space, as for Write.
+    // Frees `len` bytes at `offset`; they read as zeros after (FALLOC_FL_PUNCH_HOLE).
+    70 => Punch { fid: InodeId, unit: u32, offset: u64, len: u64 },
+    // Reserves space for `len` bytes at `offset` (fallocate mode 0); changes no data.
+    71 => Allocate { fid: InodeId, unit: u32, offset: u64, len: u64 },
+    // The first local offset at or after `offset` that holds stored data (`hole` false)
+    // or is a hole (`hole` true); answered with `Offset`.
+    72 => Seek { fid: InodeId, unit: u32, offset: u64, hole: bool },
+    // Bytes the server's objects of `fid` occupy on its disks; answered with `Allocated`.
+    73 => Allocated { fid: InodeId },
 }
 
 /// Responses. The response frame's opcode echoes the request's.
@@ -301,6 +312,15 @@ pub enum Response {
         server_id: ServerId,
         targets: Vec<TargetStatus>,
         counters: Counters,
+    },
+    /// Answer to Seek: the local offset found, `None` if there is no data at or after
+    /// the offset asked about.
+    Offset {
+        offset: Option<u64>,
+    },
+    /// Answer to Allocated: bytes allocated on disk to the objects and their checksums.
+    Allocated {
+        bytes: u64,
     },
 }
 
@@ -524,6 +544,24 @@ fn check_unit(unit: u32) -> Result<(), WireError> {
     })
 }
 
+/// Largest offset a Seek may start from: far enough below `u64::MAX` that mapping
+/// offsets between byte spaces (a file, a server's share, a target's object) cannot
+/// overflow. Clients keep files far smaller.
+pub const MAX_SEEK_OFFSET: u64 = 1 << 62;
+
+/// A range of a Punch or Allocate: not empty, and its end fits in a u64.
+fn check_range(offset: u64, len: u64) -> Result<(), WireError> {
+    if len == 0 {
+        return Err(WireError::new(ErrorCode::InvalidArgument, "empty range"));
+    }
+    offset.checked_add(len).map(|_| ()).ok_or_else(|| {
+        WireError::new(
+            ErrorCode::FileTooBig,
+            format!("range of {len} bytes at {offset} ends beyond the largest offset"),
+        )
+    })
+}
+
 impl Request {
     /// Semantic checks that need no server state: names, paths, limits, alignment and
     /// that a write's CRC list matches its data. Returns the reason the request is bad.
@@ -607,6 +645,25 @@ impl Request {
                 })
             }
             Request::Truncate { unit, .. } => check_unit(*unit),
+            Request::Seek { unit, offset, .. } => {
+                check_unit(*unit)?;
+                if *offset > MAX_SEEK_OFFSET {
+                    return Err(WireError::new(
+                        ErrorCode::FileTooBig,
+                        format!("seek from {offset}, beyond {MAX_SEEK_OFFSET}"),
+                    ));
+                }
+                Ok(())
+            }
+            Request::Punch {
+                unit, offset, len, ..
+            }
+            | Request::Allocate {
+                unit, offset, len, ..
+            } => {
+                check_unit(*unit)?;
+                check_range(*offset, *len)
+            }
             _ => Ok(()),
         }
     }
@@ -738,5 +795,46 @@ mod tests {
             len: 4096,
         };
         assert!(unaligned.validate(0).is_err());
+    }
+
+    #[test]
+    fn punch_allocate_and_seek_validation() {
+        let fid = InodeId(5);
+        let ok = Request::Punch {
+            fid,
+            unit: 65536,
+            offset: 1,
+            len: 10,
+        };
+        assert!(ok.validate(0).is_ok());
+        for (unit, offset, len) in [(65536, 0, 0), (65536, u64::MAX, 2), (100, 0, 1)] {
+            let p = Request::Punch {
+                fid,
+                unit,
+                offset,
+                len,
+            };
+            let a = Request::Allocate {
+                fid,
+                unit,
+                offset,
+                len,
+            };
+            assert!(p.validate(0).is_err(), "{p:?}");
+            assert!(a.validate(0).is_err(), "{a:?}");
+        }
+        for (unit, offset) in [(0, 0), (65536, MAX_SEEK_OFFSET + 1)] {
+            let seek = Request::Seek {
+                fid,
+                unit,
+                offset,
+                hole: true,
+            };
+            assert!(seek.validate(0).is_err(), "{seek:?}");
+        }
+        let r: Result<Response, WireError> = Ok(Response::Offset { offset: Some(7) });
+        let frame = encode_response(1, Opcode::Seek, &r, 0);
+        let h = Header::decode(&frame).unwrap();
+        assert_eq!(decode_response(&h, &frame[HEADER_LEN..]).unwrap(), r);
     }
 }

@@ -201,6 +201,34 @@ fn more_request() -> impl Strategy<Value = Request> {
         inode().prop_map(|fid| Request::Fsync { fid }),
         Just(Request::DataStatus {}),
         inode().prop_map(|fid| Request::DropCache { fid }),
+        sparse_request(),
+    ]
+}
+
+fn sparse_request() -> impl Strategy<Value = Request> {
+    let range = || (inode(), any::<u32>(), any::<u64>(), any::<u64>());
+    prop_oneof![
+        range().prop_map(|(fid, unit, offset, len)| Request::Punch {
+            fid,
+            unit,
+            offset,
+            len
+        }),
+        range().prop_map(|(fid, unit, offset, len)| Request::Allocate {
+            fid,
+            unit,
+            offset,
+            len
+        }),
+        (inode(), any::<u32>(), any::<u64>(), any::<bool>()).prop_map(
+            |(fid, unit, offset, hole)| Request::Seek {
+                fid,
+                unit,
+                offset,
+                hole
+            }
+        ),
+        inode().prop_map(|fid| Request::Allocated { fid }),
     ]
 }
 
@@ -334,6 +362,8 @@ fn response() -> impl Strategy<Value = (Response, u32)> {
             };
             (r, 0)
         }),
+        any::<Option<u64>>().prop_map(|offset| (Response::Offset { offset }, 0)),
+        any::<u64>().prop_map(|bytes| (Response::Allocated { bytes }, 0)),
     ]
 }
 
@@ -570,6 +600,18 @@ fn variant_indices_are_pinned() {
         expected_ops, PINNED_OPCODES,
         "opcode table changed: append, never renumber"
     );
+    // Response variants, by index, as docs/protocol.md lists them.
+    for (index, resp) in [
+        (0u32, Response::Done),
+        (7, Response::ReadData { crcs: vec![] }),
+        (9, Response::Offset { offset: None }),
+        (10, Response::Allocated { bytes: 0 }),
+    ] {
+        let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
+        let body = &frame[HEADER_LEN..];
+        let variant = u32::from_le_bytes(body[..4].try_into().unwrap());
+        assert_eq!(variant, index, "{resp:?}");
+    }
     let codes: Vec<u32> = ErrorCode::ALL.iter().map(|&c| c as u32).collect();
     assert_eq!(
         codes, PINNED_ERROR_CODES,
@@ -619,6 +661,10 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (65, "DataStatus"),
     (66, "DropCache"),
     (67, "CreateOpen"),
+    (70, "Punch"),
+    (71, "Allocate"),
+    (72, "Seek"),
+    (73, "Allocated"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -737,6 +783,25 @@ fn ping_like(op: Opcode) -> Request {
             read: false,
             write: false,
         },
+        Opcode::Punch => Request::Punch {
+            fid: ino,
+            unit: 4096,
+            offset: 0,
+            len: 1,
+        },
+        Opcode::Allocate => Request::Allocate {
+            fid: ino,
+            unit: 4096,
+            offset: 0,
+            len: 1,
+        },
+        Opcode::Seek => Request::Seek {
+            fid: ino,
+            unit: 4096,
+            offset: 0,
+            hole: false,
+        },
+        Opcode::Allocated => Request::Allocated { fid: ino },
     }
 }
 

@@ -6,6 +6,7 @@ mod io;
 mod model;
 mod net;
 mod perf;
+mod sparse;
 mod throttle;
 
 use crate::{Clock, DataService, MemStore, SystemClock};

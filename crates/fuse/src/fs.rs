@@ -6,11 +6,10 @@ use crate::cred::CredCache;
 use crate::dir::DirHandle;
 use crate::errno::{errno, errno_ino, file_attr, time_ns};
 use crate::pool::Pool;
-use crate::{
-    ATTR_TTL, DROP_BEHIND, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS,
-};
+use crate::{ATTR_TTL, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS};
 use fuser::consts::{
-    FOPEN_DIRECT_IO, FUSE_ASYNC_DIO, FUSE_ATOMIC_O_TRUNC, FUSE_CACHE_SYMLINKS, FUSE_PARALLEL_DIROPS,
+    FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_ASYNC_DIO, FUSE_ATOMIC_O_TRUNC, FUSE_CACHE_SYMLINKS,
+    FUSE_PARALLEL_DIROPS,
 };
 use fuser::{
     KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
@@ -79,6 +78,63 @@ pub struct Shared {
     /// not been told yet (write-behind tells it at flush): `stat` between a write and the
     /// close shows the write's time, as POSIX wants.
     written: Mutex<HashMap<u64, i64>>,
+    /// The change stamp of each file whose pages the kernel may hold.
+    stamps: CacheStamps,
+    /// When streaming reads drop the kernel's pages behind them.
+    drop_behind: crate::behind::Policy,
+}
+
+/// What the metadata server says of a file's state: every change of its data or
+/// attributes moves its ctime (a write, at the writer's flush, also mtime and maybe
+/// size), so equal stamps mean an unchanged file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    ctime_ns: i64,
+    mtime_ns: i64,
+    size: u64,
+}
+
+impl Stamp {
+    fn of(a: &Attr) -> Stamp {
+        Stamp {
+            ctime_ns: a.ctime_ns,
+            mtime_ns: a.mtime_ns,
+            size: a.size,
+        }
+    }
+}
+
+/// Most files whose stamps are remembered; past it all are forgotten (their next opens
+/// drop the cache, as without stamps).
+const MAX_STAMPS: usize = 1 << 18;
+
+/// The stamp each file had when the kernel's cached pages of it were read: an open that
+/// finds the same stamp keeps the cache (FOPEN_KEEP_CACHE), any other drops it.
+#[derive(Default)]
+struct CacheStamps(Mutex<HashMap<u64, Stamp>>);
+
+impl CacheStamps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stamp>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether pages cached under the previous stamp of `ino` are still right at `now`;
+    /// remembers `now` for the pages read from here on.
+    fn keep(&self, ino: u64, now: Stamp) -> bool {
+        let mut m = self.lock();
+        if m.get(&ino) == Some(&now) {
+            return true;
+        }
+        if m.len() >= MAX_STAMPS {
+            m.clear();
+        }
+        m.insert(ino, now);
+        false
+    }
+
+    fn forget(&self, ino: u64) {
+        self.lock().remove(&ino);
+    }
 }
 
 impl Shared {
@@ -110,11 +166,11 @@ impl Shared {
         if h.append {
             return;
         }
-        let range = h
-            .stream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .note(&DROP_BEHIND, off, end);
+        let range =
+            h.stream
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .note(&self.drop_behind, off, end);
         if let (Some((from, to)), Some(tx)) = (range, self.behind.get()) {
             let _ = tx
                 .lock()
@@ -133,8 +189,11 @@ impl Shared {
         w.insert(ino, now);
     }
 
-    /// The metadata server has the times of every write to `ino` before now.
+    /// The metadata server has the times of every write to `ino` before now. Its stamp
+    /// moved: the next open drops the cached pages (they are right, but this mount
+    /// cannot tell its own change from another's).
     fn writes_recorded(&self, ino: u64) {
+        self.stamps.forget(ino);
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -208,6 +267,8 @@ impl StripeFs {
                 readahead_set: std::sync::Once::new(),
                 direct_writes: AtomicBool::new(false),
                 written: Mutex::new(HashMap::new()),
+                stamps: CacheStamps::default(),
+                drop_behind: crate::drop_behind_policy(crate::keep_head_bytes()),
             }),
             pool: Pool::new(WORKERS, MAX_QUEUED_REQUESTS),
         }
@@ -337,8 +398,8 @@ fn open_options(flags: i32) -> OpenOptions {
 }
 
 /// open(O_RDONLY | O_TRUNC): Linux truncates when the caller may write (the kernel
-/// has checked that); the handle stays read-only.
-fn truncate_read_only(c: &Client, flags: i32, f: &File) -> Result<(), WireError> {
+/// has checked that); the handle stays read-only. Returns whether it truncated.
+fn truncate_read_only(c: &Client, flags: i32, f: &File) -> Result<bool, WireError> {
     let read_only_trunc = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC != 0;
     if read_only_trunc && f.size() > 0 {
         let zero = SetAttrs {
@@ -346,8 +407,9 @@ fn truncate_read_only(c: &Client, flags: i32, f: &File) -> Result<(), WireError>
             ..SetAttrs::default()
         };
         c.setattr_ino(f.ino(), zero)?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 thread_local! {
@@ -602,15 +664,24 @@ impl fuser::Filesystem for StripeFs {
                 .call_once(|| crate::readahead::raise(&sh.mountpoint));
             let opened = c
                 .open_ino(InodeId(ino), &open_options(flags))
-                .and_then(|f| {
-                    truncate_read_only(&c, flags, &f)?;
-                    Ok(f)
-                });
+                .and_then(|f| Ok((truncate_read_only(&c, flags, &f)?, f)));
             match opened {
-                Ok(file) => {
+                Ok((truncated, file)) => {
                     sh.forget_attrs(ino);
+                    // Close-to-open, without rereading an unchanged file: the kernel
+                    // keeps its pages only if the stamp is the one they were read at.
+                    let stamp = Stamp::of(&file.cached_attr());
+                    let keep =
+                        !truncated && flags & libc::O_TRUNC == 0 && sh.stamps.keep(ino, stamp);
+                    if truncated {
+                        sh.stamps.forget(ino);
+                    }
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));
-                    reply.opened(fh, open_flags(append, flags, sh.direct_writes()));
+                    let keep_flag = if keep { FOPEN_KEEP_CACHE } else { 0 };
+                    reply.opened(
+                        fh,
+                        open_flags(append, flags, sh.direct_writes()) | keep_flag,
+                    );
                 }
                 Err(e) => reply.error(errno_ino(&e)),
             }

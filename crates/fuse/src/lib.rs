@@ -17,9 +17,12 @@
 //!
 //! Consistency. Attributes and entries are cached by the kernel for [`ATTR_TTL`] and
 //! [`ENTRY_TTL`]. Close-to-open between clients: each open invalidates the kernel's
-//! attributes and (without keep_cache) its cached pages of the file, so what another
-//! client closed is seen by the next open; an open of an inode that another client
-//! replaced answers ESTALE, which makes the kernel look the name up again.
+//! attributes, and keeps the file's cached pages only if the file is unchanged since
+//! they were cached (its change stamp, ctime, mtime and size from the metadata server,
+//! is the one seen when they were cached: see `CacheStamps` in `fs.rs`), so what another
+//! client closed is seen by the next open and an unchanged file is read again from
+//! memory; an open of an inode that another client replaced answers ESTALE, which makes
+//! the kernel look the name up again.
 //!
 //! Fault model. A server that stops makes the calls that need it fail within the client
 //! timeout; they answer EIO, never hang. The client reconnects on the next call, so the
@@ -55,14 +58,36 @@ pub const MAX_BACKGROUND: u16 = 64;
 pub const READAHEAD_BYTES: u64 = 16 << 20;
 /// Drop-behind of streaming reads (see `behind.rs`): a run of reads counts as one stream
 /// while each starts within the kernel's readahead of the front; once a stream has read
-/// four readaheads, the kernel's pages more than two readaheads behind its front are
-/// dropped, at least 8 MiB at a time.
-pub(crate) const DROP_BEHIND: behind::Policy = behind::Policy {
-    slack: READAHEAD_BYTES,
-    lag: 2 * READAHEAD_BYTES,
-    min_run: 4 * READAHEAD_BYTES,
-    step: 8 << 20,
-};
+/// four readaheads, the kernel's pages more than two readaheads behind its front and
+/// beyond the first `keep_head` bytes of the file are dropped, at least 8 MiB at a time.
+/// The head of a file stays cached, so that reading an unchanged file again runs from
+/// memory (see [`keep_head_bytes`]); only what lies beyond streams through.
+pub(crate) fn drop_behind_policy(keep_head: u64) -> behind::Policy {
+    behind::Policy {
+        slack: READAHEAD_BYTES,
+        lag: 2 * READAHEAD_BYTES,
+        min_run: 4 * READAHEAD_BYTES,
+        step: 8 << 20,
+        keep_head,
+    }
+}
+
+/// Bytes at the head of each file whose cached pages a stream keeps: an eighth of the
+/// machine's memory, at least [`MIN_KEEP_HEAD_BYTES`].
+pub(crate) fn keep_head_bytes() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024)
+        })
+        .unwrap_or(0);
+    (total / 8).max(MIN_KEEP_HEAD_BYTES)
+}
+
+/// The least [`keep_head_bytes`] gives, whatever the machine.
+pub const MIN_KEEP_HEAD_BYTES: u64 = 256 << 20;
 /// The block size `stat` reports: programs size their buffers by it.
 pub const BLKSIZE_BYTES: u32 = 1 << 20;
 

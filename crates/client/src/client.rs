@@ -235,6 +235,13 @@ impl Client {
         if opts.truncate && io.size() > 0 {
             // On failure the handle is dropped, which closes it on the server.
             file.set_len(0)?;
+        } else if opts.truncate && !opened {
+            // O_TRUNC of an existing empty file still marks it modified, as Linux does.
+            let now = SetAttrs {
+                mtime: Some(SetTime::Now),
+                ..SetAttrs::default()
+            };
+            ctx(self.setattr_ino(attr.ino, now), what)?;
         }
         Ok(file)
     }
@@ -367,6 +374,13 @@ impl Client {
     /// Changes attributes. A new size is applied to the data servers first.
     pub fn setattr_ino(&self, ino: InodeId, attrs: SetAttrs) -> Result<Attr, WireError> {
         let what = || format!("setattr {ino}");
+        if attrs.mtime.is_some() {
+            // Writes still queued here would record their own mtime after this one
+            // (`cp -p` writes, then sets the times): record them first.
+            if let Some(io) = self.inner.live_io(ino) {
+                ctx(io.flush(&self.cred, false), what)?;
+            }
+        }
         let mut rest = attrs;
         let mut attr = None;
         if let Some(size) = rest.size.take() {

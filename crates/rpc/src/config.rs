@@ -131,6 +131,12 @@ impl ClusterConfig {
                 defaults.stripe_size_bytes = b as u32;
             }
             if let Some(c) = d.stripe_count {
+                if c as usize > raw.data.len() {
+                    return Err(format!(
+                        "default stripe_count {c} exceeds the number of data servers ({})",
+                        raw.data.len()
+                    ));
+                }
                 defaults.stripe_count = c;
             }
         }

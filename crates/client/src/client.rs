@@ -189,9 +189,10 @@ impl Client {
         path: Option<&str>,
         opened: bool,
     ) -> Result<File, WireError> {
+        let ino = attr.ino;
         let what = || match path {
             Some(p) => format!("open {p}"),
-            None => format!("open {}", attr.ino),
+            None => format!("open {ino}"),
         };
         match attr.ftype {
             FileType::File => {}
@@ -241,7 +242,7 @@ impl Client {
                 mtime: Some(SetTime::Now),
                 ..SetAttrs::default()
             };
-            ctx(self.setattr_ino(attr.ino, now), what)?;
+            ctx(self.setattr_ino(ino, now), what)?;
         }
         Ok(file)
     }

@@ -281,5 +281,25 @@ fn small_things_a_user_notices() {
     }
     let ls = c.ok(&["ls", "/"]);
     assert!(!ls.contains('f') && !ls.contains('g'), "{ls}");
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().display().to_string();
+    let args = [
+        "cluster",
+        "up",
+        "--dir",
+        &dir,
+        "--servers",
+        "2",
+        "--stripe-count",
+        "3",
+    ];
+    let out = without_env(&args);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--stripe-count 3 exceeds the number of data servers (2)"),
+        "{}",
+        text(&out)
+    );
     c.ok(&["put", &src, "/f", "--stripe-count", "2"]);
 }

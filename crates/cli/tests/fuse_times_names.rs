@@ -88,6 +88,18 @@ fn each_call_moves_the_times_posix_says() {
         let mut h = fs::OpenOptions::new().append(true).open(&f).unwrap();
         h.write_all(b" world").unwrap();
     });
+    // A write shows at once, before close; the close records the same mtime.
+    let before = times(&f);
+    tick();
+    let mut h = fs::OpenOptions::new().append(true).open(&f).unwrap();
+    h.write_all(b"!").unwrap();
+    let open = times(&f);
+    assert!(
+        open.1 > before.1 && open.2 > before.2,
+        "{before:?} -> {open:?}"
+    );
+    drop(h);
+    assert_eq!(times(&f).1, open.1, "mtime recorded at close");
     moves("chmod", &[(&f, false, true)], || {
         fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     });

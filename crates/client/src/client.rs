@@ -71,14 +71,13 @@ impl Client {
         }
     }
 
-    /// Shows writes made in this client that the metadata server has not seen yet.
+    /// Shows writes made in this client that the metadata server has not seen yet: their
+    /// end, and their time as the mtime and ctime, as the server will record them.
     fn with_local_size(&self, mut attr: Attr) -> Attr {
-        if let Some(end) = self
-            .inner
-            .live_io(attr.ino)
-            .and_then(|io| io.unflushed_end())
-        {
+        if let Some((end, mtime_ns)) = self.inner.live_io(attr.ino).and_then(|io| io.unflushed()) {
             attr.size = attr.size.max(end);
+            attr.mtime_ns = attr.mtime_ns.max(mtime_ns);
+            attr.ctime_ns = attr.ctime_ns.max(mtime_ns);
         }
         attr
     }

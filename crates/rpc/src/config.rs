@@ -327,6 +327,14 @@ mod tests {
             .contains("metadata server"));
         let unknown = format!("{}bogus = 1\n", sample());
         assert!(ClusterConfig::parse(&unknown).is_err());
+        let wide = format!("{}[defaults]\nstripe_count = 2\n", sample());
+        let e = ClusterConfig::parse(&wide).unwrap_err();
+        assert!(
+            e.contains("stripe_count 2 exceeds the number of data servers (1)"),
+            "{e}"
+        );
+        let all = format!("{}[defaults]\nstripe_count = 1\n", sample());
+        assert_eq!(ClusterConfig::parse(&all).unwrap().defaults.stripe_count, 1);
     }
 
     #[test]

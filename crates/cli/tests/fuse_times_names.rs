@@ -226,12 +226,17 @@ fn names_paths_and_rename_corners() {
     fs::write(&rel, b"deep").unwrap();
     assert_eq!(fs::read(&rel).unwrap(), b"deep");
     let e = fs::write(format!("{rel}x"), b"x").unwrap_err();
+    fs::write(&rel[..4094], b"").unwrap();
     std::env::set_current_dir("/").unwrap();
     assert_eq!(errno(e), libc::ENAMETOOLONG);
-    // The CLI takes the deepest directory's absolute path (4080 bytes) too.
-    let dir = &rel[..rel.rfind('/').unwrap()];
-    let through_cli = c.ok(&["stat", &format!("/{dir}")]);
-    assert!(through_cli.contains("Dir"), "{through_cli}");
+    // The CLI takes absolute paths of up to 4095 bytes too.
+    let abs = format!("/{}", &rel[..4094]);
+    assert_eq!(abs.len(), 4095);
+    let through_cli = c.ok(&["stat", &abs]);
+    assert!(through_cli.contains("type: File"), "{through_cli}");
+    let out = c.run(&["stat", &format!("/{rel}")]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("name too long"), "{}", text(&out));
 
     // Renaming a hard link over another link of the same inode does nothing.
     let (x, y) = (m.p("x"), m.p("y"));

@@ -302,4 +302,19 @@ fn small_things_a_user_notices() {
         text(&out)
     );
     c.ok(&["put", &src, "/f", "--stripe-count", "2"]);
+
+    // Names: 255 bytes work, 256 are too long; a directory cannot move into itself.
+    let ok = format!("/{}", "n".repeat(255));
+    c.ok(&["mkdir", &ok]);
+    assert!(c.ok(&["stat", &ok]).contains("type: Dir"));
+    let out = c.run(&["mkdir", &format!("/{}", "n".repeat(256))]);
+    assert!(text(&out).contains("name too long"), "{}", text(&out));
+    c.ok(&["mkdir", "/d/e"]);
+    let out = c.run(&["mv", "/d", "/d/e/d"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("into its own subtree"),
+        "{}",
+        text(&out)
+    );
 }

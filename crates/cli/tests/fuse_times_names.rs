@@ -114,6 +114,24 @@ fn each_call_moves_the_times_posix_says() {
             .set_len(3)
             .unwrap();
     });
+    moves(
+        "truncate(2) to the same size",
+        &[(&f, false, false)],
+        || {
+            let c = CString::new(f.as_os_str().as_bytes()).unwrap();
+            // SAFETY: `c` is a NUL-terminated path.
+            assert_eq!(unsafe { libc::truncate(c.as_ptr(), 3) }, 0);
+        },
+    );
+    let empty = m.p("empty");
+    fs::write(&empty, b"").unwrap();
+    moves("O_TRUNC of an empty file", &[(&empty, true, true)], || {
+        fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&empty)
+            .unwrap();
+    });
     let l = b.join("l");
     moves("link", &[(&f, false, true), (&b, true, true)], || {
         fs::hard_link(&f, &l).unwrap()

@@ -184,6 +184,16 @@ fn each_call_moves_the_times_posix_says() {
     assert_eq!(mt, 5_000_000_006);
     assert!(at > c2 && c3 > c2, "{at} {c3} {c2}");
 
+    // Before 1970 too: -1.012345679 s is the timespec (-2, 987654321).
+    utimensat(&g, (-2, 987_654_321), (-1, 0));
+    let st = fs::metadata(&g).unwrap();
+    assert_eq!((st.atime(), st.atime_nsec()), (-2, 987_654_321));
+    assert_eq!((st.mtime(), st.mtime_nsec()), (-1, 0));
+    let (at, mt, _) = times(&g);
+    assert_eq!((at, mt), (-1_012_345_679, -1_000_000_000));
+    let st: serde_json::Value = serde_json::from_str(&c.ok(&["stat", "/a/g", "--json"])).unwrap();
+    assert_eq!(st["atime_ns"], -1_012_345_679);
+
     // cp -p: data written and the times set before close keep the times set.
     let cp = m.p("cp");
     {

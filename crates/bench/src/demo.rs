@@ -358,7 +358,7 @@ fn md(ctx: &Ctx) -> Section {
                         "local file system, same pattern",
                         f(v, &format!("baseline_{key}")),
                     )
-                    .vs("issue-4 target (4 servers, 2500 files)", target),
+                    .vs("target (4 servers, 2,500 files)", target),
             );
         }
         for key in [

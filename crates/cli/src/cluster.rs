@@ -70,9 +70,16 @@ fn up(a: UpArgs) -> Result<()> {
     if a.stripe_size == 0 || a.stripe_size % 4096 != 0 || a.stripe_size > 16 << 20 {
         return Err(anyhow!("--stripe-size must be a multiple of 4K up to 16M"));
     }
+    let servers = a.servers.unwrap_or(4);
+    if a.stripe_count > servers {
+        return Err(anyhow!(
+            "--stripe-count {} exceeds the number of data servers ({servers})",
+            a.stripe_count
+        ));
+    }
     let opts = stripefs_launch::UpOptions {
         dir: a.dir,
-        servers: a.servers.unwrap_or(4),
+        servers,
         targets: a.targets.unwrap_or(1),
         throttle_bytes_s: a.throttle,
         defaults: Defaults {

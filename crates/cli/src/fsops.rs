@@ -435,11 +435,9 @@ pub fn stat(a: PathArgs) -> Result<()> {
         at.uid,
         at.gid
     );
-    println!(
-        "  mtime: {}   ctime: {}",
-        fmt_time(at.mtime_ns),
-        fmt_time(at.ctime_ns)
-    );
+    println!("  atime: {}", fmt_time(at.atime_ns));
+    println!("  mtime: {}", fmt_time(at.mtime_ns));
+    println!("  ctime: {}", fmt_time(at.ctime_ns));
     if let Some(l) = &at.layout {
         println!(
             "  stripe: {} x {}",
@@ -450,12 +448,37 @@ pub fn stat(a: PathArgs) -> Result<()> {
     Ok(())
 }
 
+/// An inode time (nanoseconds since the Unix epoch) as ISO 8601 in UTC with all nine
+/// digits of the fraction, e.g. `2026-11-23T13:45:01.123456789Z`.
 fn fmt_time(ns: i64) -> String {
+    const NS_PER_S: i64 = 1_000_000_000;
+    const S_PER_DAY: i64 = 86_400;
+    let (secs, frac) = (ns.div_euclid(NS_PER_S), ns.rem_euclid(NS_PER_S));
+    let (days, sod) = (secs.div_euclid(S_PER_DAY), secs.rem_euclid(S_PER_DAY));
+    let (y, m, d) = civil_from_days(days);
     format!(
-        "{}.{:09}",
-        ns.div_euclid(1_000_000_000),
-        ns.rem_euclid(1_000_000_000)
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:09}Z",
+        sod / 3600,
+        sod / 60 % 60,
+        sod % 60
     )
+}
+
+/// The proleptic Gregorian (year, month, day) of a day count from 1970-01-01, by Howard
+/// Hinnant's `civil_from_days`: eras of 400 years (146,097 days) starting on March 1, so
+/// that the leap day ends a year.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    assert!((1..=12).contains(&m) && (1..=31).contains(&d), "{days}");
+    (y, m, d)
 }
 
 pub fn mkdir(a: MkdirArgs) -> Result<()> {
@@ -609,4 +632,26 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
         println!("  servers:      {}", list.join(" "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_time;
+
+    #[test]
+    fn times_print_as_iso_8601_utc_with_nanoseconds() {
+        let cases = [
+            (0, "1970-01-01T00:00:00.000000000Z"),
+            (-1, "1969-12-31T23:59:59.999999999Z"),
+            (951_782_400_000_000_000, "2000-02-29T00:00:00.000000000Z"),
+            (951_955_199_000_000_001, "2000-03-01T23:59:59.000000001Z"),
+            (1_700_000_000_123_456_789, "2023-11-14T22:13:20.123456789Z"),
+            (1_795_441_501_123_456_789, "2026-11-23T13:45:01.123456789Z"),
+            (i64::MAX, "2262-04-11T23:47:16.854775807Z"),
+            (i64::MIN, "1677-09-21T00:12:43.145224192Z"),
+        ];
+        for (ns, want) in cases {
+            assert_eq!(fmt_time(ns), want, "{ns}");
+        }
+    }
 }

@@ -9,6 +9,7 @@ mod serve;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -19,7 +20,8 @@ use std::path::PathBuf;
     long_about = "stripefs turns the disks of many nodes into one fast namespace: files are \
                   striped over data servers, and inside a server over its local disks.\n\n\
                   Start a throwaway local cluster with `stripefs cluster up --dir DIR`, then \
-                  point client commands at DIR/cluster.toml with --cluster or STRIPEFS_CLUSTER."
+                  point client commands at DIR/cluster.toml with --cluster (before or after \
+                  the command) or STRIPEFS_CLUSTER."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -63,7 +65,7 @@ enum Cmd {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(hoist_cluster(std::env::args_os().collect()));
     let result: Result<()> = match cli.cmd {
         Cmd::Cluster(c) => cluster::run(c),
         Cmd::Serve(a) => serve::run(a),
@@ -89,4 +91,60 @@ fn main() {
 
 fn exe() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stripefs"))
+}
+
+/// Moves `--cluster FILE` given before the command to the end of the command's own
+/// arguments (before a `--`), where every command that talks to a cluster declares it:
+/// `stripefs --cluster F ls /` is `stripefs ls / --cluster F`. A clap global argument
+/// cannot do this, since nested commands such as `bench md` require the option while
+/// they are parsed, before a global value reaches them.
+fn hoist_cluster(mut args: Vec<OsString>) -> Vec<OsString> {
+    let mut moved = Vec::new();
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy();
+        if a == "--cluster" && i + 1 < args.len() {
+            moved.extend(args.drain(i..i + 2));
+        } else if a.starts_with("--cluster=") {
+            moved.push(args.remove(i));
+        } else if a.starts_with('-') {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+    args.splice(end..end, moved);
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hoist_cluster;
+
+    fn hoist(line: &str) -> String {
+        let args = line.split(' ').map(Into::into).collect();
+        let out: Vec<String> = hoist_cluster(args)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        out.join(" ")
+    }
+
+    #[test]
+    fn cluster_before_the_command_moves_after_it() {
+        for (given, want) in [
+            ("s --cluster F ls /", "s ls / --cluster F"),
+            (
+                "s --cluster=F bench md --files 3",
+                "s bench md --files 3 --cluster=F",
+            ),
+            ("s --cluster F rm -r -- -x", "s rm -r --cluster F -- -x"),
+            ("s ls / --cluster F", "s ls / --cluster F"),
+            ("s ls --cluster", "s ls --cluster"),
+            ("s --version", "s --version"),
+        ] {
+            assert_eq!(hoist(given), want, "{given}");
+        }
+    }
 }

@@ -248,6 +248,11 @@ fn demo_writes_the_report_and_stops_its_cluster() {
         "{html}"
     );
     assert!(!html.contains("FAILED"), "{html}");
+    // The report is for users: it names no internal planning documents.
+    for text in [&html, &stdout.to_string()] {
+        assert!(!text.to_lowercase().contains("issue"), "{text}");
+    }
+    assert!(html.contains("target (4 servers, 2,500 files)"), "{html}");
     let io = json(&rep.join("io.json"));
     assert!(io["baseline_write_mib_s"].as_f64().unwrap() > 0.0, "{io}");
     assert!(std::fs::read_to_string(rep.join("io.txt"))

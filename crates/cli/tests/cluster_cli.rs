@@ -211,3 +211,110 @@ fn wrong_secret_is_refused_clearly_and_logged() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// `stripefs ARGS` with no STRIPEFS_CLUSTER in the environment.
+fn without_env(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(exe())
+        .args(args)
+        .env_remove("STRIPEFS_CLUSTER")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn small_things_a_user_notices() {
+    let c = Cluster::up(2, 1, &[]);
+    let file = c.cluster_file().display().to_string();
+    // --cluster before or after the command, or from the environment.
+    c.ok(&["mkdir", "/d"]);
+    for args in [
+        vec!["--cluster", &file, "ls", "/"],
+        vec!["ls", "/", "--cluster", &file],
+        vec!["ls", "--cluster", &file, "/"],
+    ] {
+        let out = without_env(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains('d'),
+            "{args:?}"
+        );
+    }
+    assert!(c.ok(&["ls", "/"]).contains('d'));
+
+    // stat prints times as dates; --json keeps the nanosecond numbers.
+    let human = c.ok(&["stat", "/d"]);
+    let st: Value = serde_json::from_str(&c.ok(&["stat", "/d", "--json"])).unwrap();
+    for key in ["atime", "mtime", "ctime"] {
+        let ns = st[format!("{key}_ns")].as_i64().unwrap();
+        assert!(ns > 1_600_000_000_000_000_000, "{st}");
+        let line = human
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{key}:")))
+            .unwrap_or_else(|| panic!("no {key} in {human}"));
+        let date = line.split_whitespace().nth(1).unwrap();
+        // 2026-11-23T13:45:01.123456789Z
+        assert_eq!(date.len(), 30, "{line}");
+        assert!(date.ends_with('Z') && date.as_bytes()[10] == b'T', "{line}");
+        assert!(
+            date.ends_with(&format!("{:09}Z", ns % 1_000_000_000)),
+            "{line}"
+        );
+    }
+
+    // A stripe count above the number of data servers is an error, not a quiet clamp.
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("f");
+    std::fs::write(&src, b"x").unwrap();
+    let src = src.display().to_string();
+    for args in [
+        vec!["put", &src, "/f", "--stripe-count", "3"],
+        vec!["setstripe", "/g", "--count", "3"],
+        vec!["setstripe", "/d", "--count", "5"],
+    ] {
+        let out = c.run(&args);
+        assert!(!out.status.success(), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("exceeds the number of data servers (2)") && err.contains("stripe count"),
+            "{args:?}: {err}"
+        );
+    }
+    let ls = c.ok(&["ls", "/"]);
+    assert!(!ls.contains('f') && !ls.contains('g'), "{ls}");
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().display().to_string();
+    let args = [
+        "cluster",
+        "up",
+        "--dir",
+        &dir,
+        "--servers",
+        "2",
+        "--stripe-count",
+        "3",
+    ];
+    let out = without_env(&args);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--stripe-count 3 exceeds the number of data servers (2)"),
+        "{}",
+        text(&out)
+    );
+    c.ok(&["put", &src, "/f", "--stripe-count", "2"]);
+
+    // Names: 255 bytes work, 256 are too long; a directory cannot move into itself.
+    let ok = format!("/{}", "n".repeat(255));
+    c.ok(&["mkdir", &ok]);
+    assert!(c.ok(&["stat", &ok]).contains("type: Dir"));
+    let out = c.run(&["mkdir", &format!("/{}", "n".repeat(256))]);
+    assert!(text(&out).contains("name too long"), "{}", text(&out));
+    c.ok(&["mkdir", "/d/e"]);
+    let out = c.run(&["mv", "/d", "/d/e/d"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("into its own subtree"),
+        "{}",
+        text(&out)
+    );
+}

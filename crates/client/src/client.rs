@@ -71,14 +71,13 @@ impl Client {
         }
     }
 
-    /// Shows writes made in this client that the metadata server has not seen yet.
+    /// Shows writes made in this client that the metadata server has not seen yet: their
+    /// end, and their time as the mtime and ctime, as the server will record them.
     fn with_local_size(&self, mut attr: Attr) -> Attr {
-        if let Some(end) = self
-            .inner
-            .live_io(attr.ino)
-            .and_then(|io| io.unflushed_end())
-        {
+        if let Some((end, mtime_ns)) = self.inner.live_io(attr.ino).and_then(|io| io.unflushed()) {
             attr.size = attr.size.max(end);
+            attr.mtime_ns = attr.mtime_ns.max(mtime_ns);
+            attr.ctime_ns = attr.ctime_ns.max(mtime_ns);
         }
         attr
     }
@@ -199,9 +198,10 @@ impl Client {
         path: Option<&str>,
         opened: bool,
     ) -> Result<File, WireError> {
+        let ino = attr.ino;
         let what = || match path {
             Some(p) => format!("open {p}"),
-            None => format!("open {}", attr.ino),
+            None => format!("open {ino}"),
         };
         match attr.ftype {
             FileType::File => {}
@@ -245,6 +245,13 @@ impl Client {
         if opts.truncate && io.size() > 0 {
             // On failure the handle is dropped, which closes it on the server.
             file.set_len(0)?;
+        } else if opts.truncate && !opened {
+            // O_TRUNC of an existing empty file still marks it modified, as Linux does.
+            let now = SetAttrs {
+                mtime: Some(SetTime::Now),
+                ..SetAttrs::default()
+            };
+            ctx(self.setattr_ino(ino, now), what)?;
         }
         Ok(file)
     }
@@ -377,6 +384,13 @@ impl Client {
     /// Changes attributes. A new size is applied to the data servers first.
     pub fn setattr_ino(&self, ino: InodeId, attrs: SetAttrs) -> Result<Attr, WireError> {
         let what = || format!("setattr {ino}");
+        if attrs.mtime.is_some() {
+            // Writes still queued here would record their own mtime after this one
+            // (`cp -p` writes, then sets the times): record them first.
+            if let Some(io) = self.inner.live_io(ino) {
+                ctx(io.flush(&self.cred, false), what)?;
+            }
+        }
         let mut rest = attrs;
         let mut attr = None;
         if let Some(size) = rest.size.take() {

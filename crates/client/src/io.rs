@@ -54,6 +54,9 @@ struct State {
     latched: Option<WireError>,
     /// Highest end written since the size was last sent to the metadata server.
     unflushed_end: Option<u64>,
+    /// When the last of those writes was made: the mtime to record, and to show
+    /// meanwhile, as write(2) marks the file modified at once.
+    unflushed_mtime_ns: i64,
     /// Size as last seen from the metadata server.
     meta_size: u64,
     cells: HashMap<(u32, u64), Cell>,
@@ -168,6 +171,7 @@ impl InodeIo {
                 inflight_bytes: 0,
                 latched: None,
                 unflushed_end: None,
+                unflushed_mtime_ns: attr.mtime_ns,
                 meta_size: attr.size,
                 cells: HashMap::new(),
                 cell_bytes_held: 0,
@@ -194,9 +198,11 @@ impl InodeIo {
         lock(&self.state).size()
     }
 
-    /// Bytes written here that the metadata server does not know about yet.
-    pub fn unflushed_end(&self) -> Option<u64> {
-        lock(&self.state).unflushed_end
+    /// The end and time of writes made here that the metadata server does not know
+    /// about yet.
+    pub fn unflushed(&self) -> Option<(u64, i64)> {
+        let st = lock(&self.state);
+        st.unflushed_end.map(|end| (end, st.unflushed_mtime_ns))
     }
 
     pub fn note_meta_size(&self, size: u64) {
@@ -300,6 +306,7 @@ impl InodeIo {
         {
             let mut st = lock(&self.state);
             st.unflushed_end = Some(st.unflushed_end.unwrap_or(0).max(end));
+            st.unflushed_mtime_ns = now_ns();
         }
         let mut queued = 0;
         for chunk in self.geo.write_chunks(offset, data.len() as u64) {
@@ -680,12 +687,15 @@ impl InodeIo {
         if data_sync {
             self.on_all_servers(cred, "Fsync", |_| Request::Fsync { fid: self.ino })?;
         }
-        let end = lock(&self.state).unflushed_end.take();
+        let (end, mtime_ns) = {
+            let mut st = lock(&self.state);
+            (st.unflushed_end.take(), st.unflushed_mtime_ns)
+        };
         let Some(end) = end else { return Ok(()) };
         let req = Request::ExtendSize {
             ino: self.ino,
             size: end,
-            mtime_ns: now_ns(),
+            mtime_ns,
         };
         match self.inner.meta_call(cred, req) {
             Ok(resp) => {

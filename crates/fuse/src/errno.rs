@@ -40,18 +40,31 @@ pub fn kind(t: FileType) -> fuser::FileType {
     }
 }
 
+const NS_PER_S: i64 = 1_000_000_000;
+
+/// The `SystemTime` that fuser turns into the kernel's timespec for `ns`.
+///
+/// Before 1970 fuser maps a timespec `(secs < 0, nsecs)` to `EPOCH - (-secs s + nsecs ns)`
+/// (and back), not to `secs + nsecs`: for -1.25 s, the timespec (-2, 750000000), the
+/// kernel would see -2.75 s. So a time before the epoch is handed over in that form.
 pub fn time(ns: i64) -> SystemTime {
     if ns >= 0 {
-        UNIX_EPOCH + Duration::from_nanos(ns as u64)
-    } else {
-        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+        return UNIX_EPOCH + Duration::from_nanos(ns as u64);
     }
+    let secs = ns.div_euclid(NS_PER_S).unsigned_abs();
+    let nanos = ns.rem_euclid(NS_PER_S) as u32;
+    UNIX_EPOCH - Duration::new(secs, nanos)
 }
 
+/// Nanoseconds since the epoch of a time from fuser: the inverse of [`time`].
 pub fn time_ns(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => {
+            let d = e.duration();
+            let ns = -i128::from(d.as_secs()) * i128::from(NS_PER_S) + i128::from(d.subsec_nanos());
+            i64::try_from(ns).unwrap_or(i64::MIN)
+        }
     }
 }
 
@@ -88,9 +101,28 @@ mod tests {
 
     #[test]
     fn times_round_trip() {
-        for ns in [0i64, 1, 1_700_000_000_123_456_789, -5_000_000_001] {
+        for ns in [
+            0i64,
+            1,
+            1_700_000_000_123_456_789,
+            -5_000_000_001,
+            -1,
+            i64::MIN,
+        ] {
             assert_eq!(time_ns(time(ns)), ns);
         }
+    }
+
+    #[test]
+    fn times_before_1970_reach_the_kernel_as_timespecs() {
+        // fuser's conversion: (-(EPOCH - t).secs, (EPOCH - t).subsec_nanos).
+        let kernel = |t: SystemTime| {
+            let d = UNIX_EPOCH.duration_since(t).unwrap();
+            (-(d.as_secs() as i64), d.subsec_nanos())
+        };
+        assert_eq!(kernel(time(-1_250_000_000)), (-2, 750_000_000));
+        assert_eq!(kernel(time(-1_000_000_000)), (-1, 0));
+        assert_eq!(kernel(time(-1)), (-1, 999_999_999));
     }
 
     #[test]

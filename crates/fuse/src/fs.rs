@@ -27,9 +27,6 @@ use stripefs_client::{
 
 /// Size of the unit `statfs` counts blocks in.
 const STATFS_FRSIZE: u32 = 4096;
-/// Inodes whose write times [`Shared::note_write`] remembers at most (they are forgotten
-/// at flush; past this many at once, all are: stat then shows the time of the flush).
-const MAX_WRITTEN_INODES: usize = 65536;
 /// Longest name, as the wire protocol allows.
 const NAME_MAX: u32 = 255;
 /// Inodes `statfs` reports as total and free: the metadata store has no fixed table.
@@ -74,10 +71,6 @@ pub struct Shared {
     /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later): write-only handles then bypass
     /// the page cache.
     direct_writes: AtomicBool,
-    /// When this mount last wrote to each inode whose new mtime the metadata server has
-    /// not been told yet (write-behind tells it at flush): `stat` between a write and the
-    /// close shows the write's time, as POSIX wants.
-    written: Mutex<HashMap<u64, i64>>,
     /// The change stamp of each file whose pages the kernel may hold.
     stamps: CacheStamps,
     /// When streaming reads drop the kernel's pages behind them.
@@ -179,35 +172,11 @@ impl Shared {
         }
     }
 
-    /// Notes a write to `ino` now.
-    fn note_write(&self, ino: u64) {
-        let now = crate::errno::time_ns(SystemTime::now());
-        let mut w = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        if w.len() >= MAX_WRITTEN_INODES {
-            w.clear();
-        }
-        w.insert(ino, now);
-    }
-
     /// The metadata server has the times of every write to `ino` before now. Its stamp
     /// moved: the next open drops the cached pages (they are right, but this mount
     /// cannot tell its own change from another's).
     fn writes_recorded(&self, ino: u64) {
         self.stamps.forget(ino);
-        self.written
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&ino);
-    }
-
-    /// `a` with the time of this mount's writes that the metadata server does not know.
-    fn with_local_times(&self, mut a: Attr) -> Attr {
-        let w = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&t) = w.get(&a.ino.0) {
-            a.mtime_ns = a.mtime_ns.max(t);
-            a.ctime_ns = a.ctime_ns.max(t);
-        }
-        a
     }
 
     fn direct_writes(&self) -> bool {
@@ -266,7 +235,6 @@ impl StripeFs {
                 mountpoint: mountpoint.to_path_buf(),
                 readahead_set: std::sync::Once::new(),
                 direct_writes: AtomicBool::new(false),
-                written: Mutex::new(HashMap::new()),
                 stamps: CacheStamps::default(),
                 drop_behind: crate::drop_behind_policy(crate::keep_head_bytes()),
             }),
@@ -476,8 +444,8 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
-            Ok(a) => reply.attr(&ATTR_TTL, &kernel_attr(&c, &sh.with_local_times(a))),
+        self.spawn(req, move |_, c| match c.getattr(InodeId(ino)) {
+            Ok(a) => reply.attr(&ATTR_TTL, &kernel_attr(&c, &a)),
             Err(e) => reply.error(errno_ino(&e)),
         });
     }
@@ -741,7 +709,7 @@ impl fuser::Filesystem for StripeFs {
     fn write(
         &mut self,
         req: &Request<'_>,
-        ino: u64,
+        _ino: u64,
         fh: u64,
         offset: i64,
         data: &[u8],
@@ -758,7 +726,6 @@ impl fuser::Filesystem for StripeFs {
         // wait for earlier writes goes to a worker, so that other requests keep flowing.
         if let Ok(h) = self.shared.file(fh) {
             if !h.append && h.file.write_would_not_wait(offset, data.len() as u64) {
-                self.shared.note_write(ino);
                 return match h.file.write_at(offset, data) {
                     Ok(()) => reply.written(data.len() as u32),
                     Err(e) => reply.error(errno(&e)),
@@ -779,7 +746,6 @@ impl fuser::Filesystem for StripeFs {
             } else {
                 offset
             };
-            sh.note_write(ino);
             match h.file.write_at(at, &data) {
                 Ok(()) => reply.written(data.len() as u32),
                 Err(e) => reply.error(errno(&e)),

@@ -161,10 +161,15 @@ impl Model {
         let ino = self.entry(sp, sn).ok_or(ErrorCode::NotFound)?;
         let is_dir = self.nodes[&ino].ftype == FileType::Dir;
         let dst = self.entry(dp, dn);
+        // Linux's order: EEXIST, then EINVAL for a directory into its own subtree, then
+        // the same inode (nothing to do), then what the destination says.
+        if dst.is_some() && noreplace {
+            return Err(ErrorCode::Exists);
+        }
+        if is_dir && sp != dp && self.in_subtree(dp, ino) {
+            return Err(ErrorCode::InvalidArgument);
+        }
         if let Some(d) = dst {
-            if noreplace {
-                return Err(ErrorCode::Exists);
-            }
             if d == ino {
                 return Ok(None);
             }
@@ -177,9 +182,6 @@ impl Model {
                 }
                 _ => {}
             }
-        }
-        if is_dir && sp != dp && self.in_subtree(dp, ino) {
-            return Err(ErrorCode::InvalidArgument);
         }
         self.nodes.get_mut(&sp).unwrap().children.remove(sn);
         if let Some(d) = dst {

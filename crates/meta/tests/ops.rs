@@ -490,8 +490,8 @@ fn layout_inheritance_and_rotation() {
         .unwrap();
     assert_eq!((f.stripe_size_bytes, f.servers.len()), (65536, 2));
     assert_eq!(f.servers[1].0, (f.servers[0].0 + 1) % 4);
-    let g = fs
-        .attr(
+    let g = |count| {
+        fs.attr(
             &r,
             Request::Create {
                 parent: sub.ino,
@@ -500,14 +500,15 @@ fn layout_inheritance_and_rotation() {
                 exclusive: true,
                 layout: LayoutHint {
                     stripe_size_bytes: None,
-                    stripe_count: Some(9),
+                    stripe_count: Some(count),
                     start_server: None,
                 },
             },
         )
-        .unwrap()
-        .layout
-        .unwrap();
+    };
+    // More stripes than servers is refused, not quietly cut down.
+    assert_eq!(code(g(9)), ErrorCode::InvalidArgument);
+    let g = g(4).unwrap().layout.unwrap();
     assert_eq!((g.stripe_size_bytes, g.servers.len()), (65536, 4));
     // SetLayout on a file: only while empty.
     let fa = fs.lookup(sub.ino.0, "f").unwrap();

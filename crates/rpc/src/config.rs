@@ -131,6 +131,12 @@ impl ClusterConfig {
                 defaults.stripe_size_bytes = b as u32;
             }
             if let Some(c) = d.stripe_count {
+                if c as usize > raw.data.len() {
+                    return Err(format!(
+                        "default stripe_count {c} exceeds the number of data servers ({})",
+                        raw.data.len()
+                    ));
+                }
                 defaults.stripe_count = c;
             }
         }
@@ -321,6 +327,14 @@ mod tests {
             .contains("metadata server"));
         let unknown = format!("{}bogus = 1\n", sample());
         assert!(ClusterConfig::parse(&unknown).is_err());
+        let wide = format!("{}[defaults]\nstripe_count = 2\n", sample());
+        let e = ClusterConfig::parse(&wide).unwrap_err();
+        assert!(
+            e.contains("stripe_count 2 exceeds the number of data servers (1)"),
+            "{e}"
+        );
+        let all = format!("{}[defaults]\nstripe_count = 1\n", sample());
+        assert_eq!(ClusterConfig::parse(&all).unwrap().defaults.stripe_count, 1);
     }
 
     #[test]

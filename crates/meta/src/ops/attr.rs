@@ -22,6 +22,15 @@ fn require_file(inode: &Inode, ino: u64, what: &str) -> Result<(), WireError> {
 pub fn set_attr(ctx: &mut Ctx, ino: u64, a: &SetAttrs) -> Result<Response, WireError> {
     let mut inode = need(ctx.w, ino)?;
     check_set_attr(ctx, ino, &inode, a)?;
+    let same_size = SetAttrs {
+        size: Some(inode.size),
+        ..SetAttrs::default()
+    };
+    if *a == same_size {
+        // truncate(2) to the current size changes nothing, times included: POSIX marks
+        // them "if the file size is changed" (ftruncate sends mtime "now" along).
+        return Ok(Response::Attr(inode.attr(ino)));
+    }
     let now = ctx.now_ns;
     let cred = ctx.cred;
     if let Some(mode) = a.mode {
@@ -37,7 +46,7 @@ pub fn set_attr(ctx: &mut Ctx, ino: u64, a: &SetAttrs) -> Result<Response, WireE
     }
     inode.uid = a.uid.unwrap_or(inode.uid);
     inode.gid = a.gid.unwrap_or(inode.gid);
-    if let Some(size) = a.size {
+    if let Some(size) = a.size.filter(|&s| s != inode.size) {
         inode.size = size;
         inode.mtime_ns = now;
         inode.mode = perm::strip_setid_on_write(cred, &inode);
@@ -132,7 +141,10 @@ pub fn set_layout(ctx: &mut Ctx, ino: u64, hint: LayoutHint) -> Result<Response,
     let mut inode = need(ctx.w, ino)?;
     perm::require_owner(ctx.cred, &inode, ino, "set the layout of")?;
     match inode.ftype {
-        FileType::Dir => inode.dir_layout = hint,
+        FileType::Dir => {
+            super::create::check_stripe_count(ctx.placement, hint.stripe_count.unwrap_or(0))?;
+            inode.dir_layout = hint;
+        }
         FileType::File => {
             if inode.size != 0 {
                 return Err(WireError::new(

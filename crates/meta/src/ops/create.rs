@@ -171,6 +171,20 @@ fn existing(
     Ok(Response::Attr(inode.attr(ino)))
 }
 
+/// Refuses a stripe count above the number of data servers (0 means all of them): a
+/// file cannot have two stripes on one server, and quietly using fewer would hide the
+/// caller's mistake.
+pub fn check_stripe_count(p: Placement, count: u32) -> Result<(), WireError> {
+    let n = p.data_servers;
+    if count > n {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!("stripe count {count} exceeds the number of data servers ({n})"),
+        ));
+    }
+    Ok(())
+}
+
 /// Chooses a new file's layout: fields of `hint`, else of the directory's default, else
 /// the cluster's; `count` consecutive servers from a start that advances by one per file,
 /// so that first stripes (and small files) spread evenly over the servers.
@@ -195,7 +209,8 @@ pub fn place(
         .stripe_count
         .or(inherit.stripe_count)
         .unwrap_or(p.defaults.stripe_count);
-    let count = if count == 0 || count > n { n } else { count };
+    check_stripe_count(p, count)?;
+    let count = if count == 0 { n } else { count };
     let start = match hint.start_server.or(inherit.start_server) {
         Some(s) if s >= n => {
             return Err(WireError::new(

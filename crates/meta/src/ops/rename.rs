@@ -24,26 +24,30 @@ pub fn rename(
     let sdir = need_dir(ctx.w, src_parent)?;
     let ddir = need_dir(ctx.w, dst_parent)?;
     let (ino, inode) = need_entry(ctx.w, src_parent, src_name)?;
-    check_remove(ctx, src_parent, &sdir, src_name, &inode)?;
-    perm::check_dir_change(ctx.cred, &ddir, dst_parent)?;
     let dst = match ctx.w.entry(dst_parent, dst_name)? {
         Some(_) => Some(need_entry(ctx.w, dst_parent, dst_name)?),
         None => None,
     };
-    if let Some((dino, dinode)) = &dst {
-        if noreplace {
-            return Err(WireError::new(
-                ErrorCode::Exists,
-                format!("{dst_name:?} already exists in inode {dst_parent}"),
-            ));
-        }
-        if *dino == ino {
-            // Two links to one inode: POSIX says do nothing.
-            return Ok(Response::Done);
-        }
-        check_replace(ctx, &inode, dst_parent, &ddir, dst_name, *dino, dinode)?;
+    // The checks in the order Linux makes them, so that each case gets its errno.
+    if dst.is_some() && noreplace {
+        return Err(WireError::new(
+            ErrorCode::Exists,
+            format!("{dst_name:?} already exists in inode {dst_parent}"),
+        ));
     }
     let moves_dir = inode.is_dir() && src_parent != dst_parent;
+    if moves_dir {
+        check_not_into_itself(ctx, ino, dst_parent)?;
+    }
+    if dst.as_ref().is_some_and(|(dino, _)| *dino == ino) {
+        // Two links to one inode (or one name to itself): POSIX says do nothing.
+        return Ok(Response::Done);
+    }
+    check_remove(ctx, src_parent, &sdir, src_name, &inode)?;
+    perm::check_dir_change(ctx.cred, &ddir, dst_parent)?;
+    if let Some((dino, dinode)) = &dst {
+        check_replace(ctx, &inode, dst_parent, &ddir, dst_name, *dino, dinode)?;
+    }
     if moves_dir {
         check_move_dir(ctx, ino, &inode, dst_parent, &ddir)?;
     }
@@ -95,8 +99,7 @@ fn check_replace(
 }
 
 /// Moving directory `ino` under `dst_parent`: its `..` changes, so it needs write
-/// permission itself, the new parent gains a link, and it must not land in its own
-/// subtree.
+/// permission itself, and the new parent gains a link.
 fn check_move_dir(
     ctx: &Ctx,
     ino: u64,
@@ -111,6 +114,12 @@ fn check_move_dir(
             format!("inode {dst_parent} has {MAX_LINKS} subdirectories"),
         ));
     }
+    Ok(())
+}
+
+/// `InvalidArgument` if `dst_parent` is directory `ino` or lies below it: the move
+/// would cut the subtree off from the root.
+fn check_not_into_itself(ctx: &Ctx, ino: u64, dst_parent: u64) -> Result<(), WireError> {
     let mut at = dst_parent;
     for _ in 0..MAX_DEPTH {
         if at == ino {

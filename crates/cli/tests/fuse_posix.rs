@@ -560,3 +560,71 @@ fn write_only_writes_are_seen_by_open_readers_and_mappings() {
     let got = fs::read(m.p("f")).unwrap();
     assert_eq!(&got[..11], b"CCCCCCCCCCB");
 }
+
+/// `tar` of a tree with device nodes, FIFOs, a socket's name, symlinks and hard links,
+/// extracted again inside the mount as root: every type, mode, owner and device number
+/// comes back (tar skips sockets, as it does everywhere).
+#[test]
+fn tar_recreates_devices_fifos_and_links() {
+    need_fuse!();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: device nodes need root");
+        return;
+    }
+    let c = Cluster::up(2, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let src = m.p("src");
+    fs::create_dir(&src).unwrap();
+    let sh = |script: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&src)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    sh(
+        "mknod blk b 8 17 && mknod chr c 1 259 && mkfifo -m 0640 fifo && \
+        echo data > file && ln file hard && ln -s file sym && chown 7:8 chr && \
+        chmod 0600 blk && mkdir -p d/e && echo deep > d/e/f",
+    );
+    let bound = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
+    drop(bound);
+    let archive = m.path().with_extension("tar");
+    sh(&format!("tar -cf {} .", archive.display()));
+    let dst = m.p("dst");
+    fs::create_dir(&dst).unwrap();
+    let out = Command::new("tar")
+        .arg("-xpf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&dst)
+        .output()
+        .unwrap();
+    fs::remove_file(&archive).unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let md = |p: &str| fs::symlink_metadata(dst.join(p)).unwrap();
+    use std::os::unix::fs::FileTypeExt;
+    assert!(md("blk").file_type().is_block_device());
+    assert_eq!(
+        (md("blk").rdev(), md("blk").mode() & 0o7777),
+        (libc::makedev(8, 17), 0o600)
+    );
+    assert!(md("chr").file_type().is_char_device());
+    assert_eq!(md("chr").rdev(), libc::makedev(1, 259));
+    assert_eq!((md("chr").uid(), md("chr").gid()), (7, 8));
+    assert!(md("fifo").file_type().is_fifo());
+    assert_eq!(md("fifo").mode() & 0o7777, 0o640);
+    assert_eq!(md("hard").ino(), md("file").ino());
+    assert_eq!(md("file").nlink(), 2);
+    assert_eq!(fs::read_link(dst.join("sym")).unwrap(), Path::new("file"));
+    assert_eq!(fs::read(dst.join("d/e/f")).unwrap(), b"deep\n");
+    // The source's socket is a socket in the mount.
+    assert!(fs::symlink_metadata(src.join("sock"))
+        .unwrap()
+        .file_type()
+        .is_socket());
+}

@@ -163,7 +163,11 @@ fn bad_frames() -> Vec<(&'static str, Vec<u8>, u32)> {
             header_with(|h| h.data_len = MAX_DATA_BYTES + 1),
             11,
         ),
-        ("a later version", header_with(|h| h.version = VERSION + 1), 3),
+        (
+            "a later version",
+            header_with(|h| h.version = VERSION + 1),
+            3,
+        ),
     ]
 }
 

@@ -305,7 +305,7 @@ impl Round<'_> {
         let resize = (t0.unwrap_or_else(Instant::now), Instant::now());
         self.now(|_| Ok(f.map(|f| f.close()).transpose()?));
         self.step(|c| match rank {
-            0 => Ok(c.unlink_at(dir_ino, &name)?),
+            0 => Ok(c.unlink_at(dir_ino, &name).map(|_| ())?),
             _ => Ok(()),
         });
         [create, open, resize]
@@ -356,7 +356,7 @@ fn trio(clients: &[Client], a: &MdArgs, dirs: &[InodeId], label: &str) -> Result
         Ok(())
     })?;
     let remove = files_phase(clients, a, dirs, &format!("{label} remove"), |c, d, n| {
-        Ok(c.unlink_at(d, n)?)
+        Ok(c.unlink_at(d, n).map(|_| ())?)
     })?;
     Ok(Trio {
         create,

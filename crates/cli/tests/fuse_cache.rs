@@ -108,3 +108,80 @@ fn unchanged_files_are_reread_from_memory_and_changed_ones_never_stale() {
     let (got, _) = read_counted(&c, &b.p("data"));
     assert_eq!(got, b"written by a");
 }
+
+/// Requests the metadata server has answered so far (its status call counts one).
+fn meta_requests(c: &Cluster) -> u64 {
+    let out = c.ok(&["cluster", "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["role"] == "meta")
+        .map(|s| s["requests"].as_u64().unwrap())
+        .unwrap()
+}
+
+/// The kernel checks a directory's mode before each create and unlink in it
+/// (default_permissions) and forgets its attributes after each: the mount answers those
+/// checks from the directory's attributes as the last change left them, so a create
+/// costs lookup + create + close and an unlink lookup + unlink, no GETATTR of the
+/// directory. The directory's times still move with each change.
+#[test]
+fn entry_changes_cost_no_directory_getattr_and_keep_its_times_exact() {
+    need_fuse!();
+    const N: u64 = 200;
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let d = m.p("d");
+    fs::create_dir(&d).unwrap();
+    let names: Vec<_> = (0..N).map(|i| d.join(format!("f{i}"))).collect();
+    let before = meta_requests(&c);
+    for n in &names {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(n)
+            .unwrap();
+    }
+    let creates = meta_requests(&c) - before - 1;
+    assert!(creates <= 3 * N + 2, "{creates} requests for {N} creates");
+    use std::os::unix::fs::MetadataExt;
+    let mtime = |p: &std::path::Path| {
+        let md = fs::metadata(p).unwrap();
+        (md.mtime(), md.mtime_nsec(), md.ctime(), md.ctime_nsec())
+    };
+    let t0 = mtime(&d);
+    let before = meta_requests(&c);
+    for n in &names {
+        fs::remove_file(n).unwrap();
+    }
+    let unlinks = meta_requests(&c) - before - 1;
+    assert!(unlinks <= 2 * N + 2, "{unlinks} requests for {N} unlinks");
+    let t1 = mtime(&d);
+    assert!(
+        t1 > t0,
+        "unlinks did not move the directory's times: {t0:?} {t1:?}"
+    );
+    // What the mount shows is what the metadata server holds.
+    let shown = fs::metadata(&d).unwrap();
+    let json = c.ok(&["stat", "/d", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let ns = |s: i64, n: i64| s * 1_000_000_000 + n;
+    assert_eq!(
+        ns(shown.mtime(), shown.mtime_nsec()),
+        v["mtime_ns"].as_i64().unwrap()
+    );
+    assert_eq!(
+        ns(shown.ctime(), shown.ctime_nsec()),
+        v["ctime_ns"].as_i64().unwrap()
+    );
+    fs::File::create(d.join("last")).unwrap();
+    let shown = fs::metadata(&d).unwrap();
+    let json = c.ok(&["stat", "/d", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        ns(shown.mtime(), shown.mtime_nsec()),
+        v["mtime_ns"].as_i64().unwrap()
+    );
+}

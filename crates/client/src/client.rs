@@ -62,6 +62,16 @@ impl Client {
         Ok(self.with_local_size(attr))
     }
 
+    /// A request that answers `Done` or the attributes of the directory it changed.
+    fn done_dir(&self, req: Request) -> Result<Option<Attr>, WireError> {
+        let op = req.opcode().name();
+        match self.meta(req)? {
+            Response::Done => Ok(None),
+            Response::Attr(a) => Ok(Some(a)),
+            other => Err(unexpected(&self.inner.meta, op, &other)),
+        }
+    }
+
     /// A request that answers `Done` (or, from some servers, attributes).
     fn done(&self, req: Request) -> Result<(), WireError> {
         let op = req.opcode().name();
@@ -257,11 +267,12 @@ impl Client {
     }
 
     /// Removes `name` from `parent`. The metadata server frees the data of a file whose
-    /// last link this was (after its last close, if it is open).
-    pub fn unlink_at(&self, parent: InodeId, name: &str) -> Result<(), WireError> {
+    /// last link this was (after its last close, if it is open). Returns the directory's
+    /// attributes after the change, when the server sends them.
+    pub fn unlink_at(&self, parent: InodeId, name: &str) -> Result<Option<Attr>, WireError> {
         name_ok(name)?;
         ctx(
-            self.done(Request::Unlink {
+            self.done_dir(Request::Unlink {
                 parent,
                 name: name.into(),
             }),
@@ -269,11 +280,12 @@ impl Client {
         )
     }
 
-    /// Removes the empty directory `name` from `parent`.
-    pub fn rmdir_at(&self, parent: InodeId, name: &str) -> Result<(), WireError> {
+    /// Removes the empty directory `name` from `parent`; returns the directory's
+    /// attributes after the change, when the server sends them.
+    pub fn rmdir_at(&self, parent: InodeId, name: &str) -> Result<Option<Attr>, WireError> {
         name_ok(name)?;
         ctx(
-            self.done(Request::Rmdir {
+            self.done_dir(Request::Rmdir {
                 parent,
                 name: name.into(),
             }),
@@ -504,12 +516,12 @@ impl Client {
 
     pub fn unlink(&self, path: &str) -> Result<(), WireError> {
         let (dir, name) = self.parent_of(path)?;
-        ctx(self.unlink_at(dir, &name), || path.to_string())
+        ctx(self.unlink_at(dir, &name), || path.to_string()).map(|_| ())
     }
 
     pub fn rmdir(&self, path: &str) -> Result<(), WireError> {
         let (dir, name) = self.parent_of(path)?;
-        ctx(self.rmdir_at(dir, &name), || path.to_string())
+        ctx(self.rmdir_at(dir, &name), || path.to_string()).map(|_| ())
     }
 
     /// Renames `from` to `to`, replacing a file at `to`.

@@ -73,6 +73,8 @@ pub struct Shared {
     direct_writes: AtomicBool,
     /// The change stamp of each file whose pages the kernel may hold.
     stamps: CacheStamps,
+    /// Directory attributes, for the kernel's permission checks (see [`DirAttrs`]).
+    dirs: DirAttrs,
     /// When streaming reads drop the kernel's pages behind them.
     drop_behind: crate::behind::Policy,
 }
@@ -130,6 +132,64 @@ impl CacheStamps {
     }
 }
 
+/// Most directories whose attributes [`DirAttrs`] keeps; past it all are forgotten.
+const MAX_DIR_ATTRS: usize = 1 << 16;
+
+/// Directory attributes as the metadata server last gave them, for at most [`ATTR_TTL`]
+/// after it gave them, kept exact across this mount's own entry changes.
+///
+/// Why: with `default_permissions` the kernel checks a directory's mode before each
+/// create or unlink in it, and each entry change makes it forget the directory's
+/// attributes, so every create or unlink would cost a GETATTR round trip to the
+/// metadata server. Answered from here, it costs none. Staleness is what the kernel's
+/// own attribute cache allows (changes by other clients are seen within [`ATTR_TTL`]).
+#[derive(Default)]
+struct DirAttrs(Mutex<HashMap<u64, (std::time::Instant, Attr)>>);
+
+impl DirAttrs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (std::time::Instant, Attr)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The attributes of directory `ino`, if fetched less than [`ATTR_TTL`] ago.
+    fn fresh(&self, ino: u64) -> Option<Attr> {
+        let m = self.lock();
+        let (at, a) = m.get(&ino)?;
+        (at.elapsed() < ATTR_TTL).then(|| a.clone())
+    }
+
+    /// Attributes just given by the metadata server; only directories are kept.
+    fn store(&self, a: &Attr) {
+        if a.ftype != FileType::Dir {
+            return;
+        }
+        let mut m = self.lock();
+        if m.len() >= MAX_DIR_ATTRS {
+            m.clear();
+        }
+        m.insert(a.ino.0, (std::time::Instant::now(), a.clone()));
+    }
+
+    /// This mount added `child` to `parent`: the metadata server set the directory's
+    /// mtime and ctime to the new entry's ctime (one operation, one clock reading) and
+    /// counted a new subdirectory's `..` link. (A create that found an existing file,
+    /// made meanwhile by another client, gives that file's ctime: within the staleness
+    /// allowed across clients.)
+    fn entry_added(&self, parent: u64, child: &Attr) {
+        if let Some((_, a)) = self.lock().get_mut(&parent) {
+            a.mtime_ns = a.mtime_ns.max(child.ctime_ns);
+            a.ctime_ns = a.ctime_ns.max(child.ctime_ns);
+            if child.ftype == FileType::Dir {
+                a.nlink += 1;
+            }
+        }
+    }
+
+    fn forget(&self, ino: u64) {
+        self.lock().remove(&ino);
+    }
+}
+
 impl Shared {
     /// Keeps the session's notifier and starts the thread that drops pages behind
     /// streaming reads. That thread alone waits for the kernel to drop them (the kernel
@@ -177,6 +237,23 @@ impl Shared {
     /// cannot tell its own change from another's).
     fn writes_recorded(&self, ino: u64) {
         self.stamps.forget(ino);
+    }
+
+    /// Notes an entry added to `parent` by this mount (see [`DirAttrs::entry_added`]).
+    fn added(&self, parent: u64, r: &Result<Attr, WireError>) {
+        if let Ok(a) = r {
+            self.dirs.entry_added(parent, a);
+            self.dirs.store(a);
+        }
+    }
+
+    /// Notes an entry removed from `parent`, with the directory as the server left it.
+    fn removed(&self, parent: u64, r: &Result<Option<Attr>, WireError>) {
+        match r {
+            Ok(Some(a)) => self.dirs.store(a),
+            Ok(None) => self.dirs.forget(parent),
+            Err(_) => {}
+        }
     }
 
     fn direct_writes(&self) -> bool {
@@ -236,6 +313,7 @@ impl StripeFs {
                 readahead_set: std::sync::Once::new(),
                 direct_writes: AtomicBool::new(false),
                 stamps: CacheStamps::default(),
+                dirs: DirAttrs::default(),
                 drop_behind: crate::drop_behind_policy(crate::keep_head_bytes()),
             }),
             pool: Pool::new(WORKERS, MAX_QUEUED_REQUESTS),
@@ -438,14 +516,26 @@ impl fuser::Filesystem for StripeFs {
 
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = owned_name!(name, reply);
-        self.spawn(req, move |_, c| {
-            reply_entry(&c, reply, c.lookup(InodeId(parent), &name))
+        self.spawn(req, move |sh, c| {
+            let r = c.lookup(InodeId(parent), &name);
+            if let Ok(a) = &r {
+                sh.dirs.store(a);
+            }
+            reply_entry(&c, reply, r)
         });
     }
 
     fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        self.spawn(req, move |_, c| match c.getattr(InodeId(ino)) {
-            Ok(a) => reply.attr(&ATTR_TTL, &kernel_attr(&c, &a)),
+        // A directory's attributes fetched less than ATTR_TTL ago (the kernel asks after
+        // each entry change, for its permission check): answered here, no round trip.
+        if let Some(a) = self.shared.dirs.fresh(ino) {
+            return reply.attr(&ATTR_TTL, &file_attr(&a, 0));
+        }
+        self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
+            Ok(a) => {
+                sh.dirs.store(&a);
+                reply.attr(&ATTR_TTL, &kernel_attr(&c, &a))
+            }
             Err(e) => reply.error(errno_ino(&e)),
         });
     }
@@ -479,7 +569,10 @@ impl fuser::Filesystem for StripeFs {
         };
         self.spawn(req, move |sh, c| {
             match setattr(sh, &c, InodeId(ino), attrs, fh) {
-                Ok(a) => reply.attr(&ATTR_TTL, &kernel_attr(&c, &a)),
+                Ok(a) => {
+                    sh.dirs.store(&a);
+                    reply.attr(&ATTR_TTL, &kernel_attr(&c, &a))
+                }
                 Err(e) => reply.error(errno_ino(&e)),
             }
         });
@@ -512,7 +605,7 @@ impl fuser::Filesystem for StripeFs {
             libc::S_IFCHR => (Some(FileType::CharDev), rdev),
             _ => return reply.error(libc::EINVAL),
         };
-        self.spawn(req, move |_, c| {
+        self.spawn(req, move |sh, c| {
             let p = InodeId(parent);
             let r = match ftype {
                 Some(t) => c.mknod_at(p, &name, perm, t, rdev),
@@ -523,6 +616,7 @@ impl fuser::Filesystem for StripeFs {
                         f.close().map(|()| a)
                     }),
             };
+            sh.added(parent, &r);
             reply_entry(&c, reply, r)
         });
     }
@@ -538,22 +632,28 @@ impl fuser::Filesystem for StripeFs {
     ) {
         let name = owned_name!(name, reply);
         let perm = mode & 0o7777 & !umask;
-        self.spawn(req, move |_, c| {
-            reply_entry(&c, reply, c.mkdir_at(InodeId(parent), &name, perm))
+        self.spawn(req, move |sh, c| {
+            let r = c.mkdir_at(InodeId(parent), &name, perm);
+            sh.added(parent, &r);
+            reply_entry(&c, reply, r)
         });
     }
 
     fn unlink(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = owned_name!(name, reply);
-        self.spawn(req, move |_, c| {
-            reply_empty(reply, c.unlink_at(InodeId(parent), &name))
+        self.spawn(req, move |sh, c| {
+            let r = c.unlink_at(InodeId(parent), &name);
+            sh.removed(parent, &r);
+            reply_empty(reply, r.map(|_| ()))
         });
     }
 
     fn rmdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = owned_name!(name, reply);
-        self.spawn(req, move |_, c| {
-            reply_empty(reply, c.rmdir_at(InodeId(parent), &name))
+        self.spawn(req, move |sh, c| {
+            let r = c.rmdir_at(InodeId(parent), &name);
+            sh.removed(parent, &r);
+            reply_empty(reply, r.map(|_| ()))
         });
     }
 
@@ -569,8 +669,10 @@ impl fuser::Filesystem for StripeFs {
             (Ok(n), Some(t)) => (n.to_string(), t.to_string()),
             _ => return reply.error(libc::EINVAL),
         };
-        self.spawn(req, move |_, c| {
-            reply_entry(&c, reply, c.symlink_at(InodeId(parent), &name, &target))
+        self.spawn(req, move |sh, c| {
+            let r = c.symlink_at(InodeId(parent), &name, &target);
+            sh.added(parent, &r);
+            reply_entry(&c, reply, r)
         });
     }
 
@@ -593,7 +695,7 @@ impl fuser::Filesystem for StripeFs {
             return reply.error(libc::EINVAL);
         }
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
-        self.spawn(req, move |_, c| {
+        self.spawn(req, move |sh, c| {
             let r = c.rename_at(
                 InodeId(parent),
                 &name,
@@ -601,6 +703,9 @@ impl fuser::Filesystem for StripeFs {
                 &newname,
                 noreplace,
             );
+            // Both directories and a moved directory itself changed: rare enough to
+            // forget every cached directory.
+            sh.dirs.lock().clear();
             reply_empty(reply, r)
         });
     }
@@ -614,12 +719,10 @@ impl fuser::Filesystem for StripeFs {
         reply: ReplyEntry,
     ) {
         let name = owned_name!(newname, reply);
-        self.spawn(req, move |_, c| {
-            reply_entry(
-                &c,
-                reply,
-                c.link_at(InodeId(ino), InodeId(newparent), &name),
-            )
+        self.spawn(req, move |sh, c| {
+            let r = c.link_at(InodeId(ino), InodeId(newparent), &name);
+            sh.added(newparent, &r);
+            reply_entry(&c, reply, r)
         });
     }
 
@@ -967,6 +1070,7 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| {
             match c.create_at(InodeId(parent), &name, &opts) {
                 Ok(file) => {
+                    sh.dirs.entry_added(parent, &file.cached_attr());
                     let attr = kernel_attr(&c, &file.cached_attr());
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));
                     reply.created(

@@ -75,7 +75,8 @@ pub fn unlink(ctx: &mut Ctx, parent: u64, name: &str) -> Result<Response, WireEr
     drop_link(ctx, ino, inode)?;
     touch_dir(&mut dir, ctx.now_ns);
     ctx.w.put_inode(parent, &dir)?;
-    Ok(Response::Done)
+    // The directory as changed, so that a client caching its attributes stays exact.
+    Ok(Response::Attr(dir.attr(parent)))
 }
 
 /// `NotEmpty` unless directory `ino` has no entries.
@@ -108,7 +109,8 @@ pub fn rmdir(ctx: &mut Ctx, parent: u64, name: &str) -> Result<Response, WireErr
     dir.nlink = dir.nlink.saturating_sub(1).max(2);
     touch_dir(&mut dir, ctx.now_ns);
     ctx.w.put_inode(parent, &dir)?;
-    Ok(Response::Done)
+    // The directory as changed, so that a client caching its attributes stays exact.
+    Ok(Response::Attr(dir.attr(parent)))
 }
 
 /// After the last Close of an inode that lost its last link while open: purge it,

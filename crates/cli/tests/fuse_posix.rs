@@ -628,3 +628,70 @@ fn tar_recreates_devices_fifos_and_links() {
         .file_type()
         .is_socket());
 }
+
+/// Makes one entry of each type at `dir/name`: a file, an empty directory, a symlink, a
+/// FIFO, a socket's name and a character device.
+fn make_typed(dir: &Path, name: &str, kind: &str) {
+    let p = cstr(&dir.join(name));
+    // SAFETY: `p` is a valid NUL-terminated path for each call.
+    let rc = unsafe {
+        match kind {
+            "file" => libc::mknod(p.as_ptr(), libc::S_IFREG | 0o644, 0),
+            "dir" => libc::mkdir(p.as_ptr(), 0o755),
+            "symlink" => libc::symlink(c"target".as_ptr(), p.as_ptr()),
+            "fifo" => libc::mknod(p.as_ptr(), libc::S_IFIFO | 0o644, 0),
+            "socket" => libc::mknod(p.as_ptr(), libc::S_IFSOCK | 0o644, 0),
+            "chardev" => libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 3)),
+            _ => unreachable!(),
+        }
+    };
+    assert_eq!(rc, 0, "making a {kind} at {}", dir.join(name).display());
+}
+
+/// rename(2) of each file type over each other type, and what is left afterwards, as
+/// on tmpfs: a directory replaces only an empty directory (else ENOTDIR), anything else
+/// replaces anything but a directory (EISDIR).
+#[test]
+fn rename_of_each_type_over_each_type_matches_tmpfs() {
+    need_fuse!();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: device nodes need root");
+        return;
+    }
+    const KINDS: [&str; 6] = ["file", "dir", "symlink", "fifo", "socket", "chardev"];
+    let run = |root: &Path| -> Vec<String> {
+        let mut out = Vec::new();
+        for a in KINDS {
+            for b in KINDS {
+                let d = root.join(format!("{a}-over-{b}"));
+                fs::create_dir(&d).unwrap();
+                make_typed(&d, "a", a);
+                make_typed(&d, "b", b);
+                let r = fs::rename(d.join("a"), d.join("b"));
+                let left: Vec<_> = ["a", "b"]
+                    .iter()
+                    .map(|n| match fs::symlink_metadata(d.join(n)) {
+                        Ok(m) => format!("{n}:{:o}", m.mode() & libc::S_IFMT),
+                        Err(_) => format!("{n}:-"),
+                    })
+                    .collect();
+                let errno = r.err().map(|e| errno_of(&e)).unwrap_or(0);
+                out.push(format!("{a} over {b}: errno {errno}, left {left:?}"));
+            }
+        }
+        out
+    };
+    let reference = tempfile::tempdir_in("/dev/shm").unwrap();
+    let want = run(reference.path());
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let got = run(m.path());
+    let diff: Vec<_> = want
+        .iter()
+        .zip(&got)
+        .filter(|(w, g)| w != g)
+        .map(|(w, g)| format!("tmpfs: {w}\nmount: {g}"))
+        .collect();
+    assert!(diff.is_empty(), "{}", diff.join("\n"));
+}

@@ -1,4 +1,9 @@
 //! The worker threads that serve kernel requests off the reading thread.
+//!
+//! A job that panics fails only its own request: the panic is caught and logged, the
+//! worker goes on serving, and the request's reply, dropped while unwinding, answers the
+//! kernel EIO (fuser replies EIO for a reply dropped unsent). The state workers share
+//! is behind locks that are taken past poisoning, so nothing stays locked.
 
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -47,7 +52,16 @@ fn work(rx: &Mutex<Receiver<Job>>) {
             rx.recv()
         };
         match job {
-            Ok(job) => job(),
+            Ok(job) => {
+                if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)) {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    tracing::error!("a FUSE request panicked and failed with EIO: {what}");
+                }
+            }
             Err(_) => return,
         }
     }
@@ -60,5 +74,29 @@ impl Drop for Pool {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Panicking jobs, more than there are workers, leave every worker serving.
+    #[test]
+    fn a_panicking_job_fails_alone() {
+        let pool = Pool::new(2, 4);
+        let done = Arc::new(AtomicUsize::new(0));
+        for i in 0..10 {
+            let done = done.clone();
+            pool.submit(move || {
+                if i % 2 == 0 {
+                    panic!("injected panic {i}");
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        drop(pool);
+        assert_eq!(done.load(Ordering::SeqCst), 5);
     }
 }

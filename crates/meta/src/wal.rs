@@ -148,26 +148,37 @@ pub fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The valid record at byte `off` of `bytes`, if one starts there: its number and
+/// payload.
+fn record_at(bytes: &[u8], off: usize) -> Option<(u64, &[u8])> {
+    if bytes.len().saturating_sub(off) < HEADER {
+        return None;
+    }
+    let h = &bytes[off..off + HEADER];
+    let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let len = word(4);
+    let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+    if word(0) != MAGIC
+        || word(20) != 0
+        || len >= MAX_RECORD
+        || bytes.len() - off - HEADER < len as usize
+    {
+        return None;
+    }
+    let payload = &bytes[off + HEADER..off + HEADER + len as usize];
+    (crc(seq, payload) == word(16)).then_some((seq, payload))
+}
+
 /// The chain of valid, consecutively numbered records from the start of `bytes`.
 pub fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
+    chain_with_end(bytes).0
+}
+
+/// [`chain`], and the byte offset where it ends.
+fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     let mut out: Vec<(u64, &[u8])> = Vec::new();
     let mut off = 0usize;
-    while bytes.len() - off >= HEADER {
-        let h = &bytes[off..off + HEADER];
-        let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-        let len = word(4);
-        let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-        if word(0) != MAGIC
-            || word(20) != 0
-            || len >= MAX_RECORD
-            || bytes.len() - off - HEADER < len as usize
-        {
-            break;
-        }
-        let payload = &bytes[off + HEADER..off + HEADER + len as usize];
-        if crc(seq, payload) != word(16) {
-            break;
-        }
+    while let Some((seq, payload)) = record_at(bytes, off) {
         if out
             .last()
             .is_some_and(|(prev, _)| prev.checked_add(1) != Some(seq))
@@ -175,9 +186,23 @@ pub fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
             break;
         }
         out.push((seq, payload));
-        off += HEADER + len as usize;
+        off += HEADER + payload.len();
     }
-    out
+    (out, off)
+}
+
+/// The first valid record beyond byte `from` numbered above `after`: proof that the
+/// chain did not end at a torn last append but at damage with acknowledged records
+/// behind it. (Records of earlier rounds through the file, left after the current
+/// round's end, are numbered lower.)
+fn record_beyond(bytes: &[u8], from: usize, after: u64) -> Option<(usize, u64)> {
+    let magic = MAGIC.to_le_bytes();
+    (from + 1..bytes.len().saturating_sub(HEADER - 1))
+        .filter(|&off| bytes[off..off + 4] == magic)
+        .find_map(|off| match record_at(bytes, off) {
+            Some((seq, _)) if seq > after => Some((off, seq)),
+            _ => None,
+        })
 }
 
 pub fn paths(db: &Path) -> [PathBuf; 2] {
@@ -191,9 +216,12 @@ pub fn paths(db: &Path) -> [PathBuf; 2] {
 
 /// Reads both log files and returns the changes after `checkpoint` (the last record
 /// redb holds) and the number of the last record, or an error if acknowledged records
-/// are missing. Missing files are empty logs.
+/// are missing: a log file gone (both may be missing only before the first record), a
+/// gap in the numbers, or a damaged record with later records behind it. A torn last
+/// append, which was never acknowledged, ends the log quietly.
 pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireError> {
     let mut records: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut missing = Vec::new();
     for p in paths(db) {
         let mut bytes = Vec::new();
         match File::open(&p) {
@@ -201,14 +229,36 @@ pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireErro
                 f.read_to_end(&mut bytes)
                     .map_err(|e| io_err(format!("reading {}", p.display()), e))?;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                missing.push(p.display().to_string());
+                continue;
+            }
             Err(e) => return Err(io_err(format!("opening {}", p.display()), e)),
         }
-        for (seq, payload) in chain(&bytes) {
+        let (chained, end) = chain_with_end(&bytes);
+        let last = chained.last().map_or(0, |(seq, _)| *seq);
+        if let Some((at, seq)) = record_beyond(&bytes, end, last.max(checkpoint)) {
+            return Err(corrupt(format!(
+                "metadata log {} is damaged at byte {end}: its records end at number {last}, \
+                 but a valid record {seq} follows at byte {at}; refusing to start with \
+                 acknowledged changes lost (the log files and the database are left as \
+                 they are)",
+                p.display()
+            )));
+        }
+        for (seq, payload) in chained {
             if seq > checkpoint {
                 records.push((seq, payload.to_vec()));
             }
         }
+    }
+    // Both files are made before the first record is written and never removed.
+    if !missing.is_empty() && (missing.len() == 1 || checkpoint > 0) {
+        return Err(corrupt(format!(
+            "metadata log file {} is missing (the tables end at record {checkpoint}); \
+             refusing to start with acknowledged changes possibly lost",
+            missing.join(" and ")
+        )));
     }
     records.sort_by_key(|(seq, _)| *seq);
     let mut gen = Gen::default();
@@ -226,6 +276,14 @@ pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireErro
         last = *seq;
     }
     Ok((gen, last, records.len()))
+}
+
+/// The directory that holds the log files of database `db` (the current one for a bare
+/// file name).
+fn log_dir(db: &Path) -> &Path {
+    db.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
 }
 
 /// The log the writer appends to.
@@ -304,12 +362,12 @@ impl Wal {
         };
         let (f0, l0) = open(&paths[0])?;
         let (f1, l1) = open(&paths[1])?;
-        if let Some(dir) = db.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // The new files' names must survive a crash too.
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        // The new files' names must survive a crash too: sync their directory (the
+        // current one where the path has no directory part), and fail if it cannot be.
+        let dir = log_dir(db);
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err(format!("syncing directory {}", dir.display()), e))?;
         Ok(Wal {
             direct: [open_direct(&paths[0]), open_direct(&paths[1])],
             tail: Vec::new(),
@@ -594,5 +652,71 @@ mod tests {
             "{err}"
         );
         assert_eq!(recover(&db, 10).unwrap().1, 11);
+    }
+
+    /// A damaged record in the middle, with acknowledged records behind it, refuses to
+    /// start and says where; a torn last append ends the log quietly.
+    #[test]
+    fn damage_in_the_middle_refuses_to_start_and_a_torn_tail_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("meta.redb");
+        let mut wal = Wal::open(&db, 0).unwrap();
+        let mut ends = Vec::new();
+        for i in 1..=5 {
+            wal.append(&encode(&gen(i))).unwrap();
+            ends.push(wal.offset());
+        }
+        drop(wal);
+        let [log0, _] = paths(&db);
+        let clean = std::fs::read(&log0).unwrap();
+        assert_eq!(recover(&db, 0).unwrap().1, 5);
+
+        // A flipped byte inside record 3: records 4 and 5 lie beyond it.
+        let mut bad = clean.clone();
+        bad[ends[1] as usize + HEADER + 3] ^= 0x40;
+        std::fs::write(&log0, &bad).unwrap();
+        let err = recover(&db, 0).unwrap_err();
+        assert!(err.message.contains("damaged"), "{err}");
+        assert!(err.message.contains("record 4"), "{err}");
+        assert!(err.message.contains("end at number 2"), "{err}");
+        // Once the tables hold everything up to record 5, nothing acknowledged is lost.
+        assert_eq!(recover(&db, 5).unwrap().1, 5);
+
+        // The last record torn (only part of it reached the disk): the log ends at 4.
+        let mut torn = clean.clone();
+        let from = ends[3] as usize + HEADER + 2;
+        torn[from..ends[4] as usize].fill(0);
+        std::fs::write(&log0, &torn).unwrap();
+        assert_eq!(recover(&db, 0).unwrap().1, 4);
+    }
+
+    /// A log file that is gone is an error once records were written (both are made
+    /// before the first record); a database without any log is a new one.
+    #[test]
+    fn a_missing_log_file_refuses_to_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("meta.redb");
+        assert_eq!(recover(&db, 0).unwrap().1, 0, "new database");
+        let mut wal = Wal::open(&db, 0).unwrap();
+        wal.append(&encode(&gen(1))).unwrap();
+        drop(wal);
+        let [log0, log1] = paths(&db);
+        std::fs::remove_file(&log1).unwrap();
+        let err = recover(&db, 0).unwrap_err();
+        assert!(err.message.contains("missing"), "{err}");
+        std::fs::remove_file(&log0).unwrap();
+        let err = recover(&db, 1).unwrap_err();
+        assert!(err.message.contains("missing"), "{err}");
+    }
+
+    /// A database path without a directory part has its log in the current directory,
+    /// which is what gets synced.
+    #[test]
+    fn a_bare_database_name_syncs_the_current_directory() {
+        assert_eq!(log_dir(Path::new("meta.redb")), Path::new("."));
+        assert_eq!(log_dir(Path::new("d/meta.redb")), Path::new("d"));
+        assert_eq!(log_dir(Path::new("/meta.redb")), Path::new("/"));
+        let dir = tempfile::tempdir().unwrap();
+        Wal::open(&dir.path().join("m.redb"), 0).unwrap();
     }
 }

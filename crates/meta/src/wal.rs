@@ -170,7 +170,8 @@ fn record_at(bytes: &[u8], off: usize) -> Option<(u64, &[u8])> {
 }
 
 /// The chain of valid, consecutively numbered records from the start of `bytes`.
-pub fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
+#[cfg(test)]
+fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
     chain_with_end(bytes).0
 }
 

@@ -103,6 +103,7 @@ impl State {
                 }
             }
         }
+        // O(pending) per reap: on in test builds only (the rule in ARCHITECTURE.md).
         debug_assert_eq!(
             self.inflight_bytes,
             self.pending.iter().map(|p| p.bytes).sum::<u64>()

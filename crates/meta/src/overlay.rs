@@ -16,7 +16,7 @@
 //! inside it: the checkpoint drops the frozen layer only under the write lock, after its
 //! redb commit, so a reader never misses a change that moved from a layer to redb.
 
-use crate::store::{io, type_code, type_from_code, Inode, Rd, Tables, META_DIRS, META_FILES};
+use crate::store::{io, type_from_code, Inode, Rd, Tables, META_DIRS, META_FILES};
 use redb::{ReadableTable, ReadableTableMetadata};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -381,7 +381,6 @@ impl<'t> Wr<'t> {
         child: u64,
         t: FileType,
     ) -> Result<(), WireError> {
-        debug_assert!(type_code(t) <= 3);
         self.delta
             .dirents
             .entry(parent)
@@ -406,7 +405,10 @@ impl<'t> Wr<'t> {
 
     /// Adds `delta` to a counter; counters never go below zero.
     pub fn bump(&mut self, key: &str, delta: i64) -> Result<(), WireError> {
-        debug_assert!(key == META_FILES || key == META_DIRS);
+        assert!(
+            key == META_FILES || key == META_DIRS,
+            "only counts are bumped"
+        );
         let v = self.counter(key)?;
         let next = v.checked_add_signed(delta).unwrap_or(0);
         self.set_counter(key, next)

@@ -374,7 +374,10 @@ fn checkpoint(core: &Core, gen: &Gen, seq: u64) {
         match commit_gen(&core.db, gen, seq) {
             Ok(()) => {
                 let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
-                debug_assert!(l.frozen.as_deref().is_some_and(|f| std::ptr::eq(f, gen)));
+                assert!(
+                    l.frozen.as_deref().is_some_and(|f| std::ptr::eq(f, gen)),
+                    "the checkpointed layer is the frozen one"
+                );
                 l.frozen = None;
                 core.checkpoints.fetch_add(1, Ordering::Relaxed);
                 return;

@@ -38,12 +38,16 @@ impl Secret {
         hex::encode(self.0)
     }
 
-    fn mac(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
+    fn hmac(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Hmac<Sha256> {
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key");
         m.update(label);
         m.update(a);
         m.update(b);
-        m.finalize().into_bytes().into()
+        m
+    }
+
+    fn mac(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
+        self.hmac(label, a, b).finalize().into_bytes().into()
     }
 
     pub fn server_proof(&self, nonce_c: &[u8; 32], nonce_s: &[u8; 32]) -> [u8; 32] {
@@ -55,9 +59,31 @@ impl Secret {
     }
 }
 
-/// Compares proofs in constant time.
-pub fn proofs_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+impl Secret {
+    /// Whether `proof` is the server's proof for these nonces (the MAC crate's
+    /// constant-time comparison).
+    pub fn verify_server_proof(
+        &self,
+        nonce_c: &[u8; 32],
+        nonce_s: &[u8; 32],
+        proof: &[u8; 32],
+    ) -> bool {
+        self.hmac(b"stripefs-server", nonce_c, nonce_s)
+            .verify_slice(proof)
+            .is_ok()
+    }
+
+    /// Whether `proof` is the client's proof for these nonces (constant time).
+    pub fn verify_client_proof(
+        &self,
+        nonce_s: &[u8; 32],
+        nonce_c: &[u8; 32],
+        proof: &[u8; 32],
+    ) -> bool {
+        self.hmac(b"stripefs-client", nonce_s, nonce_c)
+            .verify_slice(proof)
+            .is_ok()
+    }
 }
 
 pub fn random_nonce() -> [u8; 32] {
@@ -75,18 +101,16 @@ mod tests {
         let s = Secret::generate();
         let t = Secret::generate();
         let (a, b) = (random_nonce(), random_nonce());
-        assert!(proofs_equal(
-            &s.client_proof(&a, &b),
-            &s.client_proof(&a, &b)
-        ));
-        assert!(!proofs_equal(
-            &s.client_proof(&a, &b),
-            &t.client_proof(&a, &b)
-        ));
-        assert!(!proofs_equal(
-            &s.client_proof(&a, &b),
-            &s.server_proof(&a, &b)
-        ));
+        assert!(s.verify_client_proof(&a, &b, &s.client_proof(&a, &b)));
+        assert!(s.verify_server_proof(&a, &b, &s.server_proof(&a, &b)));
+        // Another secret, the other role, swapped nonces, one flipped bit: refused.
+        assert!(!s.verify_client_proof(&a, &b, &t.client_proof(&a, &b)));
+        assert!(!s.verify_client_proof(&a, &b, &s.server_proof(&a, &b)));
+        assert!(!s.verify_server_proof(&a, &b, &s.client_proof(&a, &b)));
+        assert!(!s.verify_client_proof(&b, &a, &s.client_proof(&a, &b)));
+        let mut bent = s.client_proof(&a, &b);
+        bent[31] ^= 1;
+        assert!(!s.verify_client_proof(&a, &b, &bent));
         assert_eq!(Secret::from_hex(&s.to_hex()).unwrap(), s);
         assert!(Secret::from_hex("abcd").is_err());
         assert!(Secret::from_hex("zz").is_err());

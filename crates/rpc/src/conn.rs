@@ -1,6 +1,6 @@
 //! The client side of one connection.
 
-use crate::auth::{proofs_equal, random_nonce, Secret};
+use crate::auth::{random_nonce, Secret};
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
@@ -88,7 +88,7 @@ impl Conn {
                 "answered Hello without a challenge",
             ));
         };
-        if !proofs_equal(&proof, &secret.server_proof(&nonce_c, &nonce)) {
+        if !secret.verify_server_proof(&nonce_c, &nonce, &proof) {
             return Err(self.fail(
                 ErrorCode::AuthFailed,
                 "authentication failed: the server does not know this cluster's secret (check cluster.toml)",

@@ -1,6 +1,6 @@
 //! The server loop: a thread per connection.
 
-use crate::auth::{proofs_equal, random_nonce, Secret};
+use crate::auth::{random_nonce, Secret};
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -329,7 +329,7 @@ fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Resul
             "second message was not Auth",
         );
     };
-    if !proofs_equal(&proof, &secret.client_proof(&nonce_s, &nonce_c)) {
+    if !secret.verify_client_proof(&nonce_s, &nonce_c, &proof) {
         return refuse_auth(
             stream,
             peer,

@@ -33,10 +33,22 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
-/// Fills `buf` from `r`. A socket timeout is tolerated until `patience` has passed since
-/// the call began (servers poll with a short socket timeout so that they notice shutdown,
-/// yet give a slow peer the full peer timeout). With `idle_ok`, a clean close or a timeout
-/// before the first byte are `Closed` and `Idle` rather than errors.
+/// The slowest a peer may send the rest of a frame it has begun: a frame of `n` bytes
+/// must arrive within the patience plus `n` / this rate, so that a peer trickling bytes
+/// cannot hold a connection (and its thread) forever.
+pub const MIN_PEER_RATE_BYTES_S: u64 = 64 << 10;
+
+/// How long a peer may take over a frame part of `len` bytes, given `patience`.
+pub fn frame_deadline(patience: Duration, len: usize) -> Duration {
+    patience + Duration::from_millis(len as u64 * 1000 / MIN_PEER_RATE_BYTES_S)
+}
+
+/// Fills `buf` from `r`. With a `patience`, the whole of `buf` must arrive within
+/// [`frame_deadline`] of the call (servers poll with a short socket timeout so that they
+/// notice shutdown, yet give a slow peer the full peer timeout; a peer trickling bytes
+/// is cut off all the same). With zero patience (clients) the socket's own timeout is
+/// the only limit: each read must make progress within it. With `idle_ok`, a clean close
+/// or a timeout before the first byte are `Closed` and `Idle` rather than errors.
 fn fill(
     r: &mut impl Read,
     buf: &mut [u8],
@@ -44,6 +56,18 @@ fn fill(
     idle_ok: bool,
 ) -> Result<(), ReadError> {
     let start = Instant::now();
+    let need = buf.len();
+    let deadline = (!patience.is_zero()).then(|| frame_deadline(patience, need));
+    let past = |d: Option<Duration>| d.is_some_and(|d| start.elapsed() >= d);
+    let late = |got: usize| {
+        ReadError::Io(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{got} of {need} bytes of a frame in {:.1} s: the peer is too slow",
+                start.elapsed().as_secs_f64()
+            ),
+        ))
+    };
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
@@ -54,10 +78,16 @@ fn fill(
                     need: buf.len(),
                 }))
             }
-            Ok(n) => got += n,
+            Ok(n) => {
+                got += n;
+                if got < buf.len() && past(deadline) {
+                    return Err(late(got));
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if got == 0 && idle_ok && is_timeout(&e) => return Err(ReadError::Idle),
-            Err(e) if is_timeout(&e) && start.elapsed() < patience => {}
+            Err(e) if is_timeout(&e) && deadline.is_some() && !past(deadline) => {}
+            Err(e) if is_timeout(&e) && deadline.is_some() => return Err(late(got)),
             Err(e) => return Err(ReadError::Io(e)),
         }
     }
@@ -122,4 +152,57 @@ pub fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
         }
     }
     w.flush()
+}
+
+#[cfg(test)]
+mod trickle_tests {
+    use super::*;
+
+    /// A peer that sends one byte per read, `every` apart.
+    struct Trickle {
+        every: Duration,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            std::thread::sleep(self.every);
+            buf[0] = 0;
+            Ok(1)
+        }
+    }
+
+    /// A header trickled a byte at a time is cut off at its deadline, not read to its
+    /// end; a peer that sends in time is read whole.
+    #[test]
+    fn a_trickled_frame_is_cut_off_at_its_deadline() {
+        let patience = Duration::from_millis(200);
+        let mut buf = [0u8; HEADER_LEN];
+        let t = Instant::now();
+        let mut slow = Trickle {
+            every: Duration::from_millis(20),
+        };
+        let e = fill(&mut slow, &mut buf, patience, true).unwrap_err();
+        let took = t.elapsed();
+        assert!(e.to_string().contains("too slow"), "{e}");
+        assert!(
+            took < frame_deadline(patience, HEADER_LEN) + Duration::from_millis(100),
+            "{took:?}"
+        );
+        let mut quick = Trickle {
+            every: Duration::from_millis(1),
+        };
+        fill(&mut quick, &mut buf, patience, true).unwrap();
+        // Zero patience (a client): no frame deadline, however slow the pieces.
+        let mut slow = Trickle {
+            every: Duration::from_millis(5),
+        };
+        fill(&mut slow, &mut buf, Duration::ZERO, true).unwrap();
+    }
+
+    #[test]
+    fn deadlines_grow_with_the_frame() {
+        let p = Duration::from_secs(10);
+        assert_eq!(frame_deadline(p, HEADER_LEN), Duration::from_millis(10_000));
+        assert_eq!(frame_deadline(p, 4 << 20), Duration::from_secs(10 + 64));
+    }
 }

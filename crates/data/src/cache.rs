@@ -5,7 +5,6 @@
 use crate::store::ObjectFile;
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Most objects (each a data file and a checksum sidecar, so two descriptors) kept open.
@@ -15,9 +14,6 @@ pub const MAX_OPEN_OBJECTS: usize = 1024;
 pub struct Object {
     pub data: Arc<dyn ObjectFile>,
     pub crcs: Arc<dyn ObjectFile>,
-    /// Set when this handle created the files, until an fsync made their directory
-    /// entries durable.
-    pub dir_unsynced: AtomicBool,
 }
 
 /// Target index and file id.

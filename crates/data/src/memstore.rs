@@ -1,10 +1,11 @@
 //! An in-memory [`Storage`] for tests, with the faults the data server claims to survive:
 //! a full disk (the next writes fail with ENOSPC) and a crash that loses or tears, at
-//! 512-byte sector granularity, every write not yet made durable by `sync_data`.
-//! Simplification: creating and removing files is durable at once.
+//! 512-byte sector granularity, every write not yet made durable by `sync_data`, and
+//! forgets every file and directory created since its parent directory was last synced
+//! (with all below it). Simplification: removing a file is durable at once.
 
 use crate::store::{ObjectFile, Storage, Usage};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,6 +20,10 @@ const MEM_CAPACITY_BYTES: u64 = 1 << 40;
 pub struct MemStore {
     files: Mutex<HashMap<PathBuf, Arc<MemFile>>>,
     faults: Arc<Faults>,
+    /// Directories made (with `create_dir_all`).
+    dirs: Mutex<HashSet<PathBuf>>,
+    /// Files and directories made since their parent directory was last synced.
+    unsynced_names: Mutex<HashSet<PathBuf>>,
 }
 
 #[derive(Default)]
@@ -63,6 +68,13 @@ impl MemStore {
     /// or torn (a random subset of its sectors kept), chosen by `seed`.
     pub fn crash(&self, seed: u64) {
         let mut rng = SplitMix(seed);
+        {
+            let mut names = lock(&self.unsynced_names);
+            let lost = |p: &Path| p.ancestors().any(|a| names.contains(a));
+            lock(&self.files).retain(|p, _| !lost(p));
+            lock(&self.dirs).retain(|p| !lost(p));
+            names.clear();
+        }
         let files = lock(&self.files);
         let mut paths: Vec<&PathBuf> = files.keys().collect();
         paths.sort();
@@ -204,7 +216,18 @@ impl ObjectFile for MemFile {
 }
 
 impl Storage for MemStore {
-    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+    /// Directories under one this store made are new (their names unsynced); the first
+    /// one of a path stands for a disk that was there before.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut dirs = lock(&self.dirs);
+        let mut chain: Vec<&Path> = dir.ancestors().filter(|d| d.parent().is_some()).collect();
+        chain.reverse();
+        for d in chain {
+            let made_here = d.parent().is_some_and(|p| dirs.contains(p));
+            if dirs.insert(d.to_path_buf()) && made_here {
+                lock(&self.unsynced_names).insert(d.to_path_buf());
+            }
+        }
         Ok(())
     }
 
@@ -221,15 +244,18 @@ impl Storage for MemStore {
             faults: self.faults.clone(),
         });
         files.insert(path.to_path_buf(), f.clone());
+        lock(&self.unsynced_names).insert(path.to_path_buf());
         Ok(Some(f))
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         lock(&self.files).remove(path);
+        lock(&self.unsynced_names).remove(path);
         Ok(())
     }
 
-    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        lock(&self.unsynced_names).retain(|p| p.parent() != Some(dir));
         Ok(())
     }
 

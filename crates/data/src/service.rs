@@ -6,9 +6,10 @@ use crate::locks::{Mode, RangeLocks};
 use crate::object::{self, Ctx, BLOCK};
 use crate::store::{FsStore, Storage};
 use crate::throttle::Throttle;
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stripefs_layout::Stripe;
 use stripefs_rpc::{ConnInfo, Payload, Reply, Service};
@@ -38,6 +39,10 @@ impl Target {
     }
 }
 
+fn lock_set(m: &Mutex<HashSet<Key>>) -> std::sync::MutexGuard<'_, HashSet<Key>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[derive(Default)]
 struct Stats {
     requests: AtomicU64,
@@ -57,6 +62,10 @@ pub struct DataService {
     stats: Stats,
     /// CRC of a block of zeros: what a hole reads as.
     zero_crc: u32,
+    /// Objects whose files were created and whose directory has not been synced since:
+    /// the next fsync of the object syncs it. Kept here, not on the cached handle, so
+    /// that a handle evicted before the fsync does not take the duty with it.
+    new_names: Mutex<HashSet<Key>>,
 }
 
 impl DataService {
@@ -108,6 +117,22 @@ impl DataService {
                     )
                 })?;
             }
+            // The fan-out directories' names, and the objects directory's, survive a
+            // power cut before any object is made durable in them.
+            let objects = root.join(OBJECTS_DIR);
+            for dir in [Some(objects.as_path()), Some(root.as_path()), root.parent()]
+                .into_iter()
+                .flatten()
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                store.sync_dir(dir).map_err(|e| {
+                    format!(
+                        "cannot sync directory {} on target {}: {e}",
+                        dir.display(),
+                        root.display()
+                    )
+                })?;
+            }
             ts.push(Target {
                 root: root.clone(),
                 throttle: throttle_bytes_s.map(|r| Throttle::new(r, clock.clone())),
@@ -122,6 +147,7 @@ impl DataService {
             locks: RangeLocks::new(),
             stats: Stats::default(),
             zero_crc: padded_block_crc(&[]),
+            new_names: Mutex::new(HashSet::new()),
         }))
     }
 
@@ -183,14 +209,20 @@ impl DataService {
                     None => return Ok(None),
                 };
                 // A crash can leave a data file without its sidecar: all holes then.
-                let Some(crcs) = self.store.open(&crc_path, true)? else {
-                    return Ok(None);
+                let crcs = match self.store.open(&crc_path, false)? {
+                    Some(f) => f,
+                    None => {
+                        created = true;
+                        match self.store.open(&crc_path, true)? {
+                            Some(f) => f,
+                            None => return Ok(None),
+                        }
+                    }
                 };
-                Ok(Some(Object {
-                    data,
-                    crcs,
-                    dir_unsynced: AtomicBool::new(created),
-                }))
+                if created {
+                    lock_set(&self.new_names).insert(key);
+                }
+                Ok(Some(Object { data, crcs }))
             })
             .map_err(|e| self.ctx(t, fid).io("opening the object", &e))
     }
@@ -389,6 +421,7 @@ impl DataService {
                 .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
             // Every user of the handle takes the range lock first, so none is using it.
             self.cache.evict((t as u32, fid.0));
+            lock_set(&self.new_names).remove(&(t as u32, fid.0));
             let (data, crc) = self.object_paths(t, fid);
             for p in [&data, &crc] {
                 self.store.remove(p).map_err(|e| {
@@ -422,13 +455,14 @@ impl DataService {
             obj.crcs
                 .sync_data()
                 .map_err(|e| c.io("syncing checksums", &e))?;
-            if obj.dir_unsynced.swap(false, Ordering::SeqCst) {
+            let key: Key = (t as u32, fid.0);
+            if lock_set(&self.new_names).contains(&key) {
                 let (data, _) = self.object_paths(t, fid);
                 let dir = data.parent().unwrap_or(Path::new("/"));
-                if let Err(e) = self.store.sync_dir(dir) {
-                    obj.dir_unsynced.store(true, Ordering::SeqCst);
-                    return Err(c.io(&format!("syncing directory {}", dir.display()), &e));
-                }
+                self.store
+                    .sync_dir(dir)
+                    .map_err(|e| c.io(&format!("syncing directory {}", dir.display()), &e))?;
+                lock_set(&self.new_names).remove(&key);
             }
         }
         Ok(Response::Done)

@@ -17,23 +17,9 @@ macro_rules! need_fuse {
     };
 }
 
-/// The sum of counter `field` over the servers of `role` ("meta" or "data"), from
-/// `cluster status --json` (the status call itself counts one metadata request).
-fn counter(c: &Cluster, role: &str, field: &str) -> u64 {
-    let out = c.ok(&["cluster", "status", "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["role"] == role)
-        .map(|s| s[field].as_u64().unwrap())
-        .sum()
-}
-
 /// Bytes the data servers have sent to clients so far.
 fn bytes_read(c: &Cluster) -> u64 {
-    counter(c, "data", "bytes_read")
+    c.status_sums("data", &["bytes_read"])[0]
 }
 
 /// Reads the whole file with a fresh open; returns its bytes and what the servers sent.
@@ -117,7 +103,7 @@ fn unchanged_files_are_reread_from_memory_and_changed_ones_never_stale() {
 
 /// Requests the metadata server has answered so far (its status call counts one).
 fn meta_requests(c: &Cluster) -> u64 {
-    counter(c, "meta", "requests")
+    c.status_sums("meta", &["requests"])[0]
 }
 
 /// The kernel checks a directory's mode before each create and unlink in it

@@ -6,7 +6,6 @@
 
 mod common;
 use common::*;
-use serde_json::Value;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
@@ -95,15 +94,8 @@ fn du_bytes(path: &Path) -> u64 {
 
 /// The data servers' request counters and bytes used, from `cluster status --json`.
 fn data_status(c: &Cluster) -> (u64, u64) {
-    let v: Value = serde_json::from_str(&c.ok(&["cluster", "status", "--json"])).unwrap();
-    let servers = v["servers"].as_array().unwrap();
-    let data = servers.iter().filter(|s| s["role"] == "data");
-    data.fold((0, 0), |(req, used), s| {
-        (
-            req + s["requests"].as_u64().unwrap(),
-            used + s["bytes_used"].as_u64().unwrap(),
-        )
-    })
+    let v = c.status_sums("data", &["requests", "bytes_used"]);
+    (v[0], v[1])
 }
 
 #[test]

@@ -1502,6 +1502,15 @@ fn file_cases(fs: &Fs) -> Vec<MCase> {
                     };
                     let mut after = vec![(p.clone(), Some(unchanged))];
                     let new_mode = if mode == 0o640 { 0o604 } else { 0o640 };
+                    // What a caller's successful create leaves: its own entry with `perm`.
+                    let new_entry = |ok: bool, perm: u32| {
+                        ok.then(|| Attrs {
+                            uid: Some(who.uid),
+                            gid: Some(who.gid),
+                            perm: Some(perm),
+                            ..Attrs::default()
+                        })
+                    };
                     let (step, expect) = match call {
                         "open_r" => (open(&p, &["O_RDONLY"], 0, "f"), ok_or(may_(R), "EACCES")),
                         "open_w" if dir => (open(&p, &["O_WRONLY"], 0, "f"), "EISDIR"),
@@ -1600,15 +1609,7 @@ fn file_cases(fs: &Fs) -> Vec<MCase> {
                         "create_child" => {
                             let n = format!("{p}/new");
                             let ok = may_(W | X);
-                            after.push((
-                                n.clone(),
-                                ok.then(|| Attrs {
-                                    uid: Some(who.uid),
-                                    gid: Some(who.gid),
-                                    perm: Some(0o600),
-                                    ..Attrs::default()
-                                }),
-                            ));
+                            after.push((n.clone(), new_entry(ok, 0o600)));
                             (
                                 open(&n, &["O_CREAT", "O_WRONLY", "O_EXCL"], 0o600, "f"),
                                 // Without search, the name cannot even be looked up.
@@ -1618,15 +1619,7 @@ fn file_cases(fs: &Fs) -> Vec<MCase> {
                         "mkdir_child" => {
                             let n = format!("{p}/newdir");
                             let ok = may_(W | X);
-                            after.push((
-                                n.clone(),
-                                ok.then(|| Attrs {
-                                    uid: Some(who.uid),
-                                    gid: Some(who.gid),
-                                    perm: Some(0o750),
-                                    ..Attrs::default()
-                                }),
-                            ));
+                            after.push((n.clone(), new_entry(ok, 0o750)));
                             (mkdir(&n, 0o750), ok_or(ok, "EACCES"))
                         }
                         "unlink_child" => {

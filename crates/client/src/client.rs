@@ -72,13 +72,9 @@ impl Client {
         }
     }
 
-    /// A request that answers `Done` (or, from some servers, attributes).
+    /// A request that answers `Done` (or attributes, which are not needed here).
     fn done(&self, req: Request) -> Result<(), WireError> {
-        let op = req.opcode().name();
-        match self.meta(req)? {
-            Response::Done | Response::Attr(_) => Ok(()),
-            other => Err(unexpected(&self.inner.meta, op, &other)),
-        }
+        self.done_dir(req).map(|_| ())
     }
 
     /// Shows writes made in this client that the metadata server has not seen yet: their
@@ -416,11 +412,7 @@ impl Client {
             let io = self.inner.inode_io(&a, None)?;
             attr = Some(ctx(io.truncate(&self.cred, size, false), what)?);
         }
-        let nothing_else = SetAttrs {
-            via_write_handle: false,
-            ..rest.clone()
-        } == SetAttrs::default();
-        if nothing_else {
+        if rest.changes_nothing() {
             if let Some(a) = attr {
                 return Ok(self.with_local_size(a));
             }

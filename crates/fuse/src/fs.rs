@@ -361,6 +361,16 @@ fn name_str(name: &OsStr) -> Result<&str, i32> {
 }
 
 /// The name as an owned `String` for a worker, or answers EINVAL and returns.
+/// The value of an errno result, or answers the errno and returns.
+macro_rules! or_reply {
+    ($r:expr, $reply:expr) => {
+        match $r {
+            Ok(v) => v,
+            Err(e) => return $reply.error(e),
+        }
+    };
+}
+
 macro_rules! owned_name {
     ($name:expr, $reply:expr) => {
         match name_str($name) {
@@ -774,10 +784,7 @@ impl fuser::Filesystem for StripeFs {
             return reply.error(libc::EINVAL);
         };
         self.spawn(req, move |sh, _| {
-            let h = match sh.file(fh) {
-                Ok(h) => h,
-                Err(e) => return reply.error(e),
-            };
+            let h = or_reply!(sh.file(fh), reply);
             // The reply is written from where the client received the bytes (the kernel
             // copies them into its page cache anyway); a read that spans several pieces
             // is gathered in this worker's buffer, reused: no zeroing or page faults.
@@ -838,10 +845,7 @@ impl fuser::Filesystem for StripeFs {
         // The request buffer is reused for the next request: the worker needs a copy.
         let data = data.to_vec();
         self.spawn(req, move |sh, _| {
-            let h = match sh.file(fh) {
-                Ok(h) => h,
-                Err(e) => return reply.error(e),
-            };
+            let h = or_reply!(sh.file(fh), reply);
             // The kernel serialises writes of an appending handle (direct I/O holds the
             // inode lock), so the end of file cannot move between the size and the write.
             let at = if h.append {
@@ -922,10 +926,7 @@ impl fuser::Filesystem for StripeFs {
             return reply.error(libc::ENXIO);
         };
         self.spawn(req, move |sh, _| {
-            let h = match sh.file(fh) {
-                Ok(h) => h,
-                Err(e) => return reply.error(e),
-            };
+            let h = or_reply!(sh.file(fh), reply);
             let found = if hole {
                 h.file.seek_hole(offset)
             } else {
@@ -956,10 +957,7 @@ impl fuser::Filesystem for StripeFs {
             return reply.error(libc::EINVAL);
         };
         self.spawn(req, move |sh, _| {
-            let h = match sh.file(fh) {
-                Ok(h) => h,
-                Err(e) => return reply.error(e),
-            };
+            let h = or_reply!(sh.file(fh), reply);
             let r = op.run(&h.file, offset, len);
             // Size, times and st_blocks changed behind the kernel's cached attributes.
             sh.forget_attrs(ino);
@@ -992,10 +990,7 @@ impl fuser::Filesystem for StripeFs {
         mut reply: ReplyDirectory,
     ) {
         self.spawn(req, move |sh, c| {
-            let d = match sh.dir(fh) {
-                Ok(d) => d,
-                Err(e) => return reply.error(e),
-            };
+            let d = or_reply!(sh.dir(fh), reply);
             let r = d.fill(&c, offset, |(ino, next, kind, name)| {
                 reply.add(ino, next, kind, name)
             });
@@ -1070,8 +1065,9 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| {
             match c.create_at(InodeId(parent), &name, &opts) {
                 Ok(file) => {
-                    sh.dirs.entry_added(parent, &file.cached_attr());
-                    let attr = kernel_attr(&c, &file.cached_attr());
+                    let created = file.cached_attr();
+                    sh.dirs.entry_added(parent, &created);
+                    let attr = kernel_attr(&c, &created);
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));
                     reply.created(
                         &ENTRY_TTL,
@@ -1106,12 +1102,7 @@ fn setattr(
         if h.file.is_writable() {
             h.file.set_len(size)?;
             attrs.size = None;
-            if attrs
-                == (SetAttrs {
-                    via_write_handle: true,
-                    ..SetAttrs::default()
-                })
-            {
+            if attrs.changes_nothing() {
                 return c.getattr(ino);
             }
         }

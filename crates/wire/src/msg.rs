@@ -153,6 +153,27 @@ pub struct SetAttrs {
     pub via_write_handle: bool,
 }
 
+impl SetAttrs {
+    /// Whether it asks for no change at all (how the change is judged aside).
+    pub fn changes_nothing(&self) -> bool {
+        let SetAttrs {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            via_write_handle: _,
+        } = self;
+        mode.is_none()
+            && uid.is_none()
+            && gid.is_none()
+            && size.is_none()
+            && atime.is_none()
+            && mtime.is_none()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetStatus {
     pub path: String,

@@ -65,6 +65,19 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Sums of `fields` over the servers of `role` ("meta" or "data"), from one
+    /// `cluster status --json` (which itself counts a request on every server).
+    pub fn status_sums(&self, role: &str, fields: &[&str]) -> Vec<u64> {
+        let v: serde_json::Value =
+            serde_json::from_str(&self.ok(&["cluster", "status", "--json"])).unwrap();
+        let servers = v["servers"].as_array().unwrap();
+        let of_role: Vec<_> = servers.iter().filter(|s| s["role"] == role).collect();
+        fields
+            .iter()
+            .map(|f| of_role.iter().map(|s| s[*f].as_u64().unwrap()).sum())
+            .collect()
+    }
+
     pub fn restart(&self) {
         let out = Command::new(exe())
             .args(["cluster", "up", "--dir"])

@@ -340,3 +340,78 @@ fn stat_costs_no_data_round_trip_for_empty_files() {
         r2 - r1 - 2
     );
 }
+
+/// With the cluster gone, a punch, a SEEK_DATA and an allocation through the mount fail
+/// with EIO within the client timeout (never hang), and the file is unharmed and the
+/// calls work again once the cluster is back.
+#[test]
+fn sparse_calls_fail_in_time_while_the_cluster_is_down_and_work_after() {
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let mut cfg = stripefs_rpc::ClusterConfig::load(&c.cluster_file()).unwrap();
+    cfg.timeout_ms = 2000;
+    let short = c.path().join("short.toml");
+    cfg.save(&short).unwrap();
+    let m = FuseMount::new(&short);
+    let path = m.p("f");
+    let data: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
+    fs::write(&path, &data).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let fd = f.as_raw_fd();
+    c.down();
+    let t = std::time::Instant::now();
+    // SAFETY: `fd` is open for the whole test; the calls take plain integers.
+    let punched = unsafe {
+        libc::fallocate(
+            fd,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            4096,
+            1 << 20,
+        )
+    };
+    let e = std::io::Error::last_os_error();
+    assert_eq!((punched, e.raw_os_error()), (-1, Some(libc::EIO)), "{e}");
+    // SAFETY: as above.
+    let sought = unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) };
+    let e = std::io::Error::last_os_error();
+    assert_eq!((sought, e.raw_os_error()), (-1, Some(libc::EIO)), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t.elapsed()
+    );
+    c.restart();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // SAFETY: as above.
+    while unsafe { libc::lseek(fd, 0, libc::SEEK_DATA) } != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mount did not recover"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(f);
+    assert!(
+        fs::read(&path).unwrap() == data,
+        "a failed punch changed the file"
+    );
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    // SAFETY: as above, with the new descriptor.
+    let punched = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            4096,
+            1 << 20,
+        )
+    };
+    assert_eq!(punched, 0, "{}", std::io::Error::last_os_error());
+    drop(f);
+    let back = fs::read(&path).unwrap();
+    assert!(back[4096..4096 + (1 << 20)].iter().all(|&b| b == 0));
+    assert!(back[..4096] == data[..4096] && back[4096 + (1 << 20)..] == data[4096 + (1 << 20)..]);
+}

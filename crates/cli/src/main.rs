@@ -6,6 +6,7 @@ mod cluster;
 mod fsops;
 mod mount;
 mod serve;
+mod sim;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -62,6 +63,10 @@ enum Cmd {
     Bench(stripefs_bench::BenchCmd),
     /// The main job: start a throwaway local cluster, run the headline benchmarks, stop it.
     Demo(stripefs_bench::demo::DemoArgs),
+    /// Whole-cluster simulator: servers and clients in one process under injected faults
+    /// (crashes, power cuts, ENOSPC, lost/duplicated/reordered messages, partitions),
+    /// checked against what the file system promised. Exit status 1 on a violation.
+    Sim(sim::SimArgs),
 }
 
 fn main() {
@@ -82,6 +87,7 @@ fn main() {
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Bench(b) => stripefs_bench::run(b, exe()),
         Cmd::Demo(a) => stripefs_bench::demo::run(a, exe()),
+        Cmd::Sim(a) => sim::run(a),
     };
     if let Err(e) = result {
         eprintln!("stripefs: error: {e:#}");

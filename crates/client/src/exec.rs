@@ -104,6 +104,8 @@ struct Shared {
     state: Mutex<State>,
     work: Condvar,
     space: Condvar,
+    /// Signalled when a job ends.
+    done: Condvar,
 }
 
 /// The pool. Dropping it lets the workers finish queued jobs and exit.
@@ -124,6 +126,7 @@ impl Executor {
                 }),
                 work: Condvar::new(),
                 space: Condvar::new(),
+                done: Condvar::new(),
             }),
         }
     }
@@ -148,6 +151,14 @@ impl Executor {
         }
         drop(st);
         self.shared.work.notify_one();
+    }
+
+    /// Blocks until no job is queued or running.
+    pub fn wait_idle(&self) {
+        let mut st = lock(&self.shared.state);
+        while !st.queue.is_empty() || st.busy.iter().any(|&b| b > 0) {
+            st = self.shared.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     fn spawn(&self) -> bool {
@@ -204,6 +215,7 @@ fn worker(shared: &Shared) {
         st.busy[job.server] -= 1;
         let waiting = st.queue.iter().any(|j| j.server == job.server);
         drop(st);
+        shared.done.notify_all();
         if waiting {
             // This worker takes one of them next; others may have become runnable for
             // idle workers too, since our server now has a free slot.

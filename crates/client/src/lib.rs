@@ -34,6 +34,7 @@ mod pool;
 
 pub use client::{DataStatus, MetaStatus, StatFs};
 pub use file::{File, OpenOptions};
+pub use pool::Transport;
 pub use stripefs_rpc::ClusterConfig;
 pub use stripefs_wire::{
     make_rdev, split_rdev, Attr, Counters, Cred, DirEntry, ErrorCode, FileType, InodeId, Layout,
@@ -163,27 +164,47 @@ impl Client {
     /// cluster secret. Data servers are connected on first use, so a client works with
     /// whichever of them are up. Credentials default to the calling process's.
     pub fn connect(cluster: &ClusterConfig) -> Result<Client, WireError> {
+        Client::connect_over(cluster, None)
+    }
+
+    /// [`Client::connect`] with every request carried by `via` instead of TCP (the
+    /// simulator's network); the addresses in `cluster` only name the servers.
+    pub fn connect_via(
+        cluster: &ClusterConfig,
+        via: Arc<dyn pool::Transport>,
+    ) -> Result<Client, WireError> {
+        Client::connect_over(cluster, Some(via))
+    }
+
+    fn connect_over(
+        cluster: &ClusterConfig,
+        via: Option<Arc<dyn pool::Transport>>,
+    ) -> Result<Client, WireError> {
         let timeout = Duration::from_millis(cluster.timeout_ms);
-        let meta = ServerPool::new(
+        let over = |p: ServerPool| match &via {
+            Some(v) => p.over(v.clone()),
+            None => p,
+        };
+        let meta = over(ServerPool::new(
             None,
             &cluster.meta_addr,
             &cluster.secret,
             timeout,
             MAX_META_CONNS,
-        );
+        ));
         let data = cluster
             .data
             .iter()
             .enumerate()
             .map(|(i, d)| {
                 let id = ServerId(i as u32);
-                Arc::new(ServerPool::new(
+                Arc::new(over(ServerPool::new(
                     Some(id),
                     &d.addr,
                     &cluster.secret,
                     timeout,
                     MAX_CONNS_PER_SERVER,
-                ))
+                )))
             })
             .collect::<Vec<_>>();
         meta.probe()?;
@@ -206,6 +227,13 @@ impl Client {
             inner: Arc::new(inner),
             cred: process_cred(),
         })
+    }
+
+    /// Waits until no I/O of this client is queued or in flight (write-behind and
+    /// readahead included): the simulator calls it so that faults fall between
+    /// requests at points that do not depend on thread timing.
+    pub fn quiesce(&self) {
+        self.inner.exec.wait_idle();
     }
 
     /// This client with other credentials, used in every metadata request.

@@ -39,10 +39,27 @@ struct Shared {
     kick: Condvar,
 }
 
+/// Carries requests to servers in place of TCP connections: the whole-cluster simulator
+/// (crates/sim) runs the real client over its simulated network through this.
+pub trait Transport: Send + Sync + 'static {
+    /// One request to `server` (`None`: the metadata server) and its answer, with the
+    /// answer's bulk data copied into `recv`, as [`Conn::call`].
+    fn call(
+        &self,
+        server: Option<ServerId>,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError>;
+}
+
 pub(crate) struct ServerPool {
     /// `None` for the metadata server.
     pub id: Option<ServerId>,
     pub addr: String,
+    /// Requests go here instead of over TCP.
+    via: Option<Arc<dyn Transport>>,
     secret: Secret,
     timeout: Duration,
     max_conns: usize,
@@ -67,6 +84,7 @@ impl ServerPool {
         ServerPool {
             id,
             addr: addr.to_string(),
+            via: None,
             secret: secret.clone(),
             timeout,
             max_conns,
@@ -82,6 +100,12 @@ impl ServerPool {
             }),
             flusher: Mutex::new(None),
         }
+    }
+
+    /// A pool whose requests travel over `via` rather than TCP.
+    pub fn over(mut self, via: Arc<dyn Transport>) -> ServerPool {
+        self.via = Some(via);
+        self
     }
 
     /// How this server is named in error messages.
@@ -100,6 +124,9 @@ impl ServerPool {
         data: &[u8],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
+        if let Some(via) = &self.via {
+            return via.call(self.id, cred, req, data, recv);
+        }
         let retry = idempotent(&req).then(|| req.clone());
         let (mut conn, reused) = self.checkout()?;
         let r = conn.call(cred, req, data, recv);
@@ -120,6 +147,9 @@ impl ServerPool {
     /// Sends a request that gets no answer, deferred: with the next request on the same
     /// connection, or within [`DEFER_MAX`]; see [`Conn::defer`].
     pub fn send_deferred(&self, cred: &Cred, req: Request) -> Result<(), WireError> {
+        if let Some(via) = &self.via {
+            return via.call(self.id, cred, req, &[], &mut []).map(|_| ());
+        }
         self.start_flusher()?;
         let (mut conn, _) = self.checkout()?;
         let r = conn.defer(cred, req);
@@ -147,6 +177,11 @@ impl ServerPool {
 
     /// Connects once, outside the pool, to check that the server answers.
     pub fn probe(&self) -> Result<(), WireError> {
+        if let Some(via) = &self.via {
+            return via
+                .call(self.id, &Cred::root(), Request::Ping {}, &[], &mut [])
+                .map(|_| ());
+        }
         let conn = self.checkout()?.0;
         self.checkin(conn);
         Ok(())

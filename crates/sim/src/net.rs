@@ -1,0 +1,340 @@
+//! The simulated network: every client request goes through the wire encoding, then to
+//! the server's `Service` in this process, under message faults decided by the seed and
+//! the request itself (so that they do not depend on thread timing): dropped requests,
+//! dropped answers, duplicates, delays, reordering, partitions and slow disks.
+
+use crate::cluster::Servers;
+use crate::rng::{hash_bytes, mix};
+use crate::Stats;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+use stripefs_client::Transport;
+use stripefs_rpc::{ConnInfo, Payload};
+use stripefs_wire::{
+    decode_request, decode_response, encode_request, encode_response, Cred, Envelope, ErrorCode,
+    Header, Request, Response, ServerId, WireError, HEADER_LEN,
+};
+
+/// A message fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsgFault {
+    /// The request never arrives.
+    DropRequest,
+    /// The server does the work; its answer never arrives.
+    DropReply,
+    /// The request arrives twice.
+    Duplicate,
+    /// The request arrives late (simulated time passes).
+    Delay,
+    /// The request waits until the next request to the same server has been served.
+    Reorder,
+    /// The disk is so slow that the client gives up (the work is done).
+    SlowDisk,
+}
+
+/// Per-mille chances of each message fault (requests to data servers get all of them;
+/// the metadata server's disk is not slowed).
+const FAULTS: &[(MsgFault, u64)] = &[
+    (MsgFault::DropRequest, 6),
+    (MsgFault::DropReply, 6),
+    (MsgFault::Duplicate, 6),
+    (MsgFault::Delay, 6),
+    (MsgFault::Reorder, 6),
+    (MsgFault::SlowDisk, 4),
+];
+
+#[derive(Default)]
+struct State {
+    /// How often each request key was seen: the fault decision of a request is a function
+    /// of its key and this count.
+    seen: HashMap<u64, u32>,
+    /// (client, server) pairs cut apart; server `None` is the metadata server.
+    partitions: HashSet<(u8, Option<u32>)>,
+    /// No message faults (the checker's own reads).
+    clean: bool,
+    /// Requests held back for reordering, by server.
+    held: HashMap<Option<u32>, u64>,
+    next_request_id: u64,
+}
+
+pub struct Net {
+    pub servers: Arc<Servers>,
+    seed: u64,
+    state: Mutex<State>,
+    released: Condvar,
+    pub stats: Arc<Stats>,
+    /// Print every request (STRIPEFS_SIM_TRACE).
+    trace: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Net {
+    pub fn new(servers: Arc<Servers>, seed: u64, stats: Arc<Stats>) -> Arc<Net> {
+        Arc::new(Net {
+            servers,
+            seed,
+            state: Mutex::new(State::default()),
+            released: Condvar::new(),
+            stats,
+            trace: std::env::var_os("STRIPEFS_SIM_TRACE").is_some(),
+        })
+    }
+
+    /// Turns message faults off (`true`) or back on.
+    pub fn set_clean(&self, clean: bool) {
+        lock(&self.state).clean = clean;
+    }
+
+    pub fn partition(&self, client: u8, server: Option<u32>) {
+        lock(&self.state).partitions.insert((client, server));
+    }
+
+    pub fn heal(&self) {
+        lock(&self.state).partitions.clear();
+    }
+
+    /// The transport of client `client`.
+    pub fn endpoint(self: &Arc<Net>, client: u8) -> Arc<Endpoint> {
+        Arc::new(Endpoint {
+            net: self.clone(),
+            client,
+        })
+    }
+
+    fn decide(&self, client: u8, server: Option<ServerId>, req: &Request) -> Option<MsgFault> {
+        let mut st = lock(&self.state);
+        if st.clean || matches!(req, Request::Ping {}) {
+            return None;
+        }
+        // The key: who, to whom, and what (without session ids, which are random).
+        let text = strip_sessions(&format!("{client} {server:?} {req:?}"));
+        let key = hash_bytes(self.seed, text.as_bytes());
+        let n = st.seen.entry(key).or_insert(0);
+        *n += 1;
+        let mut roll = mix(key ^ u64::from(*n).wrapping_mul(0x9E37_79B9)) % 1000;
+        for &(fault, per_mille) in FAULTS {
+            if server.is_none() && fault == MsgFault::SlowDisk {
+                continue;
+            }
+            if roll < per_mille {
+                return Some(fault);
+            }
+            roll -= per_mille;
+        }
+        None
+    }
+
+    fn deliver(
+        &self,
+        server: Option<ServerId>,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+    ) -> Result<(Response, Vec<u8>), WireError> {
+        let Some(svc) = self.servers.service(server) else {
+            return Err(unreachable(server, "server down"));
+        };
+        let id = {
+            let mut st = lock(&self.state);
+            st.next_request_id += 1;
+            st.next_request_id
+        };
+        // Through the wire encoding and the checks a server makes, as over TCP.
+        let env = Envelope {
+            cred: cred.clone(),
+            req,
+        };
+        let frame = encode_request(id, &env, data.len() as u32);
+        let header = Header::decode(&frame[..HEADER_LEN]).map_err(bad_frame)?;
+        let env = decode_request(&header, &frame[HEADER_LEN..]).map_err(bad_frame)?;
+        env.req.validate(data.len() as u32)?;
+        let opcode = env.req.opcode();
+        let conn = ConnInfo {
+            peer: "127.0.0.1:1".parse().expect("a socket address"),
+        };
+        let reply = svc.handle(&conn, env, data);
+        let bytes = match reply.data {
+            Payload::None => Vec::new(),
+            Payload::Bytes(b) => b,
+        };
+        let frame = encode_response(id, opcode, &reply.result, bytes.len() as u32);
+        let header = Header::decode(&frame[..HEADER_LEN]).map_err(bad_frame)?;
+        let result = decode_response(&header, &frame[HEADER_LEN..]).map_err(bad_frame)?;
+        result.map(|r| (r, bytes))
+    }
+
+    /// Holds a request back until another request to the same server was served (or a
+    /// moment passed), so that the two are served in the other order.
+    fn hold(&self, server: Option<ServerId>) {
+        let key = server.map(|s| s.0);
+        let mut st = lock(&self.state);
+        let mark = st.held.get(&key).copied().unwrap_or(0);
+        st.held.insert(key, mark);
+        let deadline = std::time::Instant::now() + Duration::from_millis(3);
+        while st.held.get(&key).copied() == Some(mark) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self
+                .released
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn served(&self, server: Option<ServerId>) {
+        let key = server.map(|s| s.0);
+        let mut st = lock(&self.state);
+        if let Some(m) = st.held.get_mut(&key) {
+            *m += 1;
+            drop(st);
+            self.released.notify_all();
+        }
+    }
+}
+
+/// Session ids are random per client: leave them out of fault keys.
+fn strip_sessions(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("session: ") {
+        out.push_str(&rest[..i + "session: ".len()]);
+        rest = &rest[i + "session: ".len()..];
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn bad_frame(e: stripefs_wire::FrameError) -> WireError {
+    WireError::new(ErrorCode::BadFrame, format!("simulated network: {e}"))
+}
+
+fn unreachable(server: Option<ServerId>, why: &str) -> WireError {
+    let name = match server {
+        Some(s) => format!("data server {}", s.0),
+        None => "metadata server".to_string(),
+    };
+    WireError::new(ErrorCode::Unreachable, format!("{name}: {why} (simulated)"))
+}
+
+/// One client's end of the network.
+pub struct Endpoint {
+    net: Arc<Net>,
+    client: u8,
+}
+
+impl Transport for Endpoint {
+    fn call(
+        &self,
+        server: Option<ServerId>,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError> {
+        let net = &self.net;
+        let cut = {
+            let st = lock(&net.state);
+            !st.clean && st.partitions.contains(&(self.client, server.map(|s| s.0)))
+        };
+        if cut {
+            net.stats.count_msg("partition");
+            return Err(unreachable(server, "partitioned"));
+        }
+        let fault = net.decide(self.client, server, &req);
+        if net.trace {
+            eprintln!(
+                "  client {} -> {server:?}: {req:?} [{fault:?}]",
+                self.client
+            );
+        }
+        if let Some(f) = fault {
+            net.stats.count_msg(match f {
+                MsgFault::DropRequest => "drop_request",
+                MsgFault::DropReply => "drop_reply",
+                MsgFault::Duplicate => "duplicate",
+                MsgFault::Delay => "delay",
+                MsgFault::Reorder => "reorder",
+                MsgFault::SlowDisk => "slow_disk",
+            });
+        }
+        let out = match fault {
+            Some(MsgFault::DropRequest) => return Err(unreachable(server, "request lost")),
+            Some(MsgFault::Delay) => {
+                net.servers.advance(Duration::from_millis(200));
+                net.deliver(server, cred, req, data)
+            }
+            Some(MsgFault::Reorder) => {
+                net.hold(server);
+                net.deliver(server, cred, req, data)
+            }
+            Some(MsgFault::Duplicate) => {
+                let first = net.deliver(server, cred, req.clone(), data);
+                let _ = net.deliver(server, cred, req, data);
+                first
+            }
+            Some(MsgFault::DropReply) | Some(MsgFault::SlowDisk) | None => {
+                net.deliver(server, cred, req, data)
+            }
+        };
+        net.served(server);
+        match fault {
+            Some(MsgFault::DropReply) => {
+                return Err(WireError::new(
+                    ErrorCode::Timeout,
+                    "the answer was lost (simulated)",
+                ))
+            }
+            Some(MsgFault::SlowDisk) => {
+                return Err(WireError::new(
+                    ErrorCode::Timeout,
+                    "the server's disk was too slow (simulated)",
+                ))
+            }
+            _ => {}
+        }
+        if net.trace {
+            if let Err(e) = &out {
+                eprintln!("    -> error {e}");
+            }
+        }
+        let (resp, bytes) = out?;
+        if bytes.len() > recv.len() {
+            return Err(WireError::new(
+                ErrorCode::UnexpectedMessage,
+                format!(
+                    "sent {} bytes of data where {} were expected",
+                    bytes.len(),
+                    recv.len()
+                ),
+            ));
+        }
+        recv[..bytes.len()].copy_from_slice(&bytes);
+        Ok((resp, bytes.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_sessions;
+
+    #[test]
+    fn session_ids_are_left_out_of_keys() {
+        assert_eq!(
+            strip_sessions("Open { ino: 5, session: 1234567, x: 1 }"),
+            "Open { ino: 5, session: , x: 1 }"
+        );
+        assert_eq!(strip_sessions("no ids"), "no ids");
+        assert_eq!(strip_sessions("session: 9"), "session: ");
+    }
+}

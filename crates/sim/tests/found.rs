@@ -1,0 +1,95 @@
+//! Bugs the simulator found, each kept as a short explicit plan that failed before its fix.
+
+use stripefs_sim::{run_steps, Options, Step};
+
+fn opts() -> Options {
+    Options {
+        threads: 1,
+        ..Options::default()
+    }
+}
+
+fn holds(seed: u64, steps: &[Step]) {
+    eprintln!("seed {seed}, plan {steps:?}");
+    match run_steps(seed, steps, &opts()) {
+        Ok(None) => {}
+        Ok(Some(v)) => panic!("seed {seed}: after step {}: {}", v.step, v.message),
+        Err(e) => panic!("seed {seed}: the simulator could not run: {e}"),
+    }
+}
+
+/// A file open while the metadata server restarted could not be closed (EBADF): the
+/// restarted server had forgotten the open.
+#[test]
+fn close_after_a_metadata_server_restart_succeeds() {
+    holds(
+        1,
+        &[
+            Step::Create {
+                client: 0,
+                dir: 0,
+                name: 0,
+            },
+            Step::CrashMeta,
+            Step::Close { pick: 0 },
+        ],
+    );
+}
+
+/// A truncate that failed on a data server made the client forget the end of its earlier
+/// writes: close then left the file at its old size, hiding acknowledged bytes.
+#[test]
+fn a_failed_truncate_keeps_the_size_of_earlier_writes() {
+    holds(
+        7,
+        &[
+            Step::Create {
+                client: 0,
+                dir: 0,
+                name: 0,
+            },
+            Step::Write {
+                pick: 0,
+                offset: 40_000,
+                len: 20_000,
+            },
+            // Client 0 cannot reach data server 0 (server 0 of the partition is the
+            // metadata server).
+            Step::Partition {
+                client: 0,
+                server: 1,
+            },
+            Step::SetLen {
+                pick: 0,
+                size: 10_000,
+            },
+            Step::Heal,
+            Step::Close { pick: 0 },
+        ],
+    );
+}
+
+/// A data server whose target directories it made itself lost them (and every fsynced
+/// object under them) in a power cut: only the target's parent had been synced.
+#[test]
+fn fsynced_bytes_survive_a_power_cut_of_a_fresh_server() {
+    for server in 0..3 {
+        holds(
+            11,
+            &[
+                Step::Create {
+                    client: 0,
+                    dir: 0,
+                    name: 0,
+                },
+                Step::Write {
+                    pick: 0,
+                    offset: 0,
+                    len: 70_000,
+                },
+                Step::Fsync { pick: 0 },
+                Step::PowerCut { server },
+            ],
+        );
+    }
+}

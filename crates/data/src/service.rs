@@ -117,14 +117,11 @@ impl DataService {
                     )
                 })?;
             }
-            // The fan-out directories' names, and the objects directory's, survive a
-            // power cut before any object is made durable in them.
+            // The fan-out directories' names, the objects directory's and those of every
+            // directory above (`create_dir_all` may have made them) survive a power cut
+            // before any object is made durable in them.
             let objects = root.join(OBJECTS_DIR);
-            for dir in [Some(objects.as_path()), Some(root.as_path()), root.parent()]
-                .into_iter()
-                .flatten()
-                .filter(|d| !d.as_os_str().is_empty())
-            {
+            for dir in objects.ancestors().filter(|d| !d.as_os_str().is_empty()) {
                 store.sync_dir(dir).map_err(|e| {
                     format!(
                         "cannot sync directory {} on target {}: {e}",

@@ -260,7 +260,9 @@ fn unlink_while_open_then_close_purges() {
     close(8).unwrap();
     assert_eq!(code(fs.getattr(f.ino.0)), ErrorCode::StaleHandle);
     assert_eq!(fs.svc.purge_queue_len().unwrap(), 1);
-    assert_eq!(code(close(8)), ErrorCode::BadHandle);
+    // A close the server knows nothing of is answered as done: after a restart it has
+    // forgotten every open, and the client's close must not fail for that.
+    close(8).unwrap();
     assert_eq!(code(open(9)), ErrorCode::StaleHandle);
     assert_eq!(fs.status().3, 0);
     fs.check();
@@ -711,13 +713,11 @@ fn bad_requests_do_not_panic() {
         })),
         ErrorCode::InvalidArgument
     );
-    assert_eq!(
-        code(fs.root(Request::Close {
-            ino: InodeId(ROOT),
-            session: 1
-        })),
-        ErrorCode::BadHandle
-    );
+    fs.root(Request::Close {
+        ino: InodeId(ROOT),
+        session: 1,
+    })
+    .unwrap();
     fs.check();
 }
 

@@ -26,6 +26,10 @@ pub struct SimArgs {
     /// Seeds run at once (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    /// Fault kinds not to inject (comma-separated names as in the report), to tell causes
+    /// apart.
+    #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
+    without: Vec<String>,
     /// Replay only these steps (indices, comma-separated) of the plan of seed --first, as a
     /// shortened reproduction prints them.
     #[arg(long, value_delimiter = ',', value_name = "I,J,...")]
@@ -48,7 +52,16 @@ pub fn run(a: SimArgs) -> Result<()> {
     if a.clients > 8 || a.data_servers > 16 {
         bail!("the simulator runs at most 8 clients and 16 data servers");
     }
+    for w in &a.without {
+        if !stripefs_sim::FAULT_KINDS.contains(&w.as_str()) {
+            bail!(
+                "--without {w}: no such fault kind (kinds: {})",
+                stripefs_sim::FAULT_KINDS.join(", ")
+            );
+        }
+    }
     let mut opts = Options {
+        without: a.without.clone(),
         clients: a.clients,
         data_servers: a.data_servers,
         steps: a.steps,

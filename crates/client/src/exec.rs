@@ -7,7 +7,9 @@
 //! A job's result travels through a [`Promise`] / [`Completion`] pair; a job that panics
 //! (a bug) still completes, with an `Internal` error, so no caller waits forever.
 
-use crate::{IO_WORKERS, MAX_CONNS_PER_SERVER, MAX_QUEUED_JOBS, WORKER_STACK_BYTES};
+#[cfg(test)]
+use crate::IO_WORKERS;
+use crate::{MAX_CONNS_PER_SERVER, MAX_QUEUED_JOBS, WORKER_STACK_BYTES};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -111,11 +113,22 @@ struct Shared {
 /// The pool. Dropping it lets the workers finish queued jobs and exit.
 pub(crate) struct Executor {
     shared: Arc<Shared>,
+    /// Most worker threads.
+    max_workers: usize,
 }
 
 impl Executor {
+    #[cfg(test)]
     pub fn new(servers: usize) -> Executor {
+        Executor::with_workers(servers, IO_WORKERS)
+    }
+
+    /// A pool of at most `max_workers` threads (one makes the order of all I/O the
+    /// order it was submitted in: the simulator's runs repeat exactly).
+    pub fn with_workers(servers: usize, max_workers: usize) -> Executor {
+        assert!(max_workers > 0);
         Executor {
+            max_workers,
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
@@ -146,7 +159,7 @@ impl Executor {
             server,
             run: Box::new(run),
         });
-        if st.queue.len() > st.idle && st.threads < IO_WORKERS && self.spawn() {
+        if st.queue.len() > st.idle && st.threads < self.max_workers && self.spawn() {
             st.threads += 1;
         }
         drop(st);

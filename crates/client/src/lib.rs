@@ -219,7 +219,12 @@ impl Client {
             cluster: cluster.clone(),
             session: u64::from_le_bytes(session),
             meta,
-            exec: Executor::new(data.len()),
+            exec: Executor::with_workers(
+                data.len(),
+                via.as_ref()
+                    .and_then(|v| v.io_workers())
+                    .unwrap_or(IO_WORKERS),
+            ),
             data,
             open: Mutex::new(HashMap::new()),
         };

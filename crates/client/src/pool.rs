@@ -52,6 +52,18 @@ pub trait Transport: Send + Sync + 'static {
         data: &[u8],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError>;
+
+    /// A request nobody waits for (Close), as [`Conn::defer`]: it may arrive after
+    /// requests sent later.
+    fn send(&self, server: Option<ServerId>, cred: &Cred, req: Request) -> Result<(), WireError> {
+        self.call(server, cred, req, &[], &mut []).map(|_| ())
+    }
+
+    /// How many I/O worker threads a client over this transport runs (`None`: the
+    /// default).
+    fn io_workers(&self) -> Option<usize> {
+        None
+    }
 }
 
 pub(crate) struct ServerPool {
@@ -148,7 +160,7 @@ impl ServerPool {
     /// connection, or within [`DEFER_MAX`]; see [`Conn::defer`].
     pub fn send_deferred(&self, cred: &Cred, req: Request) -> Result<(), WireError> {
         if let Some(via) = &self.via {
-            return via.call(self.id, cred, req, &[], &mut []).map(|_| ());
+            return via.send(self.id, cred, req);
         }
         self.start_flusher()?;
         let (mut conn, _) = self.checkout()?;

@@ -39,6 +39,15 @@ pub struct Options {
     pub threads: usize,
     /// Re-runs spent shortening a failing plan.
     pub shrink_runs: usize,
+    /// Fault kinds (names of [`FAULT_KINDS`]) not injected, to tell causes apart.
+    pub without: Vec<String>,
+}
+
+impl Options {
+    /// Fault kind `kind` is injected.
+    pub fn injects(&self, kind: &str) -> bool {
+        !self.without.iter().any(|w| w == kind)
+    }
 }
 
 impl Default for Options {
@@ -49,6 +58,7 @@ impl Default for Options {
             steps: 200,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             shrink_runs: 60,
+            without: Vec::new(),
         }
     }
 }
@@ -91,7 +101,8 @@ impl Stats {
 
 /// Every fault kind the simulator injects (the report lists each, also at zero).
 pub const FAULT_KINDS: &[&str] = &[
-    "crash",
+    "crash_meta",
+    "crash_data",
     "power_cut",
     "torn_write",
     "no_space",

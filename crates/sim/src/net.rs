@@ -7,7 +7,7 @@ use crate::cluster::Servers;
 use crate::rng::{hash_bytes, mix};
 use crate::Stats;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use stripefs_client::Transport;
 use stripefs_rpc::{ConnInfo, Payload};
@@ -27,11 +27,29 @@ pub enum MsgFault {
     Duplicate,
     /// The request arrives late (simulated time passes).
     Delay,
-    /// The request waits until the next request to the same server has been served.
+    /// A request nobody waits for (Close) arrives after the sender's next request to the
+    /// same server.
     Reorder,
     /// The disk is so slow that the client gives up (the work is done).
     SlowDisk,
 }
+
+impl MsgFault {
+    /// The name in reports and `--without`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MsgFault::DropRequest => "drop_request",
+            MsgFault::DropReply => "drop_reply",
+            MsgFault::Duplicate => "duplicate",
+            MsgFault::Delay => "delay",
+            MsgFault::Reorder => "reorder",
+            MsgFault::SlowDisk => "slow_disk",
+        }
+    }
+}
+
+/// Per-mille chance that a request nobody waits for is overtaken.
+const REORDER_PER_MILLE: u64 = 100;
 
 /// Per-mille chances of each message fault (requests to data servers get all of them;
 /// the metadata server's disk is not slowed).
@@ -40,7 +58,6 @@ const FAULTS: &[(MsgFault, u64)] = &[
     (MsgFault::DropReply, 6),
     (MsgFault::Duplicate, 6),
     (MsgFault::Delay, 6),
-    (MsgFault::Reorder, 6),
     (MsgFault::SlowDisk, 4),
 ];
 
@@ -53,8 +70,6 @@ struct State {
     partitions: HashSet<(u8, Option<u32>)>,
     /// No message faults (the checker's own reads).
     clean: bool,
-    /// Requests held back for reordering, by server.
-    held: HashMap<Option<u32>, u64>,
     next_request_id: u64,
 }
 
@@ -62,10 +77,11 @@ pub struct Net {
     pub servers: Arc<Servers>,
     seed: u64,
     state: Mutex<State>,
-    released: Condvar,
     pub stats: Arc<Stats>,
     /// Print every request (STRIPEFS_SIM_TRACE).
     trace: bool,
+    /// Message fault kinds not injected.
+    without: Vec<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -73,14 +89,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Net {
-    pub fn new(servers: Arc<Servers>, seed: u64, stats: Arc<Stats>) -> Arc<Net> {
+    pub fn new(
+        servers: Arc<Servers>,
+        seed: u64,
+        stats: Arc<Stats>,
+        without: Vec<String>,
+    ) -> Arc<Net> {
         Arc::new(Net {
             servers,
             seed,
             state: Mutex::new(State::default()),
-            released: Condvar::new(),
             stats,
             trace: std::env::var_os("STRIPEFS_SIM_TRACE").is_some(),
+            without,
         })
     }
 
@@ -102,10 +123,17 @@ impl Net {
         Arc::new(Endpoint {
             net: self.clone(),
             client,
+            late: Mutex::new(Vec::new()),
         })
     }
 
-    fn decide(&self, client: u8, server: Option<ServerId>, req: &Request) -> Option<MsgFault> {
+    fn decide(
+        &self,
+        client: u8,
+        server: Option<ServerId>,
+        req: &Request,
+        deferred: bool,
+    ) -> Option<MsgFault> {
         let mut st = lock(&self.state);
         if st.clean || matches!(req, Request::Ping {}) {
             return None;
@@ -116,12 +144,18 @@ impl Net {
         let n = st.seen.entry(key).or_insert(0);
         *n += 1;
         let mut roll = mix(key ^ u64::from(*n).wrapping_mul(0x9E37_79B9)) % 1000;
+        if deferred {
+            // Only a request nobody waits for can be overtaken by later ones.
+            let f = MsgFault::Reorder;
+            return (roll < REORDER_PER_MILLE && !self.without.iter().any(|w| w == f.name()))
+                .then_some(f);
+        }
         for &(fault, per_mille) in FAULTS {
             if server.is_none() && fault == MsgFault::SlowDisk {
                 continue;
             }
             if roll < per_mille {
-                return Some(fault);
+                return (!self.without.iter().any(|w| w == fault.name())).then_some(fault);
             }
             roll -= per_mille;
         }
@@ -166,50 +200,26 @@ impl Net {
         let result = decode_response(&header, &frame[HEADER_LEN..]).map_err(bad_frame)?;
         result.map(|r| (r, bytes))
     }
-
-    /// Holds a request back until another request to the same server was served (or a
-    /// moment passed), so that the two are served in the other order.
-    fn hold(&self, server: Option<ServerId>) {
-        let key = server.map(|s| s.0);
-        let mut st = lock(&self.state);
-        let mark = st.held.get(&key).copied().unwrap_or(0);
-        st.held.insert(key, mark);
-        let deadline = std::time::Instant::now() + Duration::from_millis(3);
-        while st.held.get(&key).copied() == Some(mark) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            st = self
-                .released
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-
-    fn served(&self, server: Option<ServerId>) {
-        let key = server.map(|s| s.0);
-        let mut st = lock(&self.state);
-        if let Some(m) = st.held.get_mut(&key) {
-            *m += 1;
-            drop(st);
-            self.released.notify_all();
-        }
-    }
 }
 
-/// Session ids are random per client: leave them out of fault keys.
+/// Session ids are random per client and times come from the client's clock: leave
+/// them out of fault keys (fields `session` and `*_ns`).
 fn strip_sessions(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(i) = rest.find("session: ") {
-        out.push_str(&rest[..i + "session: ".len()]);
-        rest = &rest[i + "session: ".len()..];
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        rest = &rest[digits..];
+    while let Some(i) = rest.find(": ") {
+        let name_start = rest[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |j| j + 1);
+        let name = &rest[name_start..i];
+        out.push_str(&rest[..i + 2]);
+        rest = &rest[i + 2..];
+        if name == "session" || name.ends_with("_ns") {
+            let digits = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+                .unwrap_or(rest.len());
+            rest = &rest[digits..];
+        }
     }
     out.push_str(rest);
     out
@@ -227,13 +237,80 @@ fn unreachable(server: Option<ServerId>, why: &str) -> WireError {
     WireError::new(ErrorCode::Unreachable, format!("{name}: {why} (simulated)"))
 }
 
+/// A request held back to arrive late.
+type Late = (Option<ServerId>, Cred, Request);
+
 /// One client's end of the network.
 pub struct Endpoint {
     net: Arc<Net>,
     client: u8,
+    /// Requests overtaken by later ones (the Reorder fault), delivered after this
+    /// client's next request to their server, or at [`Endpoint::flush`].
+    late: Mutex<Vec<Late>>,
+}
+
+impl Endpoint {
+    /// Delivers every late request now (the simulator does it between steps).
+    pub fn flush(&self) {
+        let late = std::mem::take(&mut *lock(&self.late));
+        for (server, cred, req) in late {
+            let _ = self.net.deliver(server, &cred, req, &[]);
+        }
+    }
+
+    /// Delivers the late requests to `server`.
+    fn flush_to(&self, server: Option<ServerId>) {
+        let mut due = Vec::new();
+        lock(&self.late).retain(|l| {
+            if l.0 == server {
+                due.push(l.clone());
+                false
+            } else {
+                true
+            }
+        });
+        for (server, cred, req) in due {
+            let _ = self.net.deliver(server, &cred, req, &[]);
+        }
+    }
 }
 
 impl Transport for Endpoint {
+    fn io_workers(&self) -> Option<usize> {
+        // One I/O thread: a client's requests go out in the order it made them, so a
+        // seed's run repeats exactly.
+        Some(1)
+    }
+
+    fn send(&self, server: Option<ServerId>, cred: &Cred, req: Request) -> Result<(), WireError> {
+        let net = &self.net;
+        let cut = {
+            let st = lock(&net.state);
+            !st.clean && st.partitions.contains(&(self.client, server.map(|s| s.0)))
+        };
+        if cut {
+            net.stats.count_msg("partition");
+            return Ok(());
+        }
+        if net.decide(self.client, server, &req, true) == Some(MsgFault::Reorder) {
+            net.stats.count_msg(MsgFault::Reorder.name());
+            if net.trace {
+                eprintln!("  client {} -> {server:?}: {req:?} [late]", self.client);
+            }
+            lock(&self.late).push((server, cred.clone(), req));
+            return Ok(());
+        }
+        if net.trace {
+            eprintln!(
+                "  client {} -> {server:?}: {req:?} [no answer]",
+                self.client
+            );
+        }
+        let _ = net.deliver(server, cred, req, &[]);
+        self.flush_to(server);
+        Ok(())
+    }
+
     fn call(
         &self,
         server: Option<ServerId>,
@@ -251,7 +328,7 @@ impl Transport for Endpoint {
             net.stats.count_msg("partition");
             return Err(unreachable(server, "partitioned"));
         }
-        let fault = net.decide(self.client, server, &req);
+        let fault = net.decide(self.client, server, &req, false);
         if net.trace {
             eprintln!(
                 "  client {} -> {server:?}: {req:?} [{fault:?}]",
@@ -259,14 +336,7 @@ impl Transport for Endpoint {
             );
         }
         if let Some(f) = fault {
-            net.stats.count_msg(match f {
-                MsgFault::DropRequest => "drop_request",
-                MsgFault::DropReply => "drop_reply",
-                MsgFault::Duplicate => "duplicate",
-                MsgFault::Delay => "delay",
-                MsgFault::Reorder => "reorder",
-                MsgFault::SlowDisk => "slow_disk",
-            });
+            net.stats.count_msg(f.name());
         }
         let out = match fault {
             Some(MsgFault::DropRequest) => return Err(unreachable(server, "request lost")),
@@ -274,20 +344,17 @@ impl Transport for Endpoint {
                 net.servers.advance(Duration::from_millis(200));
                 net.deliver(server, cred, req, data)
             }
-            Some(MsgFault::Reorder) => {
-                net.hold(server);
-                net.deliver(server, cred, req, data)
-            }
             Some(MsgFault::Duplicate) => {
                 let first = net.deliver(server, cred, req.clone(), data);
                 let _ = net.deliver(server, cred, req, data);
                 first
             }
-            Some(MsgFault::DropReply) | Some(MsgFault::SlowDisk) | None => {
-                net.deliver(server, cred, req, data)
-            }
+            Some(MsgFault::DropReply)
+            | Some(MsgFault::SlowDisk)
+            | Some(MsgFault::Reorder)
+            | None => net.deliver(server, cred, req, data),
         };
-        net.served(server);
+        self.flush_to(server);
         match fault {
             Some(MsgFault::DropReply) => {
                 return Err(WireError::new(
@@ -336,5 +403,9 @@ mod tests {
         );
         assert_eq!(strip_sessions("no ids"), "no ids");
         assert_eq!(strip_sessions("session: 9"), "session: ");
+        assert_eq!(
+            strip_sessions("ExtendSize { ino: 4, size: 9, mtime_ns: 1795450432338390880 }"),
+            "ExtendSize { ino: 4, size: 9, mtime_ns:  }"
+        );
     }
 }

@@ -199,9 +199,11 @@ struct Handle {
 
 struct Sim<'a> {
     seed: u64,
+    opts: &'a Options,
     servers: Arc<Servers>,
     net: Arc<Net>,
     clients: Vec<Client>,
+    endpoints: Vec<Arc<crate::net::Endpoint>>,
     files: Vec<MFile>,
     /// Path -> file index.
     names: BTreeMap<String, usize>,
@@ -231,19 +233,29 @@ fn transport_error(e: &WireError) -> bool {
 /// Runs `steps` of `seed`; the first violation ends the run.
 pub fn run(seed: u64, steps: &[Step], opts: &Options, stats: &Stats) -> Result<Outcome, String> {
     let servers = Arc::new(Servers::start(opts.data_servers)?);
-    let net = Net::new(servers.clone(), seed, Arc::new(Stats::default()));
+    let net = Net::new(
+        servers.clone(),
+        seed,
+        Arc::new(Stats::default()),
+        opts.without.clone(),
+    );
     let mut clients = Vec::new();
+    let mut endpoints = Vec::new();
     for c in 0..opts.clients {
-        let client = Client::connect_via(&servers.cluster, net.endpoint(c as u8))
+        let end = net.endpoint(c as u8);
+        endpoints.push(end.clone());
+        let client = Client::connect_via(&servers.cluster, end)
             .map_err(|e| format!("simulated client {c} cannot connect: {e}"))?
             .with_cred(Cred::root());
         clients.push(client);
     }
     let mut sim = Sim {
         seed,
+        opts,
         servers: servers.clone(),
         net: net.clone(),
         clients,
+        endpoints,
         files: Vec::new(),
         names: BTreeMap::new(),
         handles: Vec::new(),
@@ -334,6 +346,9 @@ impl Sim<'_> {
         for c in &self.clients {
             c.quiesce();
         }
+        for e in &self.endpoints {
+            e.flush();
+        }
     }
 
     fn pick_path(&self, pick: u32) -> Option<String> {
@@ -368,6 +383,19 @@ impl Sim<'_> {
     }
 
     fn step(&mut self, step: Step) -> Result<(), String> {
+        let kind = match step {
+            Step::CrashMeta => Some("crash_meta"),
+            Step::CrashData { .. } => Some("crash_data"),
+            Step::PowerCut { .. } => Some("power_cut"),
+            Step::NoSpace { .. } => Some("no_space"),
+            Step::Partition { .. } => Some("partition"),
+            _ => None,
+        };
+        if let Some(k) = kind {
+            if !self.opts.injects(k) {
+                return Ok(());
+            }
+        }
         match step {
             Step::Create { client, dir, name } => self.create(client as usize, path_of(dir, name)),
             Step::Open { client, pick } => self.open(client as usize, pick),
@@ -402,7 +430,7 @@ impl Sim<'_> {
             }
             Step::CrashMeta => {
                 self.quiesce();
-                self.stats.count("crash");
+                self.stats.count("crash_meta");
                 self.servers.crash_meta()?;
                 self.net.set_clean(true);
                 let r = self.check_namespace();
@@ -411,7 +439,7 @@ impl Sim<'_> {
             }
             Step::CrashData { server } => {
                 self.quiesce();
-                self.stats.count("crash");
+                self.stats.count("crash_data");
                 self.servers
                     .crash_data(server as usize % self.servers.data_servers())
             }

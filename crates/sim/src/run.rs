@@ -597,8 +597,14 @@ impl Sim<'_> {
                 });
                 Ok(())
             }
-            // The write may have reached some servers: the model allows old or new.
-            Err(e) if e.code == ErrorCode::NoSpace || transport_error(&e) => Ok(()),
+            // The write may have reached some servers: the model allows old or new. The
+            // error may also be an earlier write's (write-behind): none of the handle's
+            // unconfirmed writes can be confirmed any more.
+            Err(e) if e.code == ErrorCode::NoSpace || transport_error(&e) => {
+                self.handles[h].pending.clear();
+                self.handles[h].cut = 0;
+                Ok(())
+            }
             Err(e) => self.data_error(file, "write", e),
         }
     }
@@ -687,7 +693,12 @@ impl Sim<'_> {
                 self.handles[h].pending.push(p);
                 Ok(())
             }
-            Err(e) if e.code == ErrorCode::NoSpace || transport_error(&e) => Ok(()),
+            // As for a write: an earlier write's error may be the one reported.
+            Err(e) if e.code == ErrorCode::NoSpace || transport_error(&e) => {
+                self.handles[h].pending.clear();
+                self.handles[h].cut = 0;
+                Ok(())
+            }
             Err(e) => self.data_error(file, "truncate (handle)", e),
         }
     }

@@ -211,6 +211,14 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A rate, or 0 for "off" (`0`, `off`).
+pub fn parse_rate_or_off(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "0" | "off" => Ok(0),
+        t => parse_rate(t),
+    }
+}
+
 /// One server's own configuration.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -221,6 +229,9 @@ pub struct ServerConfig {
     pub targets: Vec<PathBuf>,
     pub throttle_bytes_s: Option<u64>,
     pub db: Option<PathBuf>,
+    /// A data server's background scrub rate (`scrub_rate`, "0" = off); `None`: the
+    /// server's default.
+    pub scrub_rate_bytes_s: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -233,6 +244,7 @@ struct RawServer {
     targets: Vec<String>,
     throttle: Option<String>,
     db: Option<String>,
+    scrub_rate: Option<String>,
 }
 
 impl ServerConfig {
@@ -260,6 +272,7 @@ impl ServerConfig {
             targets: raw.targets.iter().map(|t| base.join(t)).collect(),
             throttle_bytes_s,
             db: raw.db.map(|d| base.join(d)),
+            scrub_rate_bytes_s: raw.scrub_rate.as_deref().map(parse_rate_or_off).transpose()?,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Tests through `DataService::handle`, as the server loop calls it, without a network.
 
 mod concurrency;
+mod durability;
 mod faults;
 mod io;
 mod model;
@@ -73,7 +74,7 @@ pub fn write(
     };
     call(svc, req, data.to_vec())
         .result
-        .map(|r| assert_eq!(r, Response::Done))
+        .map(|r| assert_eq!(r, Response::Written { boot_id: svc.boot_id() }))
 }
 
 /// Reads an aligned range; returns the stored CRCs and the data.

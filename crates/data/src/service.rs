@@ -60,6 +60,10 @@ struct Stats {
 pub const DEFAULT_SCRUB_RATE_BYTES_S: u64 = 8 << 20;
 /// Object bytes the background scrubber reads per step (and per throttle charge).
 const SCRUB_STEP_BYTES: u64 = 1 << 20;
+/// The background scrubber reads a step only after the server had no request for this
+/// long, or after waiting `SCRUB_MAX_YIELD` for that.
+const SCRUB_QUIET: Duration = Duration::from_millis(20);
+const SCRUB_MAX_YIELD: Duration = Duration::from_secs(1);
 /// How long the background scrubber rests between passes.
 const SCRUB_IDLE: Duration = Duration::from_secs(5);
 
@@ -731,6 +735,20 @@ impl DataService {
         }
     }
 
+    /// Yields to clients: waits until no request came for `SCRUB_QUIET`, at most
+    /// `SCRUB_MAX_YIELD`, so that a busy server scrubs slowly, never not at all.
+    fn wait_for_quiet(&self, stop: &dyn Fn() -> bool) {
+        let give_up = self.clock.now() + SCRUB_MAX_YIELD;
+        loop {
+            let before = self.stats.requests.load(Ordering::Relaxed);
+            self.clock.sleep(SCRUB_QUIET);
+            let quiet = self.stats.requests.load(Ordering::Relaxed) == before;
+            if quiet || stop() || self.clock.now() >= give_up {
+                return;
+            }
+        }
+    }
+
     /// One pass over every object; returns the bytes read.
     fn scrub_pass(&self, throttle: &Throttle, stop: &dyn Fn() -> bool) -> Result<u64, WireError> {
         let mut cursor = None;
@@ -744,6 +762,7 @@ impl DataService {
                         if stop() {
                             return Ok(total);
                         }
+                        self.wait_for_quiet(stop);
                         // A removed object is simply gone: nothing to scrub.
                         let (bytes, next, _) = self.scrub(*fid, t, offset, SCRUB_STEP_BYTES)?;
                         total += bytes;

@@ -212,9 +212,7 @@ pub fn run(a: FsckArgs) -> Result<()> {
     };
     for (id, mut side) in servers {
         if let Err(e) = check_server(id, side.as_mut(), &mut found, &mut pace) {
-            found
-                .errors
-                .push(format!("{}: {e}", side.name()));
+            found.errors.push(format!("{}: {e}", side.name()));
         }
     }
     let report = judge(mode, &expected, found, a.json)?;
@@ -372,12 +370,7 @@ fn exists_elsewhere(exp: &Expected, fid: u64) -> Result<bool, WireError> {
 }
 
 /// Compares what was found with what should be there, prints the report and returns it.
-fn judge(
-    mode: &str,
-    exp: &Expected,
-    found: Found,
-    as_json: bool,
-) -> Result<serde_json::Value> {
+fn judge(mode: &str, exp: &Expected, found: Found, as_json: bool) -> Result<serde_json::Value> {
     let mut errors = found.errors;
     let mut orphans = Vec::new();
     let mut purging = Vec::new();
@@ -475,7 +468,11 @@ fn print_human(r: &serde_json::Value) {
     }
     println!(
         "{}: {} damaged blocks, {} orphan objects, {} namespace problems",
-        if r["ok"] == json!(true) { "clean" } else { "DAMAGE FOUND" },
+        if r["ok"] == json!(true) {
+            "clean"
+        } else {
+            "DAMAGE FOUND"
+        },
         n("damaged_blocks"),
         n("orphan_objects"),
         n("namespace_problems")

@@ -19,7 +19,13 @@ struct Tmpfs {
 impl Tmpfs {
     fn mount(mnt: &Path, size: &str, cluster_dir: &Path) -> Tmpfs {
         let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "h-data-enospc"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size}"),
+                "h-data-enospc",
+            ])
             .arg(mnt)
             .output()
             .unwrap();
@@ -105,7 +111,11 @@ fn failed_write_on_a_full_disk_leaves_the_file_whole() {
 
     let back = std::fs::read(m.p("f")).expect("the file reads once space is back");
     assert!(back.len() >= old.len(), "the file shrank to {}", back.len());
-    assert_eq!(back[..100], old[..100], "bytes before the failed write changed");
+    assert_eq!(
+        back[..100],
+        old[..100],
+        "bytes before the failed write changed"
+    );
     for (i, b) in back.iter().enumerate().skip(100) {
         let was = old.get(i).copied().unwrap_or(0);
         let now = new.get(i - 100).copied();

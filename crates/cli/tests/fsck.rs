@@ -57,12 +57,18 @@ fn fsck_finds_a_flipped_byte_and_an_orphan_live_and_stopped() {
     let (code, clean) = fsck(&c, &[]);
     assert_eq!(code, 0, "a clean cluster: {clean}");
     assert_eq!(clean["mode"], "live");
-    assert!(clean["scrubbed_bytes"].as_u64().unwrap() >= 600 << 10, "{clean}");
+    assert!(
+        clean["scrubbed_bytes"].as_u64().unwrap() >= 600 << 10,
+        "{clean}"
+    );
 
     // One flipped byte in a stored block of the file, and an orphan object: a copy of
     // the file's object under an inode number nobody has.
     let obj = objects(c.path(), 1).into_iter().next().expect("an object");
-    assert_eq!(obj.file_name().unwrap().to_str().unwrap(), format!("{ino:016x}"));
+    assert_eq!(
+        obj.file_name().unwrap().to_str().unwrap(),
+        format!("{ino:016x}")
+    );
     let mut bytes = std::fs::read(&obj).unwrap();
     let orphan: u64 = 0x00fe_ed00;
     let orphan_path = obj
@@ -86,7 +92,10 @@ fn fsck_finds_a_flipped_byte_and_an_orphan_live_and_stopped() {
     let out = c.run(&["fsck"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let human = String::from_utf8_lossy(&out.stdout);
-    assert!(human.contains("DAMAGED") && human.contains("ORPHAN"), "{human}");
+    assert!(
+        human.contains("DAMAGED") && human.contains("ORPHAN"),
+        "{human}"
+    );
 
     c.down();
     let dir = c.path().to_str().unwrap().to_string();

@@ -63,9 +63,7 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
     let addr = cfg.listen_addr(Role::Data)?;
     let service = DataService::open(ServerId(id), &cfg.targets, cfg.throttle_bytes_s)?;
     raise_open_file_limit();
-    let scrub_rate = cfg
-        .scrub_rate_bytes_s
-        .unwrap_or(DEFAULT_SCRUB_RATE_BYTES_S);
+    let scrub_rate = cfg.scrub_rate_bytes_s.unwrap_or(DEFAULT_SCRUB_RATE_BYTES_S);
     let listener = std::net::TcpListener::bind(&addr)
         .map_err(|e| format!("data server {id}: cannot listen on {addr}: {e}"))?;
     let targets: Vec<String> = cfg
@@ -80,8 +78,13 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         service.boot_id()
     );
     let scrubber = service.start_scrubber(scrub_rate, shutdown.clone());
-    let served = stripefs_rpc::serve(listener, cfg.cluster.secret.clone(), service, shutdown.clone())
-        .map_err(|e| format!("data server {id} on {addr}: {e}"));
+    let served = stripefs_rpc::serve(
+        listener,
+        cfg.cluster.secret.clone(),
+        service,
+        shutdown.clone(),
+    )
+    .map_err(|e| format!("data server {id} on {addr}: {e}"));
     shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
     if let Some(h) = scrubber {
         let _ = h.join();

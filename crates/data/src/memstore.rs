@@ -73,7 +73,9 @@ impl Faults {
         if dec(&self.pass_writes) || !dec(&self.fail_writes) {
             return None;
         }
-        Some(io::Error::from_raw_os_error(self.errno.load(Ordering::SeqCst)))
+        Some(io::Error::from_raw_os_error(
+            self.errno.load(Ordering::SeqCst),
+        ))
     }
 
     /// Takes `grow` more bytes of space if the disk has them, else none.

@@ -283,9 +283,12 @@ impl WriteParts<'_> {
             return Ok(());
         }
         let at = self.off + lo as u64;
-        obj.data
-            .write_at(&self.data[lo..hi], at)
-            .map_err(|e| c.io(&format!("writing {} bytes at object offset {at}", hi - lo), &e))
+        obj.data.write_at(&self.data[lo..hi], at).map_err(|e| {
+            c.io(
+                &format!("writing {} bytes at object offset {at}", hi - lo),
+                &e,
+            )
+        })
     }
 
     fn write_entries(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
@@ -414,7 +417,12 @@ pub fn read(
 
 /// Checks `n` blocks from `first` against their stored checksums; returns each written
 /// block that fails, with its stored and computed CRC. Holes are not checked.
-pub fn verify(c: &Ctx, obj: &Object, first: u64, n: u64) -> Result<Vec<(u64, u32, u32)>, WireError> {
+pub fn verify(
+    c: &Ctx,
+    obj: &Object,
+    first: u64,
+    n: u64,
+) -> Result<Vec<(u64, u32, u32)>, WireError> {
     let mut entries = vec![0u8; (n * ENTRY_BYTES) as usize];
     let got = obj
         .crcs
@@ -424,12 +432,18 @@ pub fn verify(c: &Ctx, obj: &Object, first: u64, n: u64) -> Result<Vec<(u64, u32
     let mut data = vec![0u8; (n * BLOCK) as usize];
     obj.data.read_at(&mut data, first * BLOCK).map_err(|e| {
         c.io(
-            &format!("reading {} bytes at object offset {}", n * BLOCK, first * BLOCK),
+            &format!(
+                "reading {} bytes at object offset {}",
+                n * BLOCK,
+                first * BLOCK
+            ),
             &e,
         )
     })?;
     let mut bad = Vec::new();
-    let blocks = data.chunks(BLOCK_USIZE).zip(entries.chunks(ENTRY_BYTES as usize));
+    let blocks = data
+        .chunks(BLOCK_USIZE)
+        .zip(entries.chunks(ENTRY_BYTES as usize));
     for (i, (block, entry)) in blocks.enumerate() {
         if let Some(stored) = decode_entry(entry) {
             let actual = crc32c(block);

@@ -599,7 +599,10 @@ impl DataService {
                 );
             }
             let after_fid = after.filter(|_| d == start_dir).map(|f| f.0);
-            for fid in fids.into_iter().filter(|f| after_fid.map_or(true, |a| *f > a)) {
+            for fid in fids
+                .into_iter()
+                .filter(|f| after_fid.map_or(true, |a| *f > a))
+            {
                 if out.len() == limit as usize {
                     return Ok((out, false));
                 }
@@ -678,7 +681,9 @@ impl DataService {
             at += n;
         }
         let bytes = end.saturating_sub(first) * BLOCK;
-        self.stats.scrubbed_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.stats
+            .scrubbed_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
         self.stats
             .damaged_blocks
             .fetch_add(damaged.len() as u64, Ordering::Relaxed);
@@ -892,13 +897,13 @@ impl DataService {
                 fid,
                 target,
                 offset,
-            } => self
-                .scrub(fid, target, offset, SCRUB_REQUEST_BYTES)
-                .map(|(bytes, next, damaged)| Response::Scrubbed {
+            } => self.scrub(fid, target, offset, SCRUB_REQUEST_BYTES).map(
+                |(bytes, next, damaged)| Response::Scrubbed {
                     bytes,
                     next,
                     damaged,
-                }),
+                },
+            ),
             Request::ScrubStatus {} => {
                 let s = &self.stats;
                 Ok(Response::ScrubStatus {

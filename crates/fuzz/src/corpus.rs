@@ -370,9 +370,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             offset: rng.gen_bool(0.5).then(|| rng.gen()),
         },
         Opcode::Allocated => Response::Allocated { bytes: rng.gen() },
-        Opcode::Write | Opcode::Fsync => Response::Written {
-            boot_id: rng.gen(),
-        },
+        Opcode::Write | Opcode::Fsync => Response::Written { boot_id: rng.gen() },
         Opcode::ListObjects => Response::Objects {
             fids: (0..rng.gen_range(0..4)).map(|_| ino(rng)).collect(),
             done: rng.gen(),

@@ -84,7 +84,8 @@ pub fn inventory(path: &std::path::Path) -> Result<Inventory, String> {
         }
     }
     for item in rd.purge.iter().map_err(|e| e.to_string())? {
-        inv.purging.insert(item.map_err(|e| e.to_string())?.0.value());
+        inv.purging
+            .insert(item.map_err(|e| e.to_string())?.0.value());
     }
     inv.files.sort_unstable_by_key(|f| f.0);
     Ok(inv)

@@ -272,7 +272,11 @@ impl ServerConfig {
             targets: raw.targets.iter().map(|t| base.join(t)).collect(),
             throttle_bytes_s,
             db: raw.db.map(|d| base.join(d)),
-            scrub_rate_bytes_s: raw.scrub_rate.as_deref().map(parse_rate_or_off).transpose()?,
+            scrub_rate_bytes_s: raw
+                .scrub_rate
+                .as_deref()
+                .map(parse_rate_or_off)
+                .transpose()?,
         })
     }
 

@@ -753,7 +753,9 @@ impl Request {
                 if offset % BLOCK_BYTES as u64 != 0 || *offset > MAX_SEEK_OFFSET {
                     return Err(WireError::new(
                         ErrorCode::InvalidArgument,
-                        format!("scrub from {offset}: not block-aligned or beyond {MAX_SEEK_OFFSET}"),
+                        format!(
+                            "scrub from {offset}: not block-aligned or beyond {MAX_SEEK_OFFSET}"
+                        ),
                     ));
                 }
                 Ok(())

@@ -31,7 +31,9 @@ fn check_after_failed_write(
     let (crcs, data) = read_raw(svc, 1, UNIT, 0, len as u32).map_err(|e| e.to_string())?;
     for (i, (block, crc)) in data.chunks(B).zip(&crcs).enumerate() {
         if crc32c(block) != *crc {
-            return Err(format!("block {i} fails its checksum after the failed write"));
+            return Err(format!(
+                "block {i} fails its checksum after the failed write"
+            ));
         }
     }
     for (i, byte) in data.iter().enumerate() {
@@ -61,7 +63,11 @@ fn failed_write_partway_leaves_every_byte_readable() {
             let e = write(&svc, 1, UNIT, AT, &new).unwrap_err();
             assert_eq!(e.code, ErrorCode::Io, "{e}");
             let r = check_after_failed_write(&svc, &old, AT as usize, &new);
-            assert_eq!(r, Ok(()), "disk write {pass} failed (cut short: {cut_short})");
+            assert_eq!(
+                r,
+                Ok(()),
+                "disk write {pass} failed (cut short: {cut_short})"
+            );
             // The disk works again: the write goes through whole.
             write(&svc, 1, UNIT, AT, &new).unwrap();
             assert_eq!(read(&svc, 1, UNIT, AT, new.len()), new);
@@ -89,7 +95,10 @@ fn full_disk_fails_the_write_before_anything_changes() {
     );
     store.set_capacity(1 << 40);
     // Bytes outside the failed range are unchanged, inside old or new; all readable.
-    assert_eq!(check_after_failed_write(&svc, &old, AT as usize, &new), Ok(()));
+    assert_eq!(
+        check_after_failed_write(&svc, &old, AT as usize, &new),
+        Ok(())
+    );
     assert_eq!(read(&svc, 1, UNIT, 0, AT as usize), old[..AT as usize]);
 }
 
@@ -152,7 +161,10 @@ fn truncate_is_made_durable_by_the_next_fsync() {
     let back = after_power_cut(&store, seed, 8 * B);
     let mut want = pattern(8 * B, 5);
     want[B + 10..].fill(0);
-    assert!(back == want, "bytes cut by a truncate came back after an fsync and a power cut");
+    assert!(
+        back == want,
+        "bytes cut by a truncate came back after an fsync and a power cut"
+    );
 }
 
 /// Writes a new object, fsyncs it, cuts the power and restarts: the fsynced bytes must
@@ -253,7 +265,9 @@ fn scrub_finds_a_flipped_byte_and_list_pages_objects() {
                 offset: 0,
             };
             match simple(&svc, req).unwrap() {
-                Response::Scrubbed { next, damaged: d, .. } => {
+                Response::Scrubbed {
+                    next, damaged: d, ..
+                } => {
                     assert_eq!(next, None);
                     damaged.extend(d);
                 }
@@ -263,7 +277,10 @@ fn scrub_finds_a_flipped_byte_and_list_pages_objects() {
     }
     assert_eq!(damaged.len(), 1, "{damaged:?}");
     assert_eq!((damaged[0].fid, damaged[0].target), (InodeId(257), 1));
-    assert_eq!(damaged[0].offset, 4096, "byte 5000 lies in the block at 4096");
+    assert_eq!(
+        damaged[0].offset, 4096,
+        "byte 5000 lies in the block at 4096"
+    );
     match simple(&svc, Request::ScrubStatus {}).unwrap() {
         Response::ScrubStatus {
             scrubbed_bytes,

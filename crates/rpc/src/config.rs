@@ -23,6 +23,7 @@
 //! listen = "0.0.0.0:7100"         # optional, default: the address in cluster.toml
 //! targets = ["/disk0/stripefs", "/disk1/stripefs"]   # data servers
 //! throttle = "25MiB"              # optional, per target
+//! scrub_rate = "8MiB"             # optional, data servers' background scrub; "0" = off
 //! db = "meta.redb"                # metadata server
 //! ```
 
@@ -352,6 +353,23 @@ mod tests {
         );
         let all = format!("{}[defaults]\nstripe_count = 1\n", sample());
         assert_eq!(ClusterConfig::parse(&all).unwrap().defaults.stripe_count, 1);
+    }
+
+    #[test]
+    fn scrub_rate_parses_rates_and_off() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cluster.toml"), sample()).unwrap();
+        let server = |extra: &str| {
+            let text = format!("cluster = \"cluster.toml\"\nid = 0\ntargets = [\"t\"]\n{extra}");
+            ServerConfig::parse(&text, dir.path())
+        };
+        assert_eq!(server("").unwrap().scrub_rate_bytes_s, None);
+        let rate =
+            |v: &str| server(&format!("scrub_rate = \"{v}\"\n")).map(|c| c.scrub_rate_bytes_s);
+        assert_eq!(rate("16MiB"), Ok(Some(16 << 20)));
+        assert_eq!(rate("0"), Ok(Some(0)));
+        assert_eq!(rate("off"), Ok(Some(0)));
+        assert!(rate("fast").is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! management here; everything else lives in the library crates.
 
 mod cluster;
+mod fsck;
 mod fsops;
 mod mount;
 mod serve;
@@ -58,6 +59,9 @@ enum Cmd {
     Mount(mount::MountArgs),
     /// Unmount a stripefs mount.
     Umount(mount::UmountArgs),
+    /// Check a cluster (live with --cluster, stopped with --dir): namespace, orphan
+    /// objects, and a scrub of every stored block; exit status 1 on damage.
+    Fsck(fsck::FsckArgs),
     /// Benchmarks (each prints a table; --json FILE writes the figures).
     #[command(subcommand)]
     Bench(stripefs_bench::BenchCmd),
@@ -85,6 +89,7 @@ fn main() {
         Cmd::Getstripe(a) => fsops::getstripe(a),
         Cmd::Mount(a) => mount::mount(a),
         Cmd::Umount(a) => mount::umount(a),
+        Cmd::Fsck(a) => fsck::run(a),
         Cmd::Bench(b) => stripefs_bench::run(b, exe()),
         Cmd::Demo(a) => stripefs_bench::demo::run(a, exe()),
         Cmd::Sim(a) => sim::run(a),

@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// Append logs to this file instead of standard error.
     #[arg(long)]
     log: Option<PathBuf>,
+    /// A data server's background scrub rate (e.g. 8MiB; 0 = off). Overrides
+    /// `scrub_rate` of the config file; default 8MiB.
+    #[arg(long, value_parser = stripefs_rpc::parse_rate_or_off)]
+    scrub_rate: Option<u64>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -32,7 +36,10 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 pub fn run(a: ServeArgs) -> Result<()> {
     init_logging(a.log.as_deref(), true)?;
-    let cfg = stripefs_rpc::ServerConfig::load(&a.config).map_err(|e| anyhow!(e))?;
+    let mut cfg = stripefs_rpc::ServerConfig::load(&a.config).map_err(|e| anyhow!(e))?;
+    if a.scrub_rate.is_some() {
+        cfg.scrub_rate_bytes_s = a.scrub_rate;
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe {

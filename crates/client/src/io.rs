@@ -77,6 +77,10 @@ pub(crate) struct InodeIo {
     path: Option<String>,
     ra_max: u64,
     state: Mutex<State>,
+    /// Per place, the boot identity its data server answered this inode's writes with
+    /// since the last fsync: a different one later means the server restarted and may
+    /// have lost them (see `note_boot`).
+    boots: Arc<Mutex<HashMap<u32, u64>>>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -167,6 +171,7 @@ impl InodeIo {
             places,
             path,
             ra_max,
+            boots: Arc::new(Mutex::new(HashMap::new())),
             state: Mutex::new(State {
                 pending: VecDeque::new(),
                 inflight_bytes: 0,
@@ -354,6 +359,7 @@ impl InodeIo {
         let (cred, fid, unit) = (cred.clone(), self.ino, self.geo.unit());
         let what = self.describe();
         let global = self.geo.stripe().to_global(chunk.place, chunk.local);
+        let boots = self.boots.clone();
         self.inner
             .exec
             .submit(self.places[chunk.place as usize], move || {
@@ -368,7 +374,9 @@ impl InodeIo {
                 let r = pool
                     .call(&cred, req, &bytes, &mut [])
                     .and_then(|(resp, _)| match resp {
-                        Response::Done => Ok(()),
+                        Response::Written { boot_id } => {
+                            note_boot(&boots, chunk.place, boot_id, &pool)
+                        }
                         other => Err(unexpected(&pool, "Write", &other)),
                     });
                 p.fulfil(r.map_err(|e| {
@@ -686,7 +694,7 @@ impl InodeIo {
         self.wait_all();
         self.take_latched()?;
         if data_sync {
-            self.on_all_servers(cred, "Fsync", |_| Request::Fsync { fid: self.ino })?;
+            self.fsync_servers(cred)?;
         }
         let (end, mtime_ns) = {
             let mut st = lock(&self.state);
@@ -714,6 +722,47 @@ impl InodeIo {
                 Err(context(
                     e,
                     format!("recording the size {end} of {}", self.describe()),
+                ))
+            }
+        }
+    }
+
+    /// Sends Fsync to every server of the layout; fails with `ServerRestarted` if a
+    /// server answers with another boot identity than it answered this inode's writes
+    /// with since the last fsync: it restarted in between, and what it acknowledged
+    /// but had not made durable may be lost. The client does not hold acknowledged
+    /// bytes to send again, so the loss is reported (once, as Linux reports a failed
+    /// write-back at fsync), not repaired.
+    fn fsync_servers(&self, cred: &Cred) -> Result<(), WireError> {
+        let reqs = (0..self.geo.width())
+            .map(|place| (place, Request::Fsync { fid: self.ino }))
+            .collect();
+        let answers = self.on_places(cred, "Fsync", reqs, |pool, resp| match resp {
+            Response::Written { boot_id } => Ok(boot_id),
+            other => Err(unexpected(pool, "Fsync", &other)),
+        })?;
+        let mut boots = self.boots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lost = None;
+        for (place, boot) in answers.into_iter().enumerate() {
+            let place = place as u32;
+            if boots.get(&place).is_some_and(|b| *b != boot) {
+                lost.get_or_insert(place);
+            }
+            boots.remove(&place);
+        }
+        drop(boots);
+        match lost {
+            None => Ok(()),
+            Some(place) => {
+                let pool = self.pool(place);
+                Err(WireError::new(
+                    ErrorCode::ServerRestarted,
+                    format!(
+                        "fsync of {}: {} restarted since it acknowledged writes to it; \
+                         writes not yet durable may be lost",
+                        self.describe(),
+                        pool.name()
+                    ),
                 ))
             }
         }
@@ -909,6 +958,29 @@ pub(crate) fn unexpected(pool: &ServerPool, op: &str, resp: &Response) -> WireEr
         ErrorCode::UnexpectedMessage,
         format!("{} answered {op} with {kind}", pool.name()),
     )
+}
+
+/// Records the boot identity a write to `place` was answered with; a different one than
+/// earlier writes since the last fsync saw means the server restarted in between, and
+/// those writes may be lost: an error, which the next write, fsync or close reports.
+fn note_boot(
+    boots: &Mutex<HashMap<u32, u64>>,
+    place: u32,
+    boot_id: u64,
+    pool: &ServerPool,
+) -> Result<(), WireError> {
+    let mut boots = boots.lock().unwrap_or_else(|p| p.into_inner());
+    match boots.insert(place, boot_id) {
+        Some(before) if before != boot_id => Err(WireError::new(
+            ErrorCode::ServerRestarted,
+            format!(
+                "{} restarted since it acknowledged earlier writes; writes not yet durable \
+                 may be lost",
+                pool.name()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Prefixes `what` to an error's message, keeping its code.

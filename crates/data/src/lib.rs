@@ -34,9 +34,23 @@ pub use cache::MAX_OPEN_OBJECTS;
 pub use clock::{Clock, SystemClock, VirtualClock};
 pub use locks::LOCK_STRIPES;
 pub use memstore::{MemStore, SECTOR_BYTES};
-pub use service::DataService;
+pub use service::{DataService, Options, DEFAULT_SCRUB_RATE_BYTES_S};
 pub use store::{FsStore, ObjectFile, Storage, Usage};
 pub use throttle::{Throttle, THROTTLE_BURST_BYTES};
+
+/// A known-broken rule the data server can be told to follow instead of its own, so that
+/// a checker (the whole-cluster simulator, the crash tests) proves it can fail. Only
+/// reachable through [`Options::canary`]: no config file or command-line flag sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Canary {
+    /// Fsync answers without syncing anything.
+    FsyncBeforeDurable,
+    /// A new object's directory is never synced.
+    SkipDirSync,
+    /// A write stores its checksums before its data, and a failure part-way is not
+    /// repaired.
+    ChecksumBeforeData,
+}
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -49,6 +63,7 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
     let addr = cfg.listen_addr(Role::Data)?;
     let service = DataService::open(ServerId(id), &cfg.targets, cfg.throttle_bytes_s)?;
     raise_open_file_limit();
+    let scrub_rate = cfg.scrub_rate_bytes_s.unwrap_or(DEFAULT_SCRUB_RATE_BYTES_S);
     let listener = std::net::TcpListener::bind(&addr)
         .map_err(|e| format!("data server {id}: cannot listen on {addr}: {e}"))?;
     let targets: Vec<String> = cfg
@@ -57,11 +72,24 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         .map(|t| t.display().to_string())
         .collect();
     tracing::info!(
-        "data server {id} listening on {addr}, targets {targets:?}, throttle {:?} bytes/s per target",
-        cfg.throttle_bytes_s
+        "data server {id} listening on {addr}, targets {targets:?}, throttle {:?} bytes/s per \
+         target, scrub {scrub_rate} bytes/s, boot id {:016x}",
+        cfg.throttle_bytes_s,
+        service.boot_id()
     );
-    stripefs_rpc::serve(listener, cfg.cluster.secret.clone(), service, shutdown)
-        .map_err(|e| format!("data server {id} on {addr}: {e}"))
+    let scrubber = service.start_scrubber(scrub_rate, shutdown.clone());
+    let served = stripefs_rpc::serve(
+        listener,
+        cfg.cluster.secret.clone(),
+        service,
+        shutdown.clone(),
+    )
+    .map_err(|e| format!("data server {id} on {addr}: {e}"));
+    shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
+    if let Some(h) = scrubber {
+        let _ = h.join();
+    }
+    served
 }
 
 /// Raises the soft limit on open files to the hard limit: the server keeps up to

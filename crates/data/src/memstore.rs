@@ -1,19 +1,23 @@
 //! An in-memory [`Storage`] for tests, with the faults the data server claims to survive:
-//! a full disk (the next writes fail with ENOSPC) and a crash that loses or tears, at
-//! 512-byte sector granularity, every write not yet made durable by `sync_data`, and
-//! forgets every file and directory created since its parent directory was last synced
-//! (with all below it). Simplification: removing a file is durable at once.
+//! a disk of limited capacity (writes past it are cut short with ENOSPC; `reserve`
+//! takes space ahead), chosen writes failing with ENOSPC or EIO (whole or cut short),
+//! and a crash that loses or tears, at 512-byte sector granularity, every write not yet
+//! made durable by `sync_data`, and forgets every file and directory created since its
+//! parent directory was last synced (with all below it). `sync_data` is the weak
+//! fdatasync some file systems give: it does not make a length cut by `set_len`
+//! durable (after a crash the old tail is back), which only `sync_all` does.
+//! Simplification: removing a file is durable at once.
 
 use crate::store::{ObjectFile, Storage, Usage};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Granularity at which a crash tears an unsynced write.
 pub const SECTOR_BYTES: usize = 512;
-/// Capacity the in-memory store reports.
+/// Capacity the in-memory store has unless told otherwise.
 const MEM_CAPACITY_BYTES: u64 = 1 << 40;
 
 #[derive(Default)]
@@ -26,10 +30,76 @@ pub struct MemStore {
     unsynced_names: Mutex<HashSet<PathBuf>>,
 }
 
-#[derive(Default)]
 struct Faults {
-    /// How many of the next writes fail with ENOSPC.
-    nospace_writes: AtomicU32,
+    /// Writes let through before the injected failures start.
+    pass_writes: AtomicU32,
+    /// How many writes fail after those, changing nothing (or, if `cut_short`, after
+    /// writing the first half of their bytes).
+    fail_writes: AtomicU32,
+    errno: AtomicI32,
+    cut_short: AtomicBool,
+    space: Mutex<Space>,
+}
+
+struct Space {
+    capacity: u64,
+    /// Bytes allocated to all files: per file, the larger of its length and the end of
+    /// its reservations.
+    used: u64,
+}
+
+impl Default for Faults {
+    fn default() -> Faults {
+        Faults {
+            pass_writes: AtomicU32::new(0),
+            fail_writes: AtomicU32::new(0),
+            errno: AtomicI32::new(libc::ENOSPC),
+            cut_short: AtomicBool::new(false),
+            space: Mutex::new(Space {
+                capacity: MEM_CAPACITY_BYTES,
+                used: 0,
+            }),
+        }
+    }
+}
+
+impl Faults {
+    /// The injected error for this write, if it is one of the chosen failures.
+    fn injected(&self) -> Option<io::Error> {
+        let dec = |a: &AtomicU32| {
+            a.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if dec(&self.pass_writes) || !dec(&self.fail_writes) {
+            return None;
+        }
+        Some(io::Error::from_raw_os_error(
+            self.errno.load(Ordering::SeqCst),
+        ))
+    }
+
+    /// Takes `grow` more bytes of space if the disk has them, else none.
+    fn take(&self, grow: u64) -> Result<(), ()> {
+        let mut sp = lock(&self.space);
+        if grow > sp.capacity.saturating_sub(sp.used) {
+            return Err(());
+        }
+        sp.used += grow;
+        Ok(())
+    }
+
+    /// Takes up to `grow` more bytes of space; returns how many it got.
+    fn take_upto(&self, grow: u64) -> u64 {
+        let mut sp = lock(&self.space);
+        let got = grow.min(sp.capacity.saturating_sub(sp.used));
+        sp.used += got;
+        got
+    }
+
+    fn give(&self, bytes: u64) {
+        let mut sp = lock(&self.space);
+        sp.used = sp.used.saturating_sub(bytes);
+    }
 }
 
 enum Op {
@@ -43,6 +113,14 @@ struct MemState {
     synced: Vec<u8>,
     /// Changes since the last sync, oldest first.
     pending: Vec<Op>,
+    /// End of the space reserved for the file (it may lie past the length).
+    reserved_end: u64,
+}
+
+impl MemState {
+    fn alloc(&self) -> u64 {
+        (self.data.len() as u64).max(self.reserved_end)
+    }
 }
 
 pub struct MemFile {
@@ -54,6 +132,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+fn nospace() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
 impl MemStore {
     pub fn new() -> MemStore {
         MemStore::default()
@@ -61,7 +143,28 @@ impl MemStore {
 
     /// Makes the next `n` writes (to any file) fail with ENOSPC, changing nothing.
     pub fn fail_next_writes(&self, n: u32) {
-        self.faults.nospace_writes.store(n, Ordering::SeqCst);
+        self.fail_writes(0, n, libc::ENOSPC, false);
+    }
+
+    /// Lets `pass` writes (to any file) through, then fails the `n` after them with
+    /// `errno`: changing nothing, or, if `cut_short`, after writing half their bytes.
+    pub fn fail_writes(&self, pass: u32, n: u32, errno: i32, cut_short: bool) {
+        let f = &self.faults;
+        f.errno.store(errno, Ordering::SeqCst);
+        f.cut_short.store(cut_short, Ordering::SeqCst);
+        f.pass_writes.store(pass, Ordering::SeqCst);
+        f.fail_writes.store(n, Ordering::SeqCst);
+    }
+
+    /// Sets the disk's size: writes that need more space than is left fail with ENOSPC
+    /// after writing what fits.
+    pub fn set_capacity(&self, bytes: u64) {
+        lock(&self.faults.space).capacity = bytes;
+    }
+
+    /// Bytes allocated to all files.
+    pub fn used_bytes(&self) -> u64 {
+        lock(&self.faults.space).used
     }
 
     /// Simulates a power loss: each write since the last sync of its file is kept, lost
@@ -78,9 +181,13 @@ impl MemStore {
         let files = lock(&self.files);
         let mut paths: Vec<&PathBuf> = files.keys().collect();
         paths.sort();
+        let mut used = 0;
         for p in paths {
-            lock(&files[p].state).crash(&mut rng);
+            let mut st = lock(&files[p].state);
+            st.crash(&mut rng);
+            used += st.alloc();
         }
+        lock(&self.faults.space).used = used;
     }
 
     /// The current bytes of the file at `path`, if it exists.
@@ -150,29 +257,29 @@ impl ObjectFile for MemFile {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let failing =
-            self.faults
-                .nospace_writes
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        if failing.is_ok() {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-        }
         let mut st = lock(&self.state);
-        put(&mut st.data, offset as usize, buf);
-        st.pending.push(Op::Write {
-            offset,
-            bytes: buf.to_vec(),
-        });
-        Ok(())
+        if let Some(e) = self.faults.injected() {
+            if self.faults.cut_short.load(Ordering::SeqCst) {
+                let half = &buf[..buf.len() / 2];
+                let _ = self.put_within_space(&mut st, half, offset);
+            }
+            return Err(e);
+        }
+        self.put_within_space(&mut st, buf, offset)
     }
 
     fn size_bytes(&self) -> io::Result<u64> {
         Ok(lock(&self.state).data.len() as u64)
     }
 
+    /// Never fails for lack of space, as a sparse extension would not.
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = lock(&self.state);
+        let before = st.alloc();
         st.data.resize(len as usize, 0);
+        // Space reserved past a cut is freed with it, as ext4 and XFS do.
+        st.reserved_end = st.reserved_end.min(len);
+        self.account(before, st.alloc());
         st.pending.push(Op::SetLen(len));
         Ok(())
     }
@@ -191,10 +298,8 @@ impl ObjectFile for MemFile {
 
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
         let end = offset.saturating_add(len);
-        if end > MEM_CAPACITY_BYTES {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-        }
         let mut st = lock(&self.state);
+        self.reserve_locked(&mut st, end)?;
         if end > st.data.len() as u64 {
             st.data.resize(end as usize, 0);
             st.pending.push(Op::SetLen(end));
@@ -202,16 +307,83 @@ impl ObjectFile for MemFile {
         Ok(())
     }
 
-    /// Memory files are dense: every byte up to the length is allocated.
-    fn allocated_bytes(&self) -> io::Result<u64> {
-        self.size_bytes()
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        self.reserve_locked(&mut st, offset.saturating_add(len))
     }
 
+    /// Memory files are dense: every byte up to the length (or the end of the space
+    /// reserved) is allocated.
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        Ok(lock(&self.state).alloc())
+    }
+
+    /// fdatasync as some file systems give it: a length cut since the last sync is not
+    /// made durable (the old tail comes back after a crash); see `sync_all`.
     fn sync_data(&self) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        let cut = st.pending.iter().any(|op| matches!(op, Op::SetLen(_)));
+        let mut image = st.data.clone();
+        if cut && image.len() < st.synced.len() {
+            image.extend_from_slice(&st.synced[st.data.len()..]);
+        }
+        st.synced = image;
+        st.pending.clear();
+        Ok(())
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
         let mut st = lock(&self.state);
         st.synced = st.data.clone();
         st.pending.clear();
         Ok(())
+    }
+}
+
+impl MemFile {
+    /// Writes what fits in the disk's space (all of `buf` when no new space is needed)
+    /// and fails with ENOSPC if that was not all.
+    fn put_within_space(&self, st: &mut MemState, buf: &[u8], offset: u64) -> io::Result<()> {
+        let end = offset + buf.len() as u64;
+        let before = st.alloc();
+        let grow = end.saturating_sub(before);
+        let got = self.faults.take_upto(grow);
+        let n = if got == grow {
+            buf.len()
+        } else {
+            (before + got).saturating_sub(offset).min(buf.len() as u64) as usize
+        };
+        if n == 0 {
+            self.faults.give(got);
+        } else {
+            put(&mut st.data, offset as usize, &buf[..n]);
+            st.pending.push(Op::Write {
+                offset,
+                bytes: buf[..n].to_vec(),
+            });
+        }
+        if n < buf.len() {
+            return Err(nospace());
+        }
+        Ok(())
+    }
+
+    fn reserve_locked(&self, st: &mut MemState, end: u64) -> io::Result<()> {
+        let before = st.alloc();
+        if end > before {
+            self.faults.take(end - before).map_err(|_| nospace())?;
+            st.reserved_end = end;
+        }
+        Ok(())
+    }
+
+    fn account(&self, before: u64, after: u64) {
+        if after > before {
+            // A length change never fails: the space may run over the capacity.
+            lock(&self.faults.space).used += after - before;
+        } else {
+            self.faults.give(before - after);
+        }
     }
 }
 
@@ -249,7 +421,9 @@ impl Storage for MemStore {
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
-        lock(&self.files).remove(path);
+        if let Some(f) = lock(&self.files).remove(path) {
+            self.faults.give(lock(&f.state).alloc());
+        }
         lock(&self.unsynced_names).remove(path);
         Ok(())
     }
@@ -264,13 +438,23 @@ impl Storage for MemStore {
         let used = files
             .iter()
             .filter(|(p, _)| p.starts_with(root))
-            .map(|(_, f)| lock(&f.state).data.len() as u64)
+            .map(|(_, f)| lock(&f.state).alloc())
             .sum();
+        let sp = lock(&self.faults.space);
         Ok(Usage {
             used,
-            total: MEM_CAPACITY_BYTES,
-            free: MEM_CAPACITY_BYTES.saturating_sub(used),
+            total: sp.capacity,
+            free: sp.capacity.saturating_sub(sp.used),
         })
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let files = lock(&self.files);
+        Ok(files
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect())
     }
 }
 

@@ -11,12 +11,16 @@
 //! a fresh CRC, as a write would. Stored data, for SEEK_DATA/SEEK_HOLE, is the written
 //! blocks: the sidecar says which, at block granularity, whatever the file system does.
 //!
-//! Invariant: outside a range lock, every written block's CRC matches its bytes. Data is
-//! written before its sidecar entries, so a torn write shows up as a checksum mismatch
-//! (written blocks) or as the old hole (new blocks), never as silently wrong bytes.
+//! Invariant: outside a range lock, every written block's CRC matches its bytes, also
+//! after a write that failed part-way (its space is reserved first, and a failure after
+//! that rewrites the touched blocks' CRCs from the bytes they hold). Data is written
+//! before its sidecar entries, so a torn write after a crash shows up as a checksum
+//! mismatch (written blocks) or as the old hole (new blocks), never as silently wrong
+//! bytes.
 //! Callers hold the block-range lock of everything these functions touch.
 
 use crate::cache::Object;
+use crate::Canary;
 use std::io;
 use std::path::Path;
 use stripefs_wire::{crc32c, ErrorCode, InodeId, ServerId, WireError, BLOCK_BYTES};
@@ -32,6 +36,8 @@ pub struct Ctx<'a> {
     pub server: ServerId,
     pub fid: InodeId,
     pub target: &'a Path,
+    /// A known-broken rule swapped in for the simulator's checker to catch.
+    pub canary: Option<Canary>,
 }
 
 impl Ctx<'_> {
@@ -88,6 +94,8 @@ struct Partial {
     /// Bytes of the block present in the data file.
     on_disk: usize,
     written: bool,
+    /// The byte range of `buf` to write out, set by `apply`.
+    dirty: (usize, usize),
 }
 
 impl Partial {
@@ -115,33 +123,52 @@ impl Partial {
             buf,
             on_disk,
             written: stored.is_some(),
+            dirty: (0, 0),
         })
     }
 
-    /// Puts `bytes` at `at` in the block, writes what changed and returns the new CRC.
-    fn store(&mut self, c: &Ctx, obj: &Object, at: usize, bytes: &[u8]) -> Result<u32, WireError> {
+    /// Puts `bytes` at `at` in the block (in memory) and returns the block's new CRC.
+    fn apply(&mut self, at: usize, bytes: &[u8]) -> u32 {
         let end = at + bytes.len();
         assert!(end <= BLOCK_USIZE);
         self.buf[at..end].copy_from_slice(bytes);
         // A hole's bytes in the file may be garbage from a torn write: overwrite them.
-        let (lo, hi) = if self.written || self.on_disk == 0 {
+        self.dirty = if self.written || self.on_disk == 0 {
             (at, end)
         } else {
             (0, end.max(self.on_disk))
         };
+        crc32c(&self.buf)
+    }
+
+    /// Writes the bytes `apply` changed.
+    fn flush(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
+        let (lo, hi) = self.dirty;
         let off = self.block * BLOCK + lo as u64;
         obj.data.write_at(&self.buf[lo..hi], off).map_err(|e| {
             c.io(
                 &format!("writing {} bytes at object offset {off}", hi - lo),
                 &e,
             )
-        })?;
-        Ok(crc32c(&self.buf))
+        })
+    }
+
+    /// Puts `bytes` at `at` in the block, writes what changed and returns the new CRC.
+    fn store(&mut self, c: &Ctx, obj: &Object, at: usize, bytes: &[u8]) -> Result<u32, WireError> {
+        let crc = self.apply(at, bytes);
+        self.flush(c, obj)?;
+        Ok(crc)
     }
 }
 
 /// Writes `data` at object offset `off`. `crcs` holds the verified CRC32C of each
 /// block-bounded piece of `data` (so, for whole blocks, the block CRC to store).
+///
+/// A failure part-way damages nothing: the space for the data and its checksums is
+/// reserved first (ENOSPC then fails the write before anything changed); if a later
+/// step still fails (EIO, a short write), the touched blocks' checksums are set to the
+/// bytes they hold, so that every byte reads: old bytes outside the range, old or new
+/// inside it.
 pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Result<(), WireError> {
     let len = data.len() as u64;
     assert!(len > 0);
@@ -165,36 +192,188 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     crcs.iter()
         .for_each(|crc| entries.extend_from_slice(&encode_entry(*crc)));
     if let Some(p) = head.as_mut() {
-        let crc = p.store(c, obj, (off % BLOCK) as usize, &data[..head_len])?;
+        let crc = p.apply((off % BLOCK) as usize, &data[..head_len]);
         entries[..ENTRY_BYTES as usize].copy_from_slice(&encode_entry(crc));
     }
-    let mid_start = if head_partial { head_len } else { 0 };
-    let mid_end = data.len() - if tail_partial { tail_len } else { 0 };
-    if mid_start < mid_end {
-        let at = off + mid_start as u64;
-        obj.data
-            .write_at(&data[mid_start..mid_end], at)
-            .map_err(|e| {
-                c.io(
-                    &format!(
-                        "writing {} bytes at object offset {at}",
-                        mid_end - mid_start
-                    ),
-                    &e,
-                )
-            })?;
-    }
-    // Disk write-out overlaps the transfer of the next requests instead of piling up
-    // for the client's fsync (the page cache would otherwise hold it all).
-    obj.data.start_writeback(off, len);
     if let Some(p) = tail.as_mut() {
-        let crc = p.store(c, obj, 0, &data[data.len() - tail_len..])?;
+        let crc = p.apply(0, &data[data.len() - tail_len..]);
         let at = entries.len() - ENTRY_BYTES as usize;
         entries[at..].copy_from_slice(&encode_entry(crc));
     }
+    // Appends need no reservation: a failure part-way leaves their new blocks as holes
+    // (or the repair below marks the ones fully written), and an fallocate per append
+    // would cost the streaming write path. A write into the file's existing bytes would
+    // change old blocks before failing, so it reserves first.
+    let size = obj
+        .data
+        .size_bytes()
+        .map_err(|e| c.io("reading the object length", &e))?;
+    if off < size {
+        reserve(c, obj, first, off + len, nblocks as u64)?;
+    }
+    let mid = (
+        if head_partial { head_len } else { 0 },
+        data.len() - if tail_partial { tail_len } else { 0 },
+    );
+    let parts = WriteParts {
+        off,
+        data,
+        head: head.as_ref(),
+        mid,
+        tail: tail.as_ref(),
+        entries: &entries,
+        first,
+    };
+    if c.canary == Some(Canary::ChecksumBeforeData) {
+        return parts.checksums_first(c, obj);
+    }
+    parts.write_all(c, obj).inspect_err(|e| {
+        if let Err(r) = repair(c, obj, first, &entries) {
+            tracing::error!("{e}; then repairing the checksums failed: {r}");
+        }
+    })
+}
+
+/// The pieces of one write, computed before anything is written.
+struct WriteParts<'a> {
+    off: u64,
+    data: &'a [u8],
+    head: Option<&'a Partial>,
+    /// The range of `data` written as whole blocks.
+    mid: (usize, usize),
+    tail: Option<&'a Partial>,
+    /// The new sidecar entries of blocks `first..`.
+    entries: &'a [u8],
+    first: u64,
+}
+
+impl WriteParts<'_> {
+    /// Data first, checksums last: a crash in between leaves mismatches (detected) or
+    /// old holes, never a stored CRC blessing bytes that are not there.
+    fn write_all(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
+        if let Some(p) = self.head {
+            p.flush(c, obj)?;
+        }
+        self.write_mid(c, obj)?;
+        // Disk write-out overlaps the transfer of the next requests instead of piling
+        // up for the client's fsync (the page cache would otherwise hold it all).
+        obj.data.start_writeback(self.off, self.data.len() as u64);
+        if let Some(p) = self.tail {
+            p.flush(c, obj)?;
+        }
+        self.write_entries(c, obj)
+    }
+
+    /// The broken order of `Canary::ChecksumBeforeData`, with no repair.
+    fn checksums_first(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
+        self.write_entries(c, obj)?;
+        if let Some(p) = self.head {
+            p.flush(c, obj)?;
+        }
+        self.write_mid(c, obj)?;
+        if let Some(p) = self.tail {
+            p.flush(c, obj)?;
+        }
+        Ok(())
+    }
+
+    fn write_mid(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
+        let (lo, hi) = self.mid;
+        if lo >= hi {
+            return Ok(());
+        }
+        let at = self.off + lo as u64;
+        obj.data.write_at(&self.data[lo..hi], at).map_err(|e| {
+            c.io(
+                &format!("writing {} bytes at object offset {at}", hi - lo),
+                &e,
+            )
+        })
+    }
+
+    fn write_entries(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
+        let (first, n) = (self.first, self.entries.len() as u64 / ENTRY_BYTES);
+        obj.crcs
+            .write_at(self.entries, first * ENTRY_BYTES)
+            .map_err(|e| c.io(&format!("writing checksums of {n} blocks from {first}"), &e))
+    }
+}
+
+/// Reserves the space a write of blocks `first..first + nblocks` (data up to object
+/// offset `end`) needs, data and checksums, before anything is written.
+fn reserve(c: &Ctx, obj: &Object, first: u64, end: u64, nblocks: u64) -> Result<(), WireError> {
+    let start = first * BLOCK;
+    obj.data.reserve(start, end - start).map_err(|e| {
+        c.io(
+            &format!("reserving {} bytes at object offset {start}", end - start),
+            &e,
+        )
+    })?;
     obj.crcs
-        .write_at(&entries, first * ENTRY_BYTES)
-        .map_err(|e| c.io(&format!("writing checksums of blocks {first}..={last}"), &e))
+        .reserve(first * ENTRY_BYTES, nblocks * ENTRY_BYTES)
+        .map_err(|e| {
+            c.io(
+                &format!("reserving checksums of {nblocks} blocks from {first}"),
+                &e,
+            )
+        })
+}
+
+/// After a write to blocks `first..` failed part-way, makes the stored checksum of each
+/// block the write touched agree with the bytes the block now holds, so that the block
+/// reads (old bytes, new bytes or a mix of the two inside the written range).
+/// `intended` holds the entries the write meant to store. A block that was a hole
+/// stays one (reads as zeros, its old content) unless it holds exactly its new bytes:
+/// bytes a torn write once left under a hole are never blessed.
+fn repair(c: &Ctx, obj: &Object, first: u64, intended: &[u8]) -> Result<(), WireError> {
+    let mut current = vec![0u8; intended.len()];
+    let got = obj
+        .crcs
+        .read_at(&mut current, first * ENTRY_BYTES)
+        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
+    current[got..].fill(0);
+    let mut fixed = current.clone();
+    let mut buf = [0u8; BLOCK_USIZE];
+    let n = intended.len() / ENTRY_BYTES as usize;
+    for i in 0..n {
+        let block = first + i as u64;
+        buf.fill(0);
+        obj.data
+            .read_at(&mut buf, block * BLOCK)
+            .map_err(|e| c.io(&format!("reading block {block}"), &e))?;
+        let actual = crc32c(&buf);
+        let at = i * ENTRY_BYTES as usize;
+        let entry = &current[at..at + ENTRY_BYTES as usize];
+        let want = decode_entry(&intended[at..at + ENTRY_BYTES as usize]);
+        let keep = match decode_entry(entry) {
+            Some(stored) => stored == actual,
+            None => want != Some(actual),
+        };
+        if !keep {
+            fixed[at..at + ENTRY_BYTES as usize].copy_from_slice(&encode_entry(actual));
+        }
+    }
+    // Only the span of changed entries is written, so that unchanged entries past
+    // the sidecar's end need no space.
+    let changed = |i: &usize| current[*i] != fixed[*i];
+    let lo = (0..fixed.len()).find(changed);
+    let hi = (0..fixed.len()).rev().find(changed);
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        let lo = lo / ENTRY_BYTES as usize * ENTRY_BYTES as usize;
+        let hi = (hi / ENTRY_BYTES as usize + 1) * ENTRY_BYTES as usize;
+        obj.crcs
+            .write_at(&fixed[lo..hi], first * ENTRY_BYTES + lo as u64)
+            .map_err(|e| c.io(&format!("rewriting checksums from block {first}"), &e))?;
+    }
+    tracing::warn!(
+        "data server {}: {} on target {}: a write failed part-way; the checksums of blocks \
+         {first}..{} now match their bytes",
+        c.server.0,
+        c.fid,
+        c.target.display(),
+        first + n as u64
+    );
+    Ok(())
 }
 
 /// Reads the block-aligned range at object offset `off` into `out` (zeroed by the
@@ -234,6 +413,46 @@ pub fn read(
         }
     }
     Ok(())
+}
+
+/// Checks `n` blocks from `first` against their stored checksums; returns each written
+/// block that fails, with its stored and computed CRC. Holes are not checked.
+pub fn verify(
+    c: &Ctx,
+    obj: &Object,
+    first: u64,
+    n: u64,
+) -> Result<Vec<(u64, u32, u32)>, WireError> {
+    let mut entries = vec![0u8; (n * ENTRY_BYTES) as usize];
+    let got = obj
+        .crcs
+        .read_at(&mut entries, first * ENTRY_BYTES)
+        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
+    entries[got..].fill(0);
+    let mut data = vec![0u8; (n * BLOCK) as usize];
+    obj.data.read_at(&mut data, first * BLOCK).map_err(|e| {
+        c.io(
+            &format!(
+                "reading {} bytes at object offset {}",
+                n * BLOCK,
+                first * BLOCK
+            ),
+            &e,
+        )
+    })?;
+    let mut bad = Vec::new();
+    let blocks = data
+        .chunks(BLOCK_USIZE)
+        .zip(entries.chunks(ENTRY_BYTES as usize));
+    for (i, (block, entry)) in blocks.enumerate() {
+        if let Some(stored) = decode_entry(entry) {
+            let actual = crc32c(block);
+            if actual != stored {
+                bad.push((first + i as u64, stored, actual));
+            }
+        }
+    }
+    Ok(bad)
 }
 
 /// Sets the object's length to `new_len`, keeping the CRC of a cut last block right.

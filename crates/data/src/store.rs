@@ -16,8 +16,19 @@ pub trait ObjectFile: Send + Sync {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     fn size_bytes(&self) -> io::Result<u64>;
     fn set_len(&self, len: u64) -> io::Result<()>;
-    /// Makes the file's data durable.
+    /// Makes the file's data durable (`fdatasync`).
     fn sync_data(&self) -> io::Result<()>;
+    /// Makes the file's data and all its metadata durable (`fsync`): also a length cut
+    /// by `set_len`, which `sync_data` may leave behind on some file systems.
+    fn sync_all(&self) -> io::Result<()> {
+        self.sync_data()
+    }
+    /// Reserves disk space for `len` bytes at `offset` without changing the file's
+    /// length or content (`FALLOC_FL_KEEP_SIZE`), so that writing there later cannot
+    /// fail for lack of space. A file system without fallocate reserves nothing (Ok).
+    fn reserve(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     /// Starts writing `len` bytes at `offset` to the device without waiting, so that a
     /// later `sync_data` has little left to do. Only a hint: errors surface at sync.
     fn start_writeback(&self, _offset: u64, _len: u64) {}
@@ -63,6 +74,8 @@ pub trait Storage: Send + Sync + 'static {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Space used by files under `root` and left on its device.
     fn usage(&self, root: &Path) -> io::Result<Usage>;
+    /// Names of the regular files in directory `dir` (empty if it is missing).
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
 }
 
 /// The real file system.
@@ -99,6 +112,17 @@ impl ObjectFile for FsFile {
 
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        match fallocate(&self.0, libc::FALLOC_FL_KEEP_SIZE, offset, len) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+            r => r,
+        }
     }
 
     fn drop_cache(&self) {
@@ -197,6 +221,21 @@ impl Storage for FsStore {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         std::fs::File::open(dir)?.sync_all()
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let entries = match std::fs::read_dir(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => r?,
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                names.extend(entry.file_name().to_str().map(str::to_string));
+            }
+        }
+        Ok(names)
     }
 
     fn usage(&self, root: &Path) -> io::Result<Usage> {

@@ -245,6 +245,16 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             hole: rng.gen(),
         },
         Opcode::Allocated => Request::Allocated { fid: ino(rng) },
+        Opcode::ListObjects => Request::ListObjects {
+            after: rng.gen_bool(0.5).then(|| ino(rng)),
+            limit: rng.gen_range(0..5000),
+        },
+        Opcode::Scrub => Request::Scrub {
+            fid: ino(rng),
+            target: rng.gen_range(0..4),
+            offset: rng.gen_range(0..64) * BLOCK_BYTES as u64,
+        },
+        Opcode::ScrubStatus => Request::ScrubStatus {},
     };
     (r, 0)
 }
@@ -360,6 +370,30 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             offset: rng.gen_bool(0.5).then(|| rng.gen()),
         },
         Opcode::Allocated => Response::Allocated { bytes: rng.gen() },
+        Opcode::Write | Opcode::Fsync => Response::Written { boot_id: rng.gen() },
+        Opcode::ListObjects => Response::Objects {
+            fids: (0..rng.gen_range(0..4)).map(|_| ino(rng)).collect(),
+            done: rng.gen(),
+        },
+        Opcode::Scrub => Response::Scrubbed {
+            bytes: rng.gen(),
+            next: rng.gen_bool(0.5).then(|| rng.gen()),
+            damaged: (0..rng.gen_range(0..3))
+                .map(|_| Damage {
+                    fid: ino(rng),
+                    target: rng.gen_range(0..4),
+                    offset: rng.gen(),
+                    stored_crc: rng.gen(),
+                    actual_crc: rng.gen(),
+                })
+                .collect(),
+        },
+        Opcode::ScrubStatus => Response::ScrubStatus {
+            scrubbed_bytes: rng.gen(),
+            damaged_blocks: rng.gen(),
+            passes: rng.gen(),
+            rate_bytes_s: rng.gen(),
+        },
         Opcode::Auth
         | Opcode::Unlink
         | Opcode::Rmdir
@@ -367,10 +401,8 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Close
         | Opcode::ExtendSize
         | Opcode::Access
-        | Opcode::Write
         | Opcode::Truncate
         | Opcode::Remove
-        | Opcode::Fsync
         | Opcode::DropCache
         | Opcode::Punch
         | Opcode::Allocate => Response::Done,

@@ -55,6 +55,42 @@ pub fn check(path: &std::path::Path) -> Result<Report, String> {
     check_db(&db)
 }
 
+/// What the data servers should hold, for an offline check of objects against inodes.
+#[derive(Clone, Debug, Default)]
+pub struct Inventory {
+    /// Every inode number.
+    pub inodes: HashSet<u64>,
+    /// Regular files: inode number, size and the data servers of the layout.
+    pub files: Vec<(u64, u64, Vec<stripefs_wire::ServerId>)>,
+    /// Inodes gone from the namespace whose objects the purge thread still has to
+    /// remove (it does on the next start).
+    pub purging: HashSet<u64>,
+}
+
+/// Reads the inodes and the purge queue of the database at `path` (which no server
+/// may have open), after applying its metadata log as a server start would.
+pub fn inventory(path: &std::path::Path) -> Result<Inventory, String> {
+    let db = Database::open(path)
+        .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
+    crate::recover(&db, path).map_err(|e| format!("metadata database {}: {e}", path.display()))?;
+    let txn = db.begin_read().map_err(|e| format!("fsck: {e}"))?;
+    let rd = Rd::open(&txn).map_err(|e| format!("fsck: {e}"))?;
+    let mut p = Problems::default();
+    let mut inv = Inventory::default();
+    for (ino, i) in load_inodes(&rd, &mut p)? {
+        inv.inodes.insert(ino);
+        if let (FileType::File, Some(l)) = (i.ftype, &i.layout) {
+            inv.files.push((ino, i.size, l.servers.clone()));
+        }
+    }
+    for item in rd.purge.iter().map_err(|e| e.to_string())? {
+        inv.purging
+            .insert(item.map_err(|e| e.to_string())?.0.value());
+    }
+    inv.files.sort_unstable_by_key(|f| f.0);
+    Ok(inv)
+}
+
 pub fn check_db(db: &Database) -> Result<Report, String> {
     let txn = db.begin_read().map_err(|e| format!("fsck: {e}"))?;
     let rd = Rd::open(&txn).map_err(|e| format!("fsck: {e}"))?;

@@ -36,7 +36,7 @@ mod wal;
 mod writer;
 
 pub use clock::{Clock, FixedClock, SystemClock};
-pub use fsck::{check, Report};
+pub use fsck::{check, inventory, Inventory, Report};
 pub use purge::PURGE_BATCH;
 pub use writer::{FREEZE_AGE, MAX_BATCH};
 

@@ -23,6 +23,7 @@
 //! listen = "0.0.0.0:7100"         # optional, default: the address in cluster.toml
 //! targets = ["/disk0/stripefs", "/disk1/stripefs"]   # data servers
 //! throttle = "25MiB"              # optional, per target
+//! scrub_rate = "8MiB"             # optional, data servers' background scrub; "0" = off
 //! db = "meta.redb"                # metadata server
 //! ```
 
@@ -211,6 +212,14 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A rate, or 0 for "off" (`0`, `off`).
+pub fn parse_rate_or_off(text: &str) -> Result<u64, String> {
+    match text.trim() {
+        "0" | "off" => Ok(0),
+        t => parse_rate(t),
+    }
+}
+
 /// One server's own configuration.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -221,6 +230,9 @@ pub struct ServerConfig {
     pub targets: Vec<PathBuf>,
     pub throttle_bytes_s: Option<u64>,
     pub db: Option<PathBuf>,
+    /// A data server's background scrub rate (`scrub_rate`, "0" = off); `None`: the
+    /// server's default.
+    pub scrub_rate_bytes_s: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -233,6 +245,7 @@ struct RawServer {
     targets: Vec<String>,
     throttle: Option<String>,
     db: Option<String>,
+    scrub_rate: Option<String>,
 }
 
 impl ServerConfig {
@@ -260,6 +273,11 @@ impl ServerConfig {
             targets: raw.targets.iter().map(|t| base.join(t)).collect(),
             throttle_bytes_s,
             db: raw.db.map(|d| base.join(d)),
+            scrub_rate_bytes_s: raw
+                .scrub_rate
+                .as_deref()
+                .map(parse_rate_or_off)
+                .transpose()?,
         })
     }
 
@@ -335,6 +353,23 @@ mod tests {
         );
         let all = format!("{}[defaults]\nstripe_count = 1\n", sample());
         assert_eq!(ClusterConfig::parse(&all).unwrap().defaults.stripe_count, 1);
+    }
+
+    #[test]
+    fn scrub_rate_parses_rates_and_off() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cluster.toml"), sample()).unwrap();
+        let server = |extra: &str| {
+            let text = format!("cluster = \"cluster.toml\"\nid = 0\ntargets = [\"t\"]\n{extra}");
+            ServerConfig::parse(&text, dir.path())
+        };
+        assert_eq!(server("").unwrap().scrub_rate_bytes_s, None);
+        let rate =
+            |v: &str| server(&format!("scrub_rate = \"{v}\"\n")).map(|c| c.scrub_rate_bytes_s);
+        assert_eq!(rate("16MiB"), Ok(Some(16 << 20)));
+        assert_eq!(rate("0"), Ok(Some(0)));
+        assert_eq!(rate("off"), Ok(Some(0)));
+        assert!(rate("fast").is_err());
     }
 
     #[test]

@@ -18,6 +18,6 @@ mod server;
 pub mod units;
 
 pub use auth::Secret;
-pub use config::{ClusterConfig, DataServerEntry, Defaults, ServerConfig};
+pub use config::{parse_rate_or_off, ClusterConfig, DataServerEntry, Defaults, ServerConfig};
 pub use conn::{Conn, DEFAULT_TIMEOUT_MS, MAX_PENDING};
 pub use server::{serve, ConnInfo, Payload, Reply, Service, MAX_CONNECTIONS};

@@ -98,6 +98,7 @@ error_codes! {
     NoSpace = 201, ENOSPC, "no space left on device";
     Io = 202, EIO, "input/output error";
     Internal = 203, EIO, "internal server error";
+    ServerRestarted = 204, EIO, "data server restarted; unsynced writes may be lost";
 }
 
 impl fmt::Display for ErrorCode {

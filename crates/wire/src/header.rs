@@ -20,7 +20,7 @@
 use crate::{ErrorCode, MAX_BODY_BYTES, MAX_DATA_BYTES};
 
 pub const MAGIC: u32 = 0x5354_5246;
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 pub const HEADER_LEN: usize = 40;
 pub const FLAG_RESPONSE: u16 = 1;
 /// On a request: the sender reads no response, and the server sends none (an error is

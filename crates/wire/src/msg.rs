@@ -293,6 +293,33 @@ requests! {
     72 => Seek { fid: InodeId, unit: u32, offset: u64, hole: bool },
     // Bytes the server's objects of `fid` occupy on its disks; answered with `Allocated`.
     73 => Allocated { fid: InodeId },
+    // Data server, for fsck and scrub. Lists the file ids the server holds objects of,
+    // in the order (fid % 256, fid), starting after the cursor `after` (None: from the
+    // start); answered with `Objects`.
+    74 => ListObjects { after: Option<InodeId>, limit: u32 },
+    // Reads up to `SCRUB_REQUEST_BYTES` of object bytes of `fid` on `target` from object
+    // offset `offset` and checks every written block against its stored checksum;
+    // answered with `Scrubbed`.
+    75 => Scrub { fid: InodeId, target: u32, offset: u64 },
+    // The background scrubber's counters; answered with `ScrubStatus`.
+    76 => ScrubStatus {},
+}
+
+/// Most object bytes one Scrub request reads.
+pub const SCRUB_REQUEST_BYTES: u64 = 16 << 20;
+/// Most file ids one ListObjects answer holds.
+pub const MAX_LIST_OBJECTS: u32 = 4096;
+
+/// A stored block that fails its checksum, found by a scrub.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Damage {
+    pub fid: InodeId,
+    /// Index of the data server's storage target.
+    pub target: u32,
+    /// Byte offset of the block in the object file.
+    pub offset: u64,
+    pub stored_crc: u32,
+    pub actual_crc: u32,
 }
 
 /// Responses. The response frame's opcode echoes the request's.
@@ -342,6 +369,34 @@ pub enum Response {
     /// Answer to Allocated: bytes allocated on disk to the objects and their checksums.
     Allocated {
         bytes: u64,
+    },
+    /// Answer to Write and Fsync: the data server's boot identity, a random number drawn
+    /// at each start. A client that sees it change between a write and the fsync that
+    /// should make the write durable knows the write may be lost (the server restarted).
+    Written {
+        boot_id: u64,
+    },
+    /// Answer to ListObjects: file ids in cursor order; `done` when none follow.
+    Objects {
+        fids: Vec<InodeId>,
+        done: bool,
+    },
+    /// Answer to Scrub: bytes read, the object offset to continue from (`None`: the
+    /// object's end was reached) and the damaged blocks found.
+    Scrubbed {
+        bytes: u64,
+        next: Option<u64>,
+        damaged: Vec<Damage>,
+    },
+    /// Answer to ScrubStatus: what the background scrubber (and on-demand scrubs) read
+    /// and found since the server started.
+    ScrubStatus {
+        scrubbed_bytes: u64,
+        damaged_blocks: u64,
+        /// Completed passes over every object.
+        passes: u64,
+        /// The background scrubber's rate, 0 when off.
+        rate_bytes_s: u64,
     },
 }
 
@@ -684,6 +739,26 @@ impl Request {
             } => {
                 check_unit(*unit)?;
                 check_range(*offset, *len)
+            }
+            Request::ListObjects { limit, .. } => {
+                if *limit == 0 || *limit > MAX_LIST_OBJECTS {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("object list limit {limit} not in 1..={MAX_LIST_OBJECTS}"),
+                    ));
+                }
+                Ok(())
+            }
+            Request::Scrub { offset, .. } => {
+                if offset % BLOCK_BYTES as u64 != 0 || *offset > MAX_SEEK_OFFSET {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "scrub from {offset}: not block-aligned or beyond {MAX_SEEK_OFFSET}"
+                        ),
+                    ));
+                }
+                Ok(())
             }
             _ => Ok(()),
         }

@@ -606,6 +606,31 @@ fn variant_indices_are_pinned() {
         (7, Response::ReadData { crcs: vec![] }),
         (9, Response::Offset { offset: None }),
         (10, Response::Allocated { bytes: 0 }),
+        (11, Response::Written { boot_id: 0 }),
+        (
+            12,
+            Response::Objects {
+                fids: vec![],
+                done: true,
+            },
+        ),
+        (
+            13,
+            Response::Scrubbed {
+                bytes: 0,
+                next: None,
+                damaged: vec![],
+            },
+        ),
+        (
+            14,
+            Response::ScrubStatus {
+                scrubbed_bytes: 0,
+                damaged_blocks: 0,
+                passes: 0,
+                rate_bytes_s: 0,
+            },
+        ),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
@@ -665,11 +690,14 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (71, "Allocate"),
     (72, "Seek"),
     (73, "Allocated"),
+    (74, "ListObjects"),
+    (75, "Scrub"),
+    (76, "ScrubStatus"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 100, 101, 102, 103, 104, 105, 200,
-    201, 202, 203,
+    201, 202, 203, 204,
 ];
 
 /// Some request with opcode `op`, fields zero.
@@ -802,6 +830,16 @@ fn ping_like(op: Opcode) -> Request {
             hole: false,
         },
         Opcode::Allocated => Request::Allocated { fid: ino },
+        Opcode::ListObjects => Request::ListObjects {
+            after: None,
+            limit: 1,
+        },
+        Opcode::Scrub => Request::Scrub {
+            fid: ino,
+            target: 0,
+            offset: 0,
+        },
+        Opcode::ScrubStatus => Request::ScrubStatus {},
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use stripefs_client::{Client, Cred, InodeId, LayoutHint};
-use stripefs_data::DataService;
+use stripefs_data::{Clock, DataService, MemStore, SystemClock};
 use stripefs_meta::MetaService;
 use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults, Secret, Service};
 
@@ -48,6 +48,8 @@ pub struct Cluster {
     pub config: ClusterConfig,
     pub data: Vec<Arc<DataService>>,
     pub targets: Vec<Vec<PathBuf>>,
+    /// The in-memory disks of the data servers, when made by `with_mem`.
+    pub stores: Vec<Option<Arc<MemStore>>>,
     servers: Vec<Server>,
     meta: Server,
     pub dir: tempfile::TempDir,
@@ -65,6 +67,16 @@ impl Cluster {
     }
 
     pub fn with(n_data: usize, n_targets: usize, stripe: u32) -> Cluster {
+        Cluster::make(n_data, n_targets, stripe, false)
+    }
+
+    /// Like `with`, but the data servers keep their objects on in-memory disks
+    /// (`MemStore`), so that a test can cut their power (`power_cut_data`).
+    pub fn with_mem(n_data: usize, n_targets: usize, stripe: u32) -> Cluster {
+        Cluster::make(n_data, n_targets, stripe, true)
+    }
+
+    fn make(n_data: usize, n_targets: usize, stripe: u32, mem: bool) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let meta_l = bind();
         let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
@@ -86,6 +98,7 @@ impl Cluster {
         let mut data = Vec::new();
         let mut targets = Vec::new();
         let mut servers = Vec::new();
+        let mut stores = Vec::new();
         for (i, l) in data_l.into_iter().enumerate() {
             let t: Vec<PathBuf> = (0..n_targets)
                 .map(|t| dir.path().join(format!("d{i}/t{t}")))
@@ -93,8 +106,13 @@ impl Cluster {
             for p in &t {
                 std::fs::create_dir_all(p).unwrap();
             }
-            let svc = DataService::open(stripefs_client::ServerId(i as u32), &t, None)
-                .expect("data service");
+            let store = mem.then(|| Arc::new(MemStore::new()));
+            let svc = match &store {
+                None => DataService::open(stripefs_client::ServerId(i as u32), &t, None),
+                Some(s) => mem_data(i, &t, s.clone()),
+            }
+            .expect("data service");
+            stores.push(store);
             servers.push(Server::start(l, &config.secret, svc.clone()));
             data.push(svc);
             targets.push(t);
@@ -106,6 +124,7 @@ impl Cluster {
             config,
             data,
             targets,
+            stores,
             servers,
             meta,
             dir,
@@ -127,6 +146,20 @@ impl Cluster {
         std::thread::sleep(std::time::Duration::from_millis(800));
     }
 
+    /// Cuts the power of in-memory data server `i` (unsynced writes lost or torn, as
+    /// chosen by `seed`) and starts it again on the same address, with a new boot id.
+    pub fn power_cut_data(&mut self, i: usize, seed: u64) {
+        let store = self.stores[i].clone().expect("a cluster made by with_mem");
+        self.servers[i].stop();
+        // Connection threads notice the stop within the server's idle poll.
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        store.crash(seed);
+        let svc = mem_data(i, &self.targets[i], store).expect("data service");
+        let l = TcpListener::bind(&self.config.data[i].addr).expect("rebind");
+        self.servers[i] = Server::start(l, &self.config.secret, svc.clone());
+        self.data[i] = svc;
+    }
+
     /// Object files (data, checksums) of `ino` on data server `i`, target `t`.
     pub fn object_paths(&self, i: usize, t: usize, ino: InodeId) -> (PathBuf, PathBuf) {
         self.data[i].object_paths(t, ino)
@@ -140,6 +173,11 @@ impl Drop for Cluster {
         }
         self.meta.stop();
     }
+}
+
+fn mem_data(i: usize, t: &[PathBuf], store: Arc<MemStore>) -> Result<Arc<DataService>, String> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    DataService::with_store(stripefs_client::ServerId(i as u32), t, None, store, clock)
 }
 
 pub fn hint(stripe: u32, count: u32) -> LayoutHint {

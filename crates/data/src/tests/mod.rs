@@ -1,6 +1,7 @@
 //! Tests through `DataService::handle`, as the server loop calls it, without a network.
 
 mod concurrency;
+mod durability;
 mod faults;
 mod io;
 mod model;
@@ -71,9 +72,14 @@ pub fn write(
         offset,
         crcs: piece_crcs(offset, data),
     };
-    call(svc, req, data.to_vec())
-        .result
-        .map(|r| assert_eq!(r, Response::Done))
+    call(svc, req, data.to_vec()).result.map(|r| {
+        assert_eq!(
+            r,
+            Response::Written {
+                boot_id: svc.boot_id()
+            }
+        )
+    })
 }
 
 /// Reads an aligned range; returns the stored CRCs and the data.

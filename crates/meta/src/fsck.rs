@@ -49,9 +49,17 @@ impl Problems {
 /// Checks the database at `path` (which no server may have open), after applying what
 /// its metadata log holds beyond the last checkpoint, as a server start would.
 pub fn check(path: &std::path::Path) -> Result<Report, String> {
-    let db = Database::open(path)
-        .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
-    crate::recover(&db, path).map_err(|e| format!("metadata database {}: {e}", path.display()))?;
+    if !path.exists() {
+        return Err(format!("no metadata database at {}", path.display()));
+    }
+    check_on(&crate::FsDisk, path)
+}
+
+/// [`check`] on a chosen disk (the simulator's).
+pub fn check_on(disk: &dyn crate::MetaDisk, path: &std::path::Path) -> Result<Report, String> {
+    let db = disk.open_db(path)?;
+    crate::recover(disk, &db, path)
+        .map_err(|e| format!("metadata database {}: {e}", path.display()))?;
     check_db(&db)
 }
 

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod fsops;
+mod metalog;
 mod mount;
 mod serve;
 
@@ -62,6 +63,9 @@ enum Cmd {
     Bench(stripefs_bench::BenchCmd),
     /// The main job: start a throwaway local cluster, run the headline benchmarks, stop it.
     Demo(stripefs_bench::demo::DemoArgs),
+    /// Offline check and repair of a stopped metadata server's log.
+    #[command(subcommand, name = "meta-log")]
+    MetaLog(metalog::MetaLogCmd),
 }
 
 fn main() {
@@ -82,6 +86,7 @@ fn main() {
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Bench(b) => stripefs_bench::run(b, exe()),
         Cmd::Demo(a) => stripefs_bench::demo::run(a, exe()),
+        Cmd::MetaLog(c) => metalog::run(c),
     };
     if let Err(e) = result {
         eprintln!("stripefs: error: {e:#}");

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use stripefs_wire::{ErrorCode, WireError};
 
 const MAGIC: u32 = 0x4c57_4653; // "SFWL"
-const HEADER: usize = 24;
+pub(crate) const HEADER: usize = 24;
 /// Size each log file is zero-filled to when created, and the step by which it grows
 /// when a record would not fit.
 pub const FILE_BYTES: u64 = 4 << 20;
@@ -158,7 +158,7 @@ pub fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
 
 /// The valid record at byte `off` of `bytes`, if one starts there: its number and
 /// payload.
-fn record_at(bytes: &[u8], off: usize) -> Option<(u64, &[u8])> {
+pub(crate) fn record_at(bytes: &[u8], off: usize) -> Option<(u64, &[u8])> {
     if bytes.len().saturating_sub(off) < HEADER {
         return None;
     }
@@ -184,7 +184,7 @@ fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
 }
 
 /// [`chain`], and the byte offset where it ends.
-fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
+pub(crate) fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     let mut out: Vec<(u64, &[u8])> = Vec::new();
     let mut off = 0usize;
     while let Some((seq, payload)) = record_at(bytes, off) {
@@ -204,7 +204,7 @@ fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
 /// chain did not end at a torn last append but at damage with acknowledged records
 /// behind it. (Records of earlier rounds through the file, left after the current
 /// round's end, are numbered lower.)
-fn record_beyond(bytes: &[u8], from: usize, after: u64) -> Option<(usize, u64)> {
+pub(crate) fn record_beyond(bytes: &[u8], from: usize, after: u64) -> Option<(usize, u64)> {
     let magic = MAGIC.to_le_bytes();
     (from + 1..bytes.len().saturating_sub(HEADER - 1))
         .filter(|&off| bytes[off..off + 4] == magic)
@@ -248,11 +248,12 @@ pub fn recover(
         let last = chained.last().map_or(0, |(seq, _)| *seq);
         if let Some((at, seq)) = record_beyond(&bytes, end, last.max(checkpoint)) {
             return Err(corrupt(format!(
-                "metadata log {} is damaged at byte {end}: its records end at number {last}, \
+                "log file {} is damaged at byte {end}: its records end at number {last}, \
                  but a valid record {seq} follows at byte {at}; refusing to start with \
                  acknowledged changes lost (the log files and the database are left as \
-                 they are)",
-                p.display()
+                 they are). {}",
+                p.display(),
+                repair_hint(db)
             )));
         }
         for (seq, payload) in chained {
@@ -265,8 +266,9 @@ pub fn recover(
     if !missing.is_empty() && (missing.len() == 1 || checkpoint > 0) {
         return Err(corrupt(format!(
             "metadata log file {} is missing (the tables end at record {checkpoint}); \
-             refusing to start with acknowledged changes possibly lost",
-            missing.join(" and ")
+             refusing to start with acknowledged changes possibly lost. {}",
+            missing.join(" and "),
+            repair_hint(db)
         )));
     }
     records.sort_by_key(|(seq, _)| *seq);
@@ -276,15 +278,25 @@ pub fn recover(
         if *seq != last + 1 {
             return Err(corrupt(format!(
                 "records {} to {} are missing (the tables end at record {checkpoint}); \
-                 refusing to start with acknowledged changes lost",
+                 refusing to start with acknowledged changes lost. {}",
                 last + 1,
-                seq - 1
+                seq - 1,
+                repair_hint(db)
             )));
         }
         decode_into(*seq, payload, &mut gen)?;
         last = *seq;
     }
     Ok((gen, last, records.len()))
+}
+
+/// What to do about a log a server refuses to start on.
+fn repair_hint(db: &Path) -> String {
+    format!(
+        "Run `stripefs meta-log check --db {0}` to see what would be lost, and \
+         `stripefs meta-log repair --db {0}` to keep what is valid",
+        db.display()
+    )
 }
 
 /// The directory that holds the log files of database `db` (the current one for a bare

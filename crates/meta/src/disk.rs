@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 /// One open file of the metadata server (a log file), shared by offset.
 pub trait LogFile: Send + Sync {
-    fn len(&self) -> io::Result<u64>;
+    fn size_bytes(&self) -> io::Result<u64>;
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset` (into the page cache: durable after a sync).
@@ -62,7 +62,7 @@ struct FsFile {
 }
 
 impl LogFile for FsFile {
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
 
@@ -155,7 +155,7 @@ pub fn read_all(disk: &dyn MetaDisk, path: &Path) -> io::Result<Option<Vec<u8>>>
     let Some(f) = disk.open(path, false)? else {
         return Ok(None);
     };
-    let len = usize::try_from(f.len()?)
+    let len = usize::try_from(f.size_bytes()?)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
     let mut buf = vec![0u8; len];
     let n = f.read_at(&mut buf, 0)?;

@@ -500,7 +500,7 @@ impl MemHandle {
 }
 
 impl LogFile for MemHandle {
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         self.size()
     }
 

@@ -81,7 +81,7 @@ fn io_err(what: String, e: std::io::Error) -> WireError {
 
 /// The wire code for a failed disk call: `NoSpace` for a full disk, else `Io`.
 pub fn io_code(e: &std::io::Error) -> ErrorCode {
-    if e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == std::io::ErrorKind::StorageFull {
+    if e.raw_os_error() == Some(libc::ENOSPC) {
         ErrorCode::NoSpace
     } else {
         ErrorCode::Io
@@ -358,7 +358,7 @@ impl Wal {
                 .map_err(|e| io_err(format!("opening {}", p.display()), e))?
                 .ok_or_else(|| corrupt(format!("{} vanished while opened", p.display())))?;
             let len = f
-                .len()
+                .size_bytes()
                 .map_err(|e| io_err(format!("reading size of {}", p.display()), e))?;
             if len < FILE_BYTES {
                 fill(f.as_ref(), p, len, FILE_BYTES)?;

@@ -100,7 +100,7 @@ fn exists(svc: &MetaService, path: &str) -> bool {
 /// Flips a byte inside the payload of the `n`th record (from 1) of log file 0.
 fn damage_record(disk: &MemDisk, n: usize) {
     let f = disk.open(Path::new(WAL0), false).unwrap().unwrap();
-    let mut bytes = vec![0u8; f.len().unwrap() as usize];
+    let mut bytes = vec![0u8; f.size_bytes().unwrap() as usize];
     f.read_at(&mut bytes, 0).unwrap();
     let magic = 0x4c57_4653u32.to_le_bytes();
     let at = (0..bytes.len() - 4)
@@ -144,7 +144,7 @@ fn repair_keeps_valid_records_beyond_a_damaged_one() {
         "{:?}",
         report.beyond[0]
     );
-    assert_eq!(report.files[0].damaged_at_byte.is_some(), true);
+    assert!(report.files[0].damaged_at_byte.is_some());
 
     // A dry run changes nothing.
     let plan = logtool::repair(&disk, Path::new(DB), false).unwrap();

@@ -228,3 +228,44 @@ fn stopping_while_checkpoints_fail_does_not_spin_and_loses_nothing() {
     assert_eq!(count_entries(&svc), acked);
     svc.check().unwrap();
 }
+
+/// A log file that must grow on a full disk refuses that batch with ENOSPC and nothing
+/// else: the server does not halt (nothing was written), and once space returns the
+/// next change is accepted; after a power cut every acknowledged change is there.
+#[test]
+fn a_log_file_that_cannot_grow_refuses_the_batch_without_halting() {
+    let disk = MemDisk::with_seed(9);
+    let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
+    let tuning = Tuning::deterministic();
+    let svc = open(&disk, clock.clone(), tuning);
+    disk.set_capacity(Some(disk.used_bytes()));
+    // Records of about 4 KiB reach the end of the 4 MiB log file within ~1,000 changes.
+    let symlink = |i: usize| {
+        call(
+            &svc,
+            Request::Symlink {
+                parent: InodeId::ROOT,
+                name: format!("s{i:05}"),
+                target: "t".repeat(4000),
+            },
+        )
+    };
+    let mut acked = 0;
+    let refusal = loop {
+        match symlink(acked) {
+            Ok(_) => acked += 1,
+            Err(e) => break e,
+        }
+        assert!(acked < 5000, "the log never had to grow");
+    };
+    assert_eq!(refusal.code, ErrorCode::NoSpace, "{refusal}");
+    assert!(refusal.message.contains("filling"), "{refusal}");
+    disk.set_capacity(None);
+    symlink(acked).unwrap_or_else(|e| panic!("not accepted once space returned: {e}"));
+    let acked = acked + 1;
+    svc.halt();
+    disk.power_cut(3);
+    drop(svc);
+    let svc = open(&disk, clock, tuning);
+    assert_eq!(count_entries(&svc), acked);
+}

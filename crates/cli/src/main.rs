@@ -5,6 +5,7 @@
 mod cluster;
 mod fsck;
 mod fsops;
+mod metalog;
 mod mount;
 mod serve;
 mod sim;
@@ -71,6 +72,9 @@ enum Cmd {
     /// (crashes, power cuts, ENOSPC, lost/duplicated/reordered messages, partitions),
     /// checked against what the file system promised. Exit status 1 on a violation.
     Sim(sim::SimArgs),
+    /// Offline check and repair of a stopped metadata server's log.
+    #[command(subcommand, name = "meta-log")]
+    MetaLog(metalog::MetaLogCmd),
 }
 
 fn main() {
@@ -93,6 +97,7 @@ fn main() {
         Cmd::Bench(b) => stripefs_bench::run(b, exe()),
         Cmd::Demo(a) => stripefs_bench::demo::run(a, exe()),
         Cmd::Sim(a) => sim::run(a),
+        Cmd::MetaLog(c) => metalog::run(c),
     };
     if let Err(e) = result {
         eprintln!("stripefs: error: {e:#}");

@@ -49,9 +49,17 @@ impl Problems {
 /// Checks the database at `path` (which no server may have open), after applying what
 /// its metadata log holds beyond the last checkpoint, as a server start would.
 pub fn check(path: &std::path::Path) -> Result<Report, String> {
-    let db = Database::open(path)
-        .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
-    crate::recover(&db, path).map_err(|e| format!("metadata database {}: {e}", path.display()))?;
+    if !path.exists() {
+        return Err(format!("no metadata database at {}", path.display()));
+    }
+    check_on(&crate::FsDisk, path)
+}
+
+/// [`check`] on a chosen disk (the simulator's).
+pub fn check_on(disk: &dyn crate::MetaDisk, path: &std::path::Path) -> Result<Report, String> {
+    let db = disk.open_db(path)?;
+    crate::recover(disk, &db, path)
+        .map_err(|e| format!("metadata database {}: {e}", path.display()))?;
     check_db(&db)
 }
 
@@ -70,9 +78,14 @@ pub struct Inventory {
 /// Reads the inodes and the purge queue of the database at `path` (which no server
 /// may have open), after applying its metadata log as a server start would.
 pub fn inventory(path: &std::path::Path) -> Result<Inventory, String> {
-    let db = Database::open(path)
-        .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
-    crate::recover(&db, path).map_err(|e| format!("metadata database {}: {e}", path.display()))?;
+    if !path.exists() {
+        return Err(format!("no metadata database at {}", path.display()));
+    }
+    use crate::MetaDisk;
+    let disk = crate::FsDisk;
+    let db = disk.open_db(path)?;
+    crate::recover(&disk, &db, path)
+        .map_err(|e| format!("metadata database {}: {e}", path.display()))?;
     let txn = db.begin_read().map_err(|e| format!("fsck: {e}"))?;
     let rd = Rd::open(&txn).map_err(|e| format!("fsck: {e}"))?;
     let mut p = Problems::default();

@@ -16,6 +16,11 @@
 //! every directory is reachable from the root; an inode without a name is an orphan
 //! that is open or will be purged at the next start.
 //!
+//! The server takes its disk ([`MetaDisk`]: the log files and redb), its calls to data
+//! servers ([`DataNet`]) and its clock ([`Clock`]) through traits, so that it runs
+//! unchanged on the in-memory [`MemDisk`] (power cuts, torn writes, ENOSPC, EIO) and in
+//! a whole-cluster simulator ([`MetaService::open_on`], [`Tuning::deterministic`]).
+//!
 //! Fault model: the process may be killed at any moment; an acknowledged change is
 //! committed, an unacknowledged one may or may not be, and the namespace is consistent
 //! either way because each batch is one log record and each checkpoint one transaction.
@@ -25,7 +30,11 @@
 //! purging retries later.
 
 mod clock;
+mod disk;
 mod fsck;
+pub mod logtool;
+mod memdisk;
+mod net;
 mod opens;
 mod ops;
 mod overlay;
@@ -35,10 +44,18 @@ mod store;
 mod wal;
 mod writer;
 
-pub use clock::{Clock, FixedClock, SystemClock};
-pub use fsck::{check, inventory, Inventory, Report};
+pub use clock::{Clock, FixedClock, SimClock, SystemClock};
+pub use disk::{FsDisk, LogFile, MetaDisk};
+pub use fsck::{check, check_on, inventory, Inventory, Report};
+pub use memdisk::{
+    BrokenRule, DiskCall, DiskFault, DiskFaultCounts, DiskOp, MemDisk, SECTOR_BYTES,
+};
+pub use net::{Answers, DataNet, TcpNet};
 pub use purge::PURGE_BATCH;
-pub use writer::{FREEZE_AGE, MAX_BATCH};
+pub use writer::{
+    CHECKPOINT_RETRY_MAX, CHECKPOINT_RETRY_MIN, FREEZE_AGE, FREEZE_BYTES, FREEZE_KEYS, MAX_BATCH,
+    MAX_OVERLAY_KEYS, MAX_OVERLAY_LOG_BYTES,
+};
 
 use opens::Opens;
 use ops::Placement;
@@ -61,7 +78,10 @@ pub const MAX_OPEN_INODES: usize = 1 << 20;
 
 /// State shared by the service, the writer and the purge thread.
 pub(crate) struct Core {
-    pub db: Database,
+    /// The store of record; replaced by a fresh handle after a failed checkpoint (redb
+    /// refuses every call after an I/O error until reopened).
+    db: RwLock<Arc<Database>>,
+    pub disk: Arc<dyn MetaDisk>,
     /// Changes durable in the metadata log but not yet in `db` (see `overlay.rs`).
     pub layers: RwLock<Layers>,
     pub path: std::path::PathBuf,
@@ -71,6 +91,11 @@ pub(crate) struct Core {
     /// Set to stop committing (simulates a crash in tests, and ends service).
     pub halted: AtomicBool,
     pub stop_purge: AtomicBool,
+    /// Set by a stop: the checkpoint thread stops retrying.
+    pub stopping: AtomicBool,
+    stop_signal: (Mutex<bool>, Condvar),
+    /// The error of the last checkpoint, while checkpoints fail (back-pressure).
+    ckpt_failure: Mutex<Option<WireError>>,
     kick: (Mutex<bool>, Condvar),
     requests: AtomicU64,
     errors: AtomicU64,
@@ -83,18 +108,43 @@ pub(crate) struct Core {
     pub writer: Writer,
 }
 
-/// Knobs of the metadata server that tests turn.
+/// Knobs of the metadata server that tests and the simulator turn.
 #[derive(Clone, Copy, Debug)]
 pub struct Tuning {
     /// The active layer is checkpointed at the latest this long after the last freeze
-    /// (zero: after every batch, whenever the previous checkpoint is done).
+    /// (zero: after every batch, whenever the previous checkpoint is done). Only with
+    /// `background`.
     pub freeze_age: Duration,
+    /// Background threads: a checkpoint thread (with the timer of `freeze_age`) and a
+    /// purge thread. Without them (a deterministic simulator), checkpoints run on the
+    /// committing thread when the layer is large ([`FREEZE_KEYS`], [`FREEZE_BYTES`]) or
+    /// when asked ([`MetaService::checkpoint`]), failed ones are retried by later
+    /// batches, and purging runs only in [`MetaService::purge_once`].
+    pub background: bool,
+    /// Back-pressure bounds: past these many changed keys in memory, or bytes in the
+    /// current log file, while checkpoints fail, clients' mutations are refused.
+    pub max_overlay_keys: usize,
+    pub max_overlay_log_bytes: u64,
 }
 
 impl Default for Tuning {
     fn default() -> Tuning {
         Tuning {
             freeze_age: FREEZE_AGE,
+            background: true,
+            max_overlay_keys: MAX_OVERLAY_KEYS,
+            max_overlay_log_bytes: MAX_OVERLAY_LOG_BYTES,
+        }
+    }
+}
+
+impl Tuning {
+    /// No background thread and no timer: everything happens on the caller's thread,
+    /// so that the same calls give the same run.
+    pub fn deterministic() -> Tuning {
+        Tuning {
+            background: false,
+            ..Tuning::default()
         }
     }
 }
@@ -105,15 +155,75 @@ impl Core {
         self.layers.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The store of record (hold it only for the length of a request: a reopen waits
+    /// for every holder).
+    pub fn db(&self) -> Arc<Database> {
+        self.db.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the database handle with a fresh one (after redb saw an I/O error, it
+    /// refuses every call until reopened). Waits for the requests holding the old handle;
+    /// on failure the old one stays (and the next failed checkpoint tries again).
+    pub fn reopen_db(&self) -> Result<(), String> {
+        let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while Arc::strong_count(&slot) > 1 {
+            if std::time::Instant::now() >= deadline {
+                return Err("requests still hold the database".into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The old handle must be gone before the file is opened again (redb locks it).
+        let placeholder = Arc::new(
+            redb::Builder::new()
+                .create_with_backend(redb::backends::InMemoryBackend::new())
+                .map_err(|e| e.to_string())?,
+        );
+        drop(std::mem::replace(&mut *slot, placeholder));
+        match self.disk.open_db(&self.path) {
+            Ok(db) => {
+                *slot = Arc::new(db);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn checkpoint_failure(&self) -> Option<WireError> {
+        self.ckpt_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_checkpoint_failure(&self, e: Option<WireError>) {
+        *self.ckpt_failure.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+
+    /// Wakes [`Core::wait_stop`].
+    pub fn wake_stop(&self) {
+        *self.stop_signal.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.stop_signal.1.notify_all();
+    }
+
+    /// Sleeps for `timeout` or until a stop.
+    pub fn wait_stop(&self, timeout: Duration) {
+        let s = self.stop_signal.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self
+            .stop_signal
+            .1
+            .wait_timeout_while(s, timeout, |stopped| !*stopped);
+    }
+
     /// Runs `f` on a consistent view of the namespace.
     pub fn with_view<T>(
         &self,
         f: impl FnOnce(&View) -> Result<T, WireError>,
     ) -> Result<T, WireError> {
         let layers = self.layers();
+        let db = self.db();
         // Begun under the lock (see overlay.rs).
-        let txn = self
-            .db
+        let txn = db
             .begin_read()
             .map_err(|e| store::io("starting a read", e))?;
         let rd = Rd::open(&txn)?;
@@ -142,6 +252,8 @@ impl Core {
 pub struct MetaService {
     core: Arc<Core>,
     purge: Option<std::thread::JoinHandle<()>>,
+    /// The purger, when no thread runs it (see [`MetaService::purge_once`]).
+    purger: Mutex<Option<purge::Purger>>,
 }
 
 impl MetaService {
@@ -167,18 +279,34 @@ impl MetaService {
         clock: Arc<dyn Clock>,
         tuning: Tuning,
     ) -> Result<Arc<MetaService>, String> {
-        let db = Database::create(path)
-            .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
+        let net = Arc::new(TcpNet::new(cluster));
+        MetaService::open_on(Arc::new(FsDisk), net, clock, path, cluster, tuning)
+    }
+
+    /// The service on a chosen disk, network (to data servers) and clock, with the
+    /// database at `path` on that disk: what a simulator runs. After a simulated power
+    /// cut (`MemDisk::power_cut`, then dropping the old service), opening again on the
+    /// same disk recovers as a real restart does.
+    pub fn open_on(
+        disk: Arc<dyn MetaDisk>,
+        net: Arc<dyn DataNet>,
+        clock: Arc<dyn Clock>,
+        path: &Path,
+        cluster: &ClusterConfig,
+        tuning: Tuning,
+    ) -> Result<Arc<MetaService>, String> {
+        let db = disk.open_db(path)?;
         let placement = Placement {
             data_servers: cluster.data.len() as u32,
             defaults: cluster.defaults,
         };
         let fail = |e: WireError| format!("metadata database {}: {e}", path.display());
-        let last = recover(&db, path).map_err(fail)?;
+        let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
         init(&db, clock.now_ns(), placement, last).map_err(fail)?;
-        let wal = wal::Wal::open(path, last).map_err(fail)?;
+        let wal = wal::Wal::open(disk.as_ref(), path, last).map_err(fail)?;
         let core = Arc::new(Core {
-            db,
+            db: RwLock::new(Arc::new(db)),
+            disk,
             layers: RwLock::new(Layers::default()),
             path: path.to_path_buf(),
             opens: Opens::default(),
@@ -186,6 +314,9 @@ impl MetaService {
             placement,
             halted: AtomicBool::new(false),
             stop_purge: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            stop_signal: (Mutex::new(false), Condvar::new()),
+            ckpt_failure: Mutex::new(None),
             kick: (Mutex::new(true), Condvar::new()),
             requests: AtomicU64::new(0),
             errors: AtomicU64::new(0),
@@ -196,7 +327,14 @@ impl MetaService {
             writer: Writer::new(),
         });
         Writer::start(&core, wal)?;
-        let purger = purge::Purger::new(core.clone(), cluster.clone());
+        let purger = purge::Purger::new(core.clone(), net);
+        if !tuning.background {
+            return Ok(Arc::new(MetaService {
+                core,
+                purge: None,
+                purger: Mutex::new(Some(purger)),
+            }));
+        }
         let purge = std::thread::Builder::new()
             .name("meta-purge".into())
             .spawn(move || purger.run());
@@ -210,7 +348,33 @@ impl MetaService {
         Ok(Arc::new(MetaService {
             core,
             purge: Some(purge),
+            purger: Mutex::new(None),
         }))
+    }
+
+    /// Writes everything acknowledged so far into the tables (a checkpoint), on the
+    /// caller's thread; fails while checkpoints fail (a full disk), without waiting.
+    pub fn checkpoint(&self) -> Result<(), WireError> {
+        self.submit(Job::Checkpoint).map(|_| ())
+    }
+
+    /// One purge round on the caller's thread (only without the purge thread, see
+    /// [`Tuning::background`]): removes the data objects of the deleted files that are
+    /// due; returns how many files were purged.
+    pub fn purge_once(&self) -> Result<usize, WireError> {
+        let mut p = self.purger.lock().unwrap_or_else(|p| p.into_inner());
+        match p.as_mut() {
+            Some(p) => p.round_once(),
+            None => Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                "purging runs on its own thread in this service (Tuning::background)",
+            )),
+        }
+    }
+
+    /// The error of the last checkpoint while checkpoints fail, `None` when they work.
+    pub fn checkpoint_failure(&self) -> Option<WireError> {
+        self.core.checkpoint_failure()
     }
 
     /// Stops committing at once, as a crash would: queued and later mutations fail with
@@ -223,7 +387,7 @@ impl MetaService {
     /// then checks a snapshot of the tables.
     pub fn check(&self) -> Result<Report, String> {
         self.submit(Job::Checkpoint).map_err(|e| e.to_string())?;
-        fsck::check_db(&self.core.db)
+        fsck::check_db(&self.core.db())
     }
 
     /// Checkpoints of the metadata log into the tables so far.
@@ -371,9 +535,8 @@ impl MetaService {
         // delete" between our check and our count (see opens.rs). The layers are locked
         // first, as the writer does.
         let layers = self.core.layers();
-        let txn = self
-            .core
-            .db
+        let db = self.core.db();
+        let txn = db
             .begin_read()
             .map_err(|e| store::io("starting a read", e))?;
         let rd = Rd::open(&txn)?;
@@ -455,7 +618,7 @@ impl MetaService {
             files,
             dirs,
             open_files: self.core.opens.open_files(),
-            db_bytes: std::fs::metadata(&self.core.path).map_or(0, |m| m.len()),
+            db_bytes: self.core.disk.file_bytes(&self.core.path),
             counters: Counters {
                 requests: self.core.requests.load(Ordering::Relaxed),
                 errors: self.core.errors.load(Ordering::Relaxed),
@@ -519,7 +682,7 @@ impl Drop for MetaService {
 
 /// Brings the tables up to date with the metadata log (see `wal.rs`) after a crash;
 /// returns the number of the last log record, which the tables now include.
-fn recover(db: &Database, path: &Path) -> Result<u64, WireError> {
+fn recover(disk: &dyn MetaDisk, db: &Database, path: &Path) -> Result<u64, WireError> {
     store::create_tables(db)?;
     let checkpoint = {
         let txn = db
@@ -527,7 +690,7 @@ fn recover(db: &Database, path: &Path) -> Result<u64, WireError> {
             .map_err(|e| store::io("starting a read", e))?;
         Rd::open(&txn)?.counter(store::META_WAL_SEQ)?
     };
-    let (gen, last, records) = wal::recover(path, checkpoint)?;
+    let (gen, last, records) = wal::recover(disk, path, checkpoint)?;
     if records > 0 {
         store::commit_gen(db, &gen, last)?;
         tracing::info!(

@@ -4,15 +4,16 @@
 //! never loses an entry; Remove is idempotent on the data servers, so a crash after the
 //! removal but before the entry is deleted only repeats it. Unreachable servers get
 //! retried with exponential backoff per file, and metadata operations never wait for
-//! this thread.
+//! this thread. The calls go through [`DataNet`] and the retry times through the
+//! server's clock, so that a simulator can run rounds itself (`MetaService::purge_once`).
 
+use crate::net::DataNet;
 use crate::writer::{Job, Writer};
 use crate::Core;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use stripefs_rpc::{ClusterConfig, Conn};
+use std::time::Duration;
 use stripefs_wire::{Cred, InodeId, Layout, Request, WireError};
 
 /// Most files purged per round (their Removes go to each server back to back).
@@ -29,21 +30,29 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 pub struct Purger {
     core: Arc<Core>,
-    cluster: ClusterConfig,
-    /// Connections to data servers, kept across rounds (`None`: connecting failed).
-    conns: HashMap<u32, Conn>,
-    /// Per inode: when to try again and the current delay.
-    retry: HashMap<u64, (Instant, Duration)>,
+    net: Arc<dyn DataNet>,
+    /// Per inode: when to try again (on the server's monotonic clock) and the current
+    /// delay.
+    retry: HashMap<u64, (Duration, Duration)>,
 }
 
 impl Purger {
-    pub fn new(core: Arc<Core>, cluster: ClusterConfig) -> Purger {
+    pub fn new(core: Arc<Core>, net: Arc<dyn DataNet>) -> Purger {
         Purger {
             core,
-            cluster,
-            conns: HashMap::new(),
+            net,
             retry: HashMap::new(),
         }
+    }
+
+    /// One round on the caller's thread: purges the files that are due; returns how
+    /// many were purged.
+    pub fn round_once(&mut self) -> Result<usize, WireError> {
+        let due = self.due()?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        Ok(self.purge_round(due))
     }
 
     pub fn run(mut self) {
@@ -60,7 +69,11 @@ impl Purger {
                 continue;
             }
             self.wait_quiet();
-            self.purge_round(due);
+            if self.purge_round(due) == 0 && !self.retry.is_empty() {
+                // Everything failed: do not spin; the earliest retry is at least
+                // BACKOFF_MIN away.
+                self.core.wait_for_kick(BACKOFF_MIN);
+            }
         }
     }
 
@@ -68,7 +81,7 @@ impl Purger {
     /// quiet for [`QUIET`], but at most [`BUSY_GAP`] per round, so that under steady
     /// load it still removes [`PURGE_BATCH`] files per gap.
     fn wait_quiet(&self) {
-        let start = Instant::now();
+        let start = std::time::Instant::now();
         loop {
             let before = self.core.requests.load(Ordering::Relaxed);
             std::thread::sleep(QUIET);
@@ -84,7 +97,7 @@ impl Purger {
         // Only entries waiting for a retry are skipped, so this many suffice.
         let want = (PURGE_BATCH + self.retry.len()).min(PURGE_SCAN);
         let queue = self.core.with_view(|v| v.stack().purge_entries(want))?;
-        let now = Instant::now();
+        let now = self.core.clock.monotonic();
         let mut out = Vec::new();
         for (ino, layout) in queue {
             if self.retry.get(&ino).is_some_and(|(at, _)| *at > now) {
@@ -98,7 +111,8 @@ impl Purger {
         Ok(out)
     }
 
-    fn purge_round(&mut self, due: Vec<(u64, Layout)>) {
+    /// Returns how many files were purged.
+    fn purge_round(&mut self, due: Vec<(u64, Layout)>) -> usize {
         // Per server, the files with objects there; a file is done when every server
         // of its layout removed its object.
         let mut by_server: HashMap<u32, Vec<u64>> = HashMap::new();
@@ -110,7 +124,7 @@ impl Purger {
         let mut failed = std::collections::HashSet::new();
         for (id, inos) in by_server {
             if self.core.stop_purge.load(Ordering::SeqCst) {
-                return;
+                return 0;
             }
             for ino in self.remove_on(id, &inos) {
                 failed.insert(ino);
@@ -126,33 +140,26 @@ impl Purger {
                     .retry
                     .get(&ino)
                     .map_or(BACKOFF_MIN, |(_, d)| (*d * 2).min(BACKOFF_MAX));
-                self.retry.insert(ino, (Instant::now() + delay, delay));
+                let at = self.core.clock.monotonic() + delay;
+                self.retry.insert(ino, (at, delay));
             }
         }
+        let purged = done.len();
         if !done.is_empty() {
             self.finish(done);
-        } else if !self.retry.is_empty() {
-            // Everything failed: do not spin; the earliest retry is at least BACKOFF_MIN.
-            self.core.wait_for_kick(BACKOFF_MIN);
         }
+        purged
     }
 
-    /// Sends Remove for each of `inos` to data server `id`, back to back on one
-    /// connection; returns the inodes whose removal failed.
+    /// Sends Remove for each of `inos` to data server `id`, back to back; returns the
+    /// inodes whose removal failed.
     fn remove_on(&mut self, id: u32, inos: &[u64]) -> Vec<u64> {
-        if !self.conns.contains_key(&id) {
-            match self.connect(id) {
-                Some(c) => self.conns.insert(id, c),
-                None => return inos.to_vec(),
-            };
-        }
-        let conn = self.conns.get_mut(&id).expect("inserted above");
         let reqs = inos
             .iter()
             .map(|&ino| Request::Remove { fid: InodeId(ino) })
             .collect();
-        match conn.call_many(&Cred::root(), reqs) {
-            Ok(results) => inos
+        match self.net.call_many(id, &Cred::root(), reqs) {
+            Ok(results) if results.len() == inos.len() => inos
                 .iter()
                 .zip(results)
                 .filter_map(|(&ino, r)| match r {
@@ -163,25 +170,17 @@ impl Purger {
                     }
                 })
                 .collect(),
-            Err(e) => {
-                tracing::info!("purge on data server {id}: {e}; will retry");
-                self.conns.remove(&id);
+            Ok(results) => {
+                tracing::warn!(
+                    "purge on data server {id}: {} answers to {} requests; will retry",
+                    results.len(),
+                    inos.len()
+                );
                 inos.to_vec()
             }
-        }
-    }
-
-    fn connect(&self, id: u32) -> Option<Conn> {
-        let Some(entry) = self.cluster.data.get(id as usize) else {
-            tracing::warn!("purge: data server {id} is not in the cluster file");
-            return None;
-        };
-        let timeout = Duration::from_millis(self.cluster.timeout_ms.max(1));
-        match Conn::connect(&entry.addr, &self.cluster.secret, timeout) {
-            Ok(c) => Some(c),
             Err(e) => {
-                tracing::info!("purge: data server {id}: {e}; will retry");
-                None
+                tracing::info!("purge on data server {id}: {e}; will retry");
+                inos.to_vec()
             }
         }
     }

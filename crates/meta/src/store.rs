@@ -369,6 +369,17 @@ pub fn io(what: impl std::fmt::Display, e: impl std::fmt::Display) -> WireError 
     WireError::new(ErrorCode::Io, format!("metadata store: {what}: {e}"))
 }
 
+/// Wraps a redb error with what we were doing: `NoSpace` when the disk is full, else
+/// `Io`.
+pub fn storage(what: impl std::fmt::Display, e: impl Into<redb::Error>) -> WireError {
+    let e: redb::Error = e.into();
+    let code = match &e {
+        redb::Error::Io(io) => crate::wal::io_code(io),
+        _ => ErrorCode::Io,
+    };
+    WireError::new(code, format!("metadata store: {what}: {e}"))
+}
+
 /// True for errors after which a write transaction cannot be trusted.
 pub fn is_fatal(e: &WireError) -> bool {
     matches!(e.code, ErrorCode::Io | ErrorCode::Internal)
@@ -532,16 +543,16 @@ fn set<'k, 'v, K: redb::Key + 'static, V: redb::Value + 'static>(
 pub fn commit_gen(db: &Database, gen: &Gen, wal_seq: u64) -> Result<(), WireError> {
     let mut txn = db
         .begin_write()
-        .map_err(|e| io("starting a checkpoint", e))?;
+        .map_err(|e| storage("starting a checkpoint", e))?;
     txn.set_durability(Durability::Immediate);
     {
-        let e = |e| io("opening tables for a checkpoint", e);
+        let e = |e| storage("opening tables for a checkpoint", e);
         let mut inodes: Table<u64, &[u8]> = txn.open_table(INODES).map_err(e)?;
         let mut dirents: Table<(u64, &str), (u64, u8)> = txn.open_table(DIRENTS).map_err(e)?;
         let mut meta: Table<&str, u64> = txn.open_table(META).map_err(e)?;
         let mut purge: Table<u64, &[u8]> = txn.open_table(PURGE).map_err(e)?;
         let mut orphans: Table<u64, ()> = txn.open_table(ORPHANS).map_err(e)?;
-        let w = |what: String| move |e: redb::StorageError| io(what, e);
+        let w = |what: String| move |e: redb::StorageError| storage(what, e);
         for (&ino, v) in &gen.inodes {
             let bytes = v.as_ref().map(encode_inode);
             set(&mut inodes, ino, bytes.as_deref()).map_err(w(format!("updating inode {ino}")))?;
@@ -568,7 +579,8 @@ pub fn commit_gen(db: &Database, gen: &Gen, wal_seq: u64) -> Result<(), WireErro
                 .map_err(w(format!("updating orphan mark of inode {ino}")))?;
         }
     }
-    txn.commit().map_err(|e| io("committing a checkpoint", e))
+    txn.commit()
+        .map_err(|e| storage("committing a checkpoint", e))
 }
 
 /// The inode `ino`, or `StaleHandle` naming it (inode numbers come from clients that

@@ -29,19 +29,18 @@
 //! gap would be lost acknowledged work, and the server refuses to start rather than hide
 //! it.
 
+use crate::disk::{self, LogFile, MetaDisk};
 use crate::overlay::Gen;
 use crate::store::type_from_code;
 use crate::store::{decode_inode, decode_layout, encode_inode, encode_layout, type_code};
 use bincode::Options;
 use serde::{Deserialize, Serialize};
-use std::fs::{File, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use stripefs_wire::{ErrorCode, WireError};
 
 const MAGIC: u32 = 0x4c57_4653; // "SFWL"
-const HEADER: usize = 24;
+pub(crate) const HEADER: usize = 24;
 /// Size each log file is zero-filled to when created, and the step by which it grows
 /// when a record would not fit.
 pub const FILE_BYTES: u64 = 4 << 20;
@@ -77,7 +76,16 @@ fn corrupt(what: String) -> WireError {
 }
 
 fn io_err(what: String, e: std::io::Error) -> WireError {
-    WireError::new(ErrorCode::Io, format!("metadata log: {what}: {e}"))
+    WireError::new(io_code(&e), format!("metadata log: {what}: {e}"))
+}
+
+/// The wire code for a failed disk call: `NoSpace` for a full disk, else `Io`.
+pub fn io_code(e: &std::io::Error) -> ErrorCode {
+    if e.raw_os_error() == Some(libc::ENOSPC) {
+        ErrorCode::NoSpace
+    } else {
+        ErrorCode::Io
+    }
 }
 
 /// Encodes a batch's changes as a record payload.
@@ -150,7 +158,7 @@ pub fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
 
 /// The valid record at byte `off` of `bytes`, if one starts there: its number and
 /// payload.
-fn record_at(bytes: &[u8], off: usize) -> Option<(u64, &[u8])> {
+pub(crate) fn record_at(bytes: &[u8], off: usize) -> Option<(u64, &[u8])> {
     if bytes.len().saturating_sub(off) < HEADER {
         return None;
     }
@@ -176,7 +184,7 @@ fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
 }
 
 /// [`chain`], and the byte offset where it ends.
-fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
+pub(crate) fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     let mut out: Vec<(u64, &[u8])> = Vec::new();
     let mut off = 0usize;
     while let Some((seq, payload)) = record_at(bytes, off) {
@@ -196,7 +204,7 @@ fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
 /// chain did not end at a torn last append but at damage with acknowledged records
 /// behind it. (Records of earlier rounds through the file, left after the current
 /// round's end, are numbered lower.)
-fn record_beyond(bytes: &[u8], from: usize, after: u64) -> Option<(usize, u64)> {
+pub(crate) fn record_beyond(bytes: &[u8], from: usize, after: u64) -> Option<(usize, u64)> {
     let magic = MAGIC.to_le_bytes();
     (from + 1..bytes.len().saturating_sub(HEADER - 1))
         .filter(|&off| bytes[off..off + 4] == magic)
@@ -220,31 +228,32 @@ pub fn paths(db: &Path) -> [PathBuf; 2] {
 /// are missing: a log file gone (both may be missing only before the first record), a
 /// gap in the numbers, or a damaged record with later records behind it. A torn last
 /// append, which was never acknowledged, ends the log quietly.
-pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireError> {
+pub fn recover(
+    disk: &dyn MetaDisk,
+    db: &Path,
+    checkpoint: u64,
+) -> Result<(Gen, u64, usize), WireError> {
     let mut records: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut missing = Vec::new();
     for p in paths(db) {
-        let mut bytes = Vec::new();
-        match File::open(&p) {
-            Ok(mut f) => {
-                f.read_to_end(&mut bytes)
-                    .map_err(|e| io_err(format!("reading {}", p.display()), e))?;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let bytes = match disk::read_all(disk, &p) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
                 missing.push(p.display().to_string());
                 continue;
             }
-            Err(e) => return Err(io_err(format!("opening {}", p.display()), e)),
-        }
+            Err(e) => return Err(io_err(format!("reading {}", p.display()), e)),
+        };
         let (chained, end) = chain_with_end(&bytes);
         let last = chained.last().map_or(0, |(seq, _)| *seq);
         if let Some((at, seq)) = record_beyond(&bytes, end, last.max(checkpoint)) {
             return Err(corrupt(format!(
-                "metadata log {} is damaged at byte {end}: its records end at number {last}, \
+                "log file {} is damaged at byte {end}: its records end at number {last}, \
                  but a valid record {seq} follows at byte {at}; refusing to start with \
                  acknowledged changes lost (the log files and the database are left as \
-                 they are)",
-                p.display()
+                 they are). {}",
+                p.display(),
+                repair_hint(db)
             )));
         }
         for (seq, payload) in chained {
@@ -257,8 +266,9 @@ pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireErro
     if !missing.is_empty() && (missing.len() == 1 || checkpoint > 0) {
         return Err(corrupt(format!(
             "metadata log file {} is missing (the tables end at record {checkpoint}); \
-             refusing to start with acknowledged changes possibly lost",
-            missing.join(" and ")
+             refusing to start with acknowledged changes possibly lost. {}",
+            missing.join(" and "),
+            repair_hint(db)
         )));
     }
     records.sort_by_key(|(seq, _)| *seq);
@@ -268,9 +278,10 @@ pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireErro
         if *seq != last + 1 {
             return Err(corrupt(format!(
                 "records {} to {} are missing (the tables end at record {checkpoint}); \
-                 refusing to start with acknowledged changes lost",
+                 refusing to start with acknowledged changes lost. {}",
                 last + 1,
-                seq - 1
+                seq - 1,
+                repair_hint(db)
             )));
         }
         decode_into(*seq, payload, &mut gen)?;
@@ -279,20 +290,26 @@ pub fn recover(db: &Path, checkpoint: u64) -> Result<(Gen, u64, usize), WireErro
     Ok((gen, last, records.len()))
 }
 
+/// What to do about a log a server refuses to start on.
+fn repair_hint(db: &Path) -> String {
+    format!(
+        "Run `stripefs meta-log check --db {0}` to see what would be lost, and \
+         `stripefs meta-log repair --db {0}` to keep what is valid",
+        db.display()
+    )
+}
+
 /// The directory that holds the log files of database `db` (the current one for a bare
 /// file name).
 fn log_dir(db: &Path) -> &Path {
-    db.parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
+    disk::dir_of(db)
 }
 
 /// The log the writer appends to.
 pub struct Wal {
-    files: [File; 2],
-    /// The same files opened for direct, synchronous writes; `None` where the file
-    /// system refuses direct I/O.
-    direct: [Option<File>; 2],
+    files: [Arc<dyn LogFile>; 2],
+    /// Appends are written direct and synchronous (false once the file system refused).
+    direct: [bool; 2],
     /// The bytes of the current file from the last block boundary to `off`.
     tail: Vec<u8>,
     /// Reused buffer for direct writes (aligned inside by `aligned`).
@@ -306,26 +323,17 @@ pub struct Wal {
 }
 
 /// Writes zeros to `f` from `from` to `to` and makes them durable, size included.
-fn fill(f: &File, p: &Path, from: u64, to: u64) -> Result<(), WireError> {
+fn fill(f: &dyn LogFile, p: &Path, from: u64, to: u64) -> Result<(), WireError> {
     let zeros = vec![0u8; 1 << 20];
     let mut at = from;
     while at < to {
         let n = (to - at).min(zeros.len() as u64) as usize;
-        f.write_all_at(&zeros[..n], at)
+        f.write_at(&zeros[..n], at)
             .map_err(|e| io_err(format!("filling {}", p.display()), e))?;
         at += n as u64;
     }
     f.sync_all()
         .map_err(|e| io_err(format!("syncing {}", p.display()), e))
-}
-
-/// `p` opened for direct, synchronous writes, or `None` if the file system refuses.
-fn open_direct(p: &Path) -> Option<File> {
-    OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
-        .open(p)
-        .ok()
 }
 
 /// `n` zeroed bytes of `buf` starting at a `BLOCK`-aligned address.
@@ -342,22 +350,18 @@ fn aligned(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
 impl Wal {
     /// Opens (creating and zero-filling missing files) the log of database `db`, to
     /// continue after record `last` (everything up to it is in redb).
-    pub fn open(db: &Path, last: u64) -> Result<Wal, WireError> {
+    pub fn open(disk: &dyn MetaDisk, db: &Path, last: u64) -> Result<Wal, WireError> {
         let paths = paths(db);
-        let open = |p: &PathBuf| -> Result<(File, u64), WireError> {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(p)
-                .map_err(|e| io_err(format!("opening {}", p.display()), e))?;
+        let open = |p: &PathBuf| -> Result<(Arc<dyn LogFile>, u64), WireError> {
+            let f = disk
+                .open(p, true)
+                .map_err(|e| io_err(format!("opening {}", p.display()), e))?
+                .ok_or_else(|| corrupt(format!("{} vanished while opened", p.display())))?;
             let len = f
-                .metadata()
-                .map_err(|e| io_err(format!("reading size of {}", p.display()), e))?
-                .len();
+                .size_bytes()
+                .map_err(|e| io_err(format!("reading size of {}", p.display()), e))?;
             if len < FILE_BYTES {
-                fill(&f, p, len, FILE_BYTES)?;
+                fill(f.as_ref(), p, len, FILE_BYTES)?;
             }
             Ok((f, len.max(FILE_BYTES)))
         };
@@ -366,11 +370,10 @@ impl Wal {
         // The new files' names must survive a crash too: sync their directory (the
         // current one where the path has no directory part), and fail if it cannot be.
         let dir = log_dir(db);
-        File::open(dir)
-            .and_then(|d| d.sync_all())
+        disk.sync_dir(dir)
             .map_err(|e| io_err(format!("syncing directory {}", dir.display()), e))?;
         Ok(Wal {
-            direct: [open_direct(&paths[0]), open_direct(&paths[1])],
+            direct: [true, true],
             tail: Vec::new(),
             scratch: Vec::new(),
             files: [f0, f1],
@@ -382,8 +385,29 @@ impl Wal {
         })
     }
 
+    /// Makes sure the current file has room for a record of `payload_len` bytes,
+    /// growing it ahead in zeros (rarely), so that appends never change its size. A
+    /// failure (a full disk) leaves the log as it was: the records are untouched.
+    pub fn make_room(&mut self, payload_len: usize) -> Result<(), WireError> {
+        let end = self.off + (HEADER + payload_len) as u64;
+        let start = self.off - self.tail.len() as u64;
+        let padded = (self.tail.len() + HEADER + payload_len).next_multiple_of(BLOCK);
+        if start + padded as u64 > self.lens[self.cur] {
+            let to = end + FILE_BYTES;
+            fill(
+                self.files[self.cur].as_ref(),
+                &self.paths[self.cur],
+                self.lens[self.cur],
+                to,
+            )?;
+            self.lens[self.cur] = to;
+        }
+        Ok(())
+    }
+
     /// Appends one record and waits until it is durable; returns its number.
     pub fn append(&mut self, payload: &[u8]) -> Result<u64, WireError> {
+        self.make_room(payload.len())?;
         let seq = self.next_seq;
         let rec = frame(seq, payload);
         let end = self.off + rec.len() as u64;
@@ -392,20 +416,13 @@ impl Wal {
         assert_eq!(start % BLOCK as u64, 0, "direct appends start on a block");
         let used = self.tail.len() + rec.len();
         let padded = used.next_multiple_of(BLOCK);
-        if start + padded as u64 > self.lens[self.cur] {
-            // Grow ahead in zeros (rarely), so that appends never change the size.
-            let to = end + FILE_BYTES;
-            fill(
-                &self.files[self.cur],
-                &self.paths[self.cur],
-                self.lens[self.cur],
-                to,
-            )?;
-            self.lens[self.cur] = to;
-        }
-        if !(self.direct[self.cur].is_some() && self.write_direct(&rec, start, used, padded)?) {
+        assert!(
+            start + padded as u64 <= self.lens[self.cur],
+            "room was made"
+        );
+        if !(self.direct[self.cur] && self.write_direct(&rec, start, used, padded)?) {
             let (f, p) = (&self.files[self.cur], &self.paths[self.cur]);
-            f.write_all_at(&rec, self.off)
+            f.write_at(&rec, self.off)
                 .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
             f.sync_data()
                 .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
@@ -436,17 +453,14 @@ impl Wal {
         let buf = aligned(&mut self.scratch, padded);
         buf[..self.tail.len()].copy_from_slice(&self.tail);
         buf[self.tail.len()..used].copy_from_slice(rec);
-        let f = self.direct[self.cur]
-            .as_ref()
-            .expect("called with a direct file");
-        match f.write_all_at(buf, start) {
+        match self.files[self.cur].write_direct(buf, start) {
             Ok(()) => Ok(true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 tracing::warn!(
                     "{}: direct writes refused ({e}); using write + fdatasync",
                     self.paths[self.cur].display()
                 );
-                self.direct = [None, None];
+                self.direct = [false, false];
                 Ok(false)
             }
             Err(e) => Err(io_err(
@@ -478,6 +492,7 @@ impl Wal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disk::FsDisk;
     use crate::store::Inode;
     use stripefs_wire::{FileType, Layout, LayoutHint, ServerId};
 
@@ -550,7 +565,7 @@ mod tests {
     fn recovery_replays_after_the_checkpoint_across_both_files() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("meta.redb");
-        let mut wal = Wal::open(&db, 0).unwrap();
+        let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
         for i in 1..=3 {
             assert_eq!(wal.append(&encode(&gen(i))).unwrap(), i);
         }
@@ -559,7 +574,7 @@ mod tests {
             wal.append(&encode(&gen(i))).unwrap();
         }
         drop(wal);
-        let (g, last, n) = recover(&db, 2).unwrap();
+        let (g, last, n) = recover(&FsDisk, &db, 2).unwrap();
         assert_eq!((last, n), (5, 3));
         let mut want = Gen::default();
         for i in 3..=5 {
@@ -568,10 +583,10 @@ mod tests {
         assert_eq!(g, want);
         // Restarting after record 5 overwrites file 0 from its start; the stale
         // records behind the new ones are ignored.
-        let mut wal = Wal::open(&db, 5).unwrap();
+        let mut wal = Wal::open(&FsDisk, &db, 5).unwrap();
         wal.append(&encode(&gen(6))).unwrap();
         drop(wal);
-        let (_, last, n) = recover(&db, 5).unwrap();
+        let (_, last, n) = recover(&FsDisk, &db, 5).unwrap();
         assert_eq!((last, n), (6, 1));
     }
 
@@ -579,7 +594,7 @@ mod tests {
     fn records_beyond_the_filled_size_grow_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("meta.redb");
-        let mut wal = Wal::open(&db, 0).unwrap();
+        let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
         let big = vec![7u8; 300 << 10];
         let n = (3 * FILE_BYTES / big.len() as u64) as usize;
         for _ in 0..n {
@@ -599,22 +614,13 @@ mod tests {
         for direct_first in [true, false] {
             let dir = tempfile::tempdir().unwrap();
             let db = dir.path().join("meta.redb");
-            let mut wal = Wal::open(&db, 0).unwrap();
-            if wal.direct[0].is_none() {
-                eprintln!("note: the file system of the temporary directory refuses direct I/O");
-            }
-            let direct = std::mem::take(&mut wal.direct);
+            let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
             let sizes = [1usize, 100, 4072, 4073, 5000, 9000, 3, 20000, 4096];
             let mut want = Vec::new();
             for (i, len) in sizes.iter().cycle().take(60).enumerate() {
                 match (i, direct_first) {
-                    (0, true) | (20, false) => {
-                        wal.direct = [
-                            direct[0].as_ref().map(|f| f.try_clone().unwrap()),
-                            direct[1].as_ref().map(|f| f.try_clone().unwrap()),
-                        ]
-                    }
-                    (20, true) | (0, false) => wal.direct = [None, None],
+                    (0, true) | (20, false) => wal.direct = [true, true],
+                    (20, true) | (0, false) => wal.direct = [false, false],
                     (40, _) => wal.switch(),
                     _ => {}
                 }
@@ -644,15 +650,15 @@ mod tests {
     fn a_gap_refuses_to_start() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("meta.redb");
-        let mut wal = Wal::open(&db, 10).unwrap();
+        let mut wal = Wal::open(&FsDisk, &db, 10).unwrap();
         wal.append(&encode(&gen(1))).unwrap(); // record 11
         drop(wal);
-        let err = recover(&db, 9).unwrap_err();
+        let err = recover(&FsDisk, &db, 9).unwrap_err();
         assert!(
             err.message.contains("records 10 to 10 are missing"),
             "{err}"
         );
-        assert_eq!(recover(&db, 10).unwrap().1, 11);
+        assert_eq!(recover(&FsDisk, &db, 10).unwrap().1, 11);
     }
 
     /// A damaged record in the middle, with acknowledged records behind it, refuses to
@@ -661,7 +667,7 @@ mod tests {
     fn damage_in_the_middle_refuses_to_start_and_a_torn_tail_does_not() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("meta.redb");
-        let mut wal = Wal::open(&db, 0).unwrap();
+        let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
         let mut ends = Vec::new();
         for i in 1..=5 {
             wal.append(&encode(&gen(i))).unwrap();
@@ -670,25 +676,25 @@ mod tests {
         drop(wal);
         let [log0, _] = paths(&db);
         let clean = std::fs::read(&log0).unwrap();
-        assert_eq!(recover(&db, 0).unwrap().1, 5);
+        assert_eq!(recover(&FsDisk, &db, 0).unwrap().1, 5);
 
         // A flipped byte inside record 3: records 4 and 5 lie beyond it.
         let mut bad = clean.clone();
         bad[ends[1] as usize + HEADER + 3] ^= 0x40;
         std::fs::write(&log0, &bad).unwrap();
-        let err = recover(&db, 0).unwrap_err();
+        let err = recover(&FsDisk, &db, 0).unwrap_err();
         assert!(err.message.contains("damaged"), "{err}");
         assert!(err.message.contains("record 4"), "{err}");
         assert!(err.message.contains("end at number 2"), "{err}");
         // Once the tables hold everything up to record 5, nothing acknowledged is lost.
-        assert_eq!(recover(&db, 5).unwrap().1, 5);
+        assert_eq!(recover(&FsDisk, &db, 5).unwrap().1, 5);
 
         // The last record torn (only part of it reached the disk): the log ends at 4.
         let mut torn = clean.clone();
         let from = ends[3] as usize + HEADER + 2;
         torn[from..ends[4] as usize].fill(0);
         std::fs::write(&log0, &torn).unwrap();
-        assert_eq!(recover(&db, 0).unwrap().1, 4);
+        assert_eq!(recover(&FsDisk, &db, 0).unwrap().1, 4);
     }
 
     /// A log file that is gone is an error once records were written (both are made
@@ -697,16 +703,16 @@ mod tests {
     fn a_missing_log_file_refuses_to_start() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("meta.redb");
-        assert_eq!(recover(&db, 0).unwrap().1, 0, "new database");
-        let mut wal = Wal::open(&db, 0).unwrap();
+        assert_eq!(recover(&FsDisk, &db, 0).unwrap().1, 0, "new database");
+        let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
         wal.append(&encode(&gen(1))).unwrap();
         drop(wal);
         let [log0, log1] = paths(&db);
         std::fs::remove_file(&log1).unwrap();
-        let err = recover(&db, 0).unwrap_err();
+        let err = recover(&FsDisk, &db, 0).unwrap_err();
         assert!(err.message.contains("missing"), "{err}");
         std::fs::remove_file(&log0).unwrap();
-        let err = recover(&db, 1).unwrap_err();
+        let err = recover(&FsDisk, &db, 1).unwrap_err();
         assert!(err.message.contains("missing"), "{err}");
     }
 
@@ -718,6 +724,6 @@ mod tests {
         assert_eq!(log_dir(Path::new("d/meta.redb")), Path::new("d"));
         assert_eq!(log_dir(Path::new("/meta.redb")), Path::new("/"));
         let dir = tempfile::tempdir().unwrap();
-        Wal::open(&dir.path().join("m.redb"), 0).unwrap();
+        Wal::open(&FsDisk, &dir.path().join("m.redb"), 0).unwrap();
     }
 }

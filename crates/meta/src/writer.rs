@@ -19,6 +19,15 @@
 //! each, so the store's page writes are shared by many operations and never delay an
 //! answer.
 //!
+//! Back-pressure: a checkpoint that fails (a full disk) is retried with backoff, and the
+//! log keeps everything meanwhile, but the layers in memory and the log file grow with
+//! each batch. Past a bound ([`Tuning::max_overlay_keys`], [`Tuning::max_overlay_log_bytes`])
+//! clients' mutations are refused with the checkpoint's error (`NoSpace` for a full
+//! disk) while reads go on; once a retry succeeds, mutations are accepted again. A stop
+//! makes one last attempt and otherwise leaves the log to be replayed at the next start.
+//! A log file that cannot grow (a full disk) refuses the batch without halting: nothing
+//! was written.
+//!
 //! Each operation's result is its own: an operation refused by its checks has written
 //! nothing (see `ops`), so the others in the batch proceed. A storage or corruption error
 //! (`store::is_fatal`) or a panic discards the batch delta and fails the whole batch,
@@ -29,7 +38,7 @@ use crate::ops::{self, remove, Ctx};
 use crate::overlay::{Gen, View, Wr};
 use crate::store::{commit_gen, io, is_fatal, Rd};
 use crate::wal::{self, Wal};
-use crate::Core;
+use crate::{Core, Tuning};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -50,6 +59,16 @@ pub const FREEZE_AGE: Duration = Duration::from_secs(2);
 /// batch held. Clients answered together send again together, but not at the same
 /// instant; without this wait their operations would split over two syncs.
 pub const GATHER_WAIT: Duration = Duration::from_micros(200);
+/// Retries of a failed checkpoint wait this long at first, doubling up to the maximum.
+pub const CHECKPOINT_RETRY_MIN: Duration = Duration::from_millis(100);
+pub const CHECKPOINT_RETRY_MAX: Duration = Duration::from_secs(5);
+/// Back-pressure bounds (see the module comment): changed keys held in memory, and bytes
+/// in the current log file.
+pub const MAX_OVERLAY_KEYS: usize = 4 * FREEZE_KEYS;
+pub const MAX_OVERLAY_LOG_BYTES: u64 = 8 * FREEZE_BYTES;
+/// Longest a batch over the bound waits for a running (not failing) checkpoint before it
+/// is refused with `Busy`.
+const PRESSURE_WAIT: Duration = Duration::from_secs(10);
 
 pub type Answer = Result<Response, WireError>;
 
@@ -103,38 +122,51 @@ impl Writer {
     }
 
     /// Hands the log to the writer and starts the checkpoint thread.
+    /// Hands the log to the writer and starts the checkpoint thread (unless the tuning
+    /// asks for checkpoints on the committing thread).
     pub fn start(core: &Arc<Core>, wal: Wal) -> Result<(), String> {
-        let (tx, rx) = channel::<(Arc<Gen>, u64)>();
-        let c = core.clone();
-        let thread = std::thread::Builder::new()
-            .name("meta-checkpoint".into())
-            .spawn(move || {
-                while let Ok((gen, seq)) = rx.recv() {
-                    checkpoint(&c, &gen, seq);
-                }
-            })
-            .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?;
+        let ckpt = if core.tuning.background {
+            let (tx, rx) = channel::<(Arc<Gen>, u64)>();
+            let c = core.clone();
+            let thread = std::thread::Builder::new()
+                .name("meta-checkpoint".into())
+                .spawn(move || {
+                    while let Ok((gen, seq)) = rx.recv() {
+                        checkpoint_retrying(&c, &gen, seq);
+                    }
+                })
+                .map_err(|e| format!("cannot start the checkpoint thread: {e}"))?;
+            Some((tx, thread))
+        } else {
+            None
+        };
         *lock(&core.writer.log) = Some(Log {
             wal,
-            last_freeze: Instant::now(),
-            ckpt: Some((tx, thread)),
+            last_freeze: core.clock.monotonic(),
+            ckpt,
+            frozen_seq: 0,
+            retry: None,
             batch_id: 0,
         });
         Ok(())
     }
 
-    /// Stops: waits for a running commit, checkpoints everything unless halted (a
-    /// simulated crash leaves the log for the next start), ends the checkpoint thread.
+    /// Stops: waits for a running commit, ends the checkpoint thread (after its current
+    /// attempt), and unless halted (a simulated crash leaves the log for the next start)
+    /// makes one attempt to checkpoint everything; if that fails, the log keeps it all
+    /// for the next start. Never waits for a disk to come back.
     pub fn stop(core: &Core) {
         let Some(mut log) = lock(&core.writer.log).take() else {
             return;
         };
-        if !core.halted.load(Ordering::SeqCst) {
-            log.checkpoint_now(core);
-        }
+        core.stopping.store(true, Ordering::SeqCst);
+        core.wake_stop();
         if let Some((tx, thread)) = log.ckpt.take() {
             drop(tx);
             let _ = thread.join();
+        }
+        if !core.halted.load(Ordering::SeqCst) {
+            log.final_checkpoint(core);
         }
     }
 
@@ -211,8 +243,15 @@ type CheckpointTx = Sender<(Arc<Gen>, u64)>;
 /// The leader's state: the log, the freeze schedule and the checkpoint thread.
 pub struct Log {
     wal: Wal,
-    last_freeze: Instant,
+    /// When the active layer was last frozen (the server clock's monotonic time).
+    last_freeze: Duration,
+    /// `None` when checkpoints run on the committing thread (`Tuning::background`).
     ckpt: Option<(CheckpointTx, JoinHandle<()>)>,
+    /// The last log record the frozen layer holds.
+    frozen_seq: u64,
+    /// Without a checkpoint thread, after a failed checkpoint: when to retry it and the
+    /// current delay.
+    retry: Option<(Duration, Duration)>,
     batch_id: u64,
 }
 
@@ -221,16 +260,24 @@ impl Log {
     fn commit(&mut self, core: &Core, batch: &[(u64, Job)]) -> Vec<Answer> {
         self.batch_id += 1;
         let id = self.batch_id;
-        let (answers, purged) = if core.halted.load(Ordering::SeqCst) {
+        self.retry_due_checkpoint(core);
+        let (mut answers, purged) = if core.halted.load(Ordering::SeqCst) {
             let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
             (vec![Err(e); batch.len()], false)
         } else {
-            self.commit_guarded(core, id, batch)
+            let refuse = self.pressure(core);
+            self.commit_guarded(core, id, batch, refuse.as_ref())
         };
         // The batch is committed (or not): Opens may look at its inodes again.
         core.opens.lock().dying.settle(id);
         if batch.iter().any(|(_, j)| matches!(j, Job::Checkpoint)) {
-            self.checkpoint_now(core);
+            if let Err(e) = self.checkpoint_now(core) {
+                for ((_, job), a) in batch.iter().zip(answers.iter_mut()) {
+                    if matches!(job, Job::Checkpoint) {
+                        *a = Err(e.clone());
+                    }
+                }
+            }
         }
         if purged {
             core.kick_purge();
@@ -244,8 +291,11 @@ impl Log {
         core: &Core,
         id: u64,
         batch: &[(u64, Job)],
+        refuse: Option<&WireError>,
     ) -> (Vec<Answer>, bool) {
-        match catch_unwind(AssertUnwindSafe(|| self.commit_batch(core, id, batch))) {
+        match catch_unwind(AssertUnwindSafe(|| {
+            self.commit_batch(core, id, batch, refuse)
+        })) {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
                 tracing::error!("batch of {} operations failed: {e}", batch.len());
@@ -262,23 +312,30 @@ impl Log {
         }
     }
 
-    /// `Err` means nothing of the batch was committed.
+    /// `Err` means nothing of the batch was committed. Clients' mutations are answered
+    /// `refuse` without being applied when it is given (back-pressure).
     fn commit_batch(
         &mut self,
         core: &Core,
         id: u64,
         batch: &[(u64, Job)],
+        refuse: Option<&WireError>,
     ) -> Result<(Vec<Answer>, bool), WireError> {
         let mut answers = Vec::with_capacity(batch.len());
         let mut purged = false;
         let delta = {
             let layers = core.layers();
             // Begun under the lock, so no checkpoint can drop a layer this view misses.
-            let txn = core.db.begin_read().map_err(|e| io("starting a read", e))?;
+            let db = core.db();
+            let txn = db.begin_read().map_err(|e| io("starting a read", e))?;
             let rd = Rd::open(&txn)?;
             let mut w = Wr::new(View::new(&layers, &rd));
             core.opens.lock().dying.batch = id;
             for (_, job) in batch {
+                if let (Some(e), Job::Client { .. }) = (refuse, job) {
+                    answers.push(Err(e.clone()));
+                    continue;
+                }
                 let (answer, p) = apply(core, &mut w, job);
                 if let Err(e) = &answer {
                     if is_fatal(e) {
@@ -291,7 +348,10 @@ impl Log {
             w.delta
         };
         if !delta.is_empty() {
-            if let Err(e) = self.wal.append(&wal::encode(&delta)) {
+            let payload = wal::encode(&delta);
+            // A file that cannot grow has had nothing written: refuse the batch only.
+            self.wal.make_room(payload.len())?;
+            if let Err(e) = self.wal.append(&payload) {
                 // What the log holds now is unknown: accept no further change.
                 core.halted.store(true, Ordering::SeqCst);
                 tracing::error!("{e}; the metadata server accepts no more changes");
@@ -306,8 +366,8 @@ impl Log {
         Ok((answers, purged))
     }
 
-    /// Freezes the active layer for the checkpoint thread when it is due and the
-    /// previous checkpoint is done.
+    /// Freezes the active layer for a checkpoint when it is due and the previous
+    /// checkpoint is done: by size, or by age when checkpoints run in the background.
     fn maybe_freeze(&mut self, core: &Core) {
         let due = {
             let l = core.layers();
@@ -315,21 +375,117 @@ impl Log {
                 && !l.active.is_empty()
                 && (l.active.len() >= FREEZE_KEYS
                     || self.wal.offset() >= FREEZE_BYTES
-                    || self.last_freeze.elapsed() >= core.tuning.freeze_age)
+                    || (core.tuning.background
+                        && core.clock.monotonic().saturating_sub(self.last_freeze)
+                            >= core.tuning.freeze_age))
         };
-        if !due {
-            return;
+        if due {
+            self.start_checkpoint(core);
         }
+    }
+
+    /// Freezes the active layer and checkpoints it: on the checkpoint thread, or here
+    /// (one attempt; a failure is retried by later batches).
+    fn start_checkpoint(&mut self, core: &Core) {
         let gen = self.freeze(core);
-        let seq = self.wal.last_seq();
+        let seq = self.frozen_seq;
         match &self.ckpt {
             Some((tx, _)) => {
                 if let Err(e) = tx.send((gen, seq)) {
                     let (gen, seq) = e.0;
-                    checkpoint(core, &gen, seq);
+                    checkpoint_retrying(core, &gen, seq);
                 }
             }
-            None => checkpoint(core, &gen, seq),
+            None => {
+                if checkpoint(core, &gen, seq).is_err() {
+                    self.schedule_retry(core);
+                }
+            }
+        }
+    }
+
+    /// Without a checkpoint thread: the next retry of the failed checkpoint, with
+    /// doubling delays.
+    fn schedule_retry(&mut self, core: &Core) {
+        let delay = self.retry.map_or(CHECKPOINT_RETRY_MIN, |(_, d)| {
+            (d * 2).min(CHECKPOINT_RETRY_MAX)
+        });
+        self.retry = Some((core.clock.monotonic() + delay, delay));
+    }
+
+    /// Without a checkpoint thread: retries a failed checkpoint of the frozen layer if
+    /// its time has come.
+    fn retry_due_checkpoint(&mut self, core: &Core) {
+        let Some((at, _)) = self.retry else {
+            return;
+        };
+        if core.clock.monotonic() < at {
+            return;
+        }
+        // A failure is recorded and the next retry scheduled.
+        let _ = self.retry_frozen(core);
+    }
+
+    /// Checkpoints the frozen layer on this thread (one attempt).
+    fn retry_frozen(&mut self, core: &Core) -> Result<(), WireError> {
+        let frozen = core.layers().frozen.clone();
+        let Some(gen) = frozen else {
+            self.retry = None;
+            return Ok(());
+        };
+        match checkpoint(core, &gen, self.frozen_seq) {
+            Ok(()) => {
+                self.retry = None;
+                Ok(())
+            }
+            Err(e) => {
+                self.schedule_retry(core);
+                Err(e)
+            }
+        }
+    }
+
+    /// Back-pressure: `Some(error)` to refuse clients' mutations with, when the layers in
+    /// memory or the log file are past their bounds and the checkpoint is failing. A
+    /// checkpoint that is merely running is waited for (at most [`PRESSURE_WAIT`]).
+    fn pressure(&mut self, core: &Core) -> Option<WireError> {
+        let t: &Tuning = &core.tuning;
+        let started = std::time::Instant::now();
+        loop {
+            let (keys, frozen) = {
+                let l = core.layers();
+                let frozen = l.frozen.as_ref().map(|f| f.len());
+                (l.active.len() + frozen.unwrap_or(0), frozen.is_some())
+            };
+            if keys < t.max_overlay_keys && self.wal.offset() < t.max_overlay_log_bytes {
+                return None;
+            }
+            if let Some(e) = core.checkpoint_failure() {
+                let code = if e.code == ErrorCode::NoSpace {
+                    ErrorCode::NoSpace
+                } else {
+                    ErrorCode::Io
+                };
+                return Some(WireError::new(
+                    code,
+                    format!(
+                        "metadata server: {keys} changes wait for a checkpoint, which fails \
+                         ({e}); changes are refused until it succeeds"
+                    ),
+                ));
+            }
+            if !frozen {
+                // Over the bound with nothing being checkpointed: start one now.
+                self.start_checkpoint(core);
+                continue;
+            }
+            if core.halted.load(Ordering::SeqCst) || started.elapsed() >= PRESSURE_WAIT {
+                return Some(WireError::new(
+                    ErrorCode::Busy,
+                    format!("metadata server: {keys} changes wait for a slow checkpoint"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -341,56 +497,117 @@ impl Log {
         let gen = Arc::new(std::mem::take(&mut l.active));
         l.frozen = Some(gen.clone());
         self.wal.switch();
-        self.last_freeze = Instant::now();
+        self.frozen_seq = self.wal.last_seq();
+        self.last_freeze = core.clock.monotonic();
         gen
     }
 
-    /// Waits for a running checkpoint, then checkpoints the active layer on this thread.
-    fn checkpoint_now(&mut self, core: &Core) {
+    /// Checkpoints everything acknowledged so far, on this thread: waits for a running
+    /// checkpoint, then checkpoints the active layer. Fails at once, without waiting,
+    /// while checkpoints fail.
+    fn checkpoint_now(&mut self, core: &Core) -> Result<(), WireError> {
         loop {
             let l = core.layers();
             if l.frozen.is_none() {
                 if l.active.is_empty() {
-                    return;
+                    return Ok(());
                 }
                 break;
             }
             drop(l);
             if core.halted.load(Ordering::SeqCst) {
-                return;
+                return Err(WireError::new(
+                    ErrorCode::Busy,
+                    "metadata server is stopping",
+                ));
+            }
+            if self.ckpt.is_none() {
+                self.retry_frozen(core)?;
+                continue;
+            }
+            if let Some(e) = core.checkpoint_failure() {
+                return Err(e);
             }
             std::thread::sleep(Duration::from_millis(1));
         }
         let gen = self.freeze(core);
-        checkpoint(core, &gen, self.wal.last_seq());
+        let seq = self.frozen_seq;
+        checkpoint(core, &gen, seq).inspect_err(|_| match &self.ckpt {
+            // The thread retries it from now on.
+            Some((tx, _)) => {
+                let _ = tx.send((gen.clone(), seq));
+            }
+            None => self.schedule_retry(core),
+        })
+    }
+
+    /// At a stop: one attempt to write the frozen and active layers into redb.
+    fn final_checkpoint(&mut self, core: &Core) {
+        let mut all = {
+            let l = core.layers();
+            if l.frozen.is_none() && l.active.is_empty() {
+                return;
+            }
+            l.frozen.as_deref().cloned().unwrap_or_default()
+        };
+        all.absorb(core.layers().active.clone());
+        let done = commit_gen(&core.db(), &all, self.wal.last_seq());
+        match done {
+            Ok(()) => {
+                let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
+                l.frozen = None;
+                l.active = Gen::default();
+                core.checkpoints.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(
+                "stopping without a final checkpoint ({e}): the metadata log keeps {} \
+                 changes, which the next start replays",
+                all.len()
+            ),
+        }
     }
 }
 
-/// Writes `gen` (log records up to `seq`) into redb, then drops the frozen layer.
-/// Retries until it succeeds or the server halts: the log keeps everything meanwhile.
-fn checkpoint(core: &Core, gen: &Gen, seq: u64) {
-    let mut delay = Duration::from_millis(100);
-    loop {
-        match commit_gen(&core.db, gen, seq) {
-            Ok(()) => {
-                let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
-                assert!(
-                    l.frozen.as_deref().is_some_and(|f| std::ptr::eq(f, gen)),
-                    "the checkpointed layer is the frozen one"
-                );
-                l.frozen = None;
-                core.checkpoints.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            Err(e) => {
-                tracing::error!("checkpoint up to log record {seq} failed (will retry): {e}");
-                if core.halted.load(Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
+/// One attempt to write `gen` (log records up to `seq`), the frozen layer, into redb;
+/// on success drops the frozen layer. The outcome is recorded for back-pressure.
+fn checkpoint(core: &Core, gen: &Gen, seq: u64) -> Result<(), WireError> {
+    let done = commit_gen(&core.db(), gen, seq);
+    match done {
+        Ok(()) => {
+            let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
+            assert!(
+                l.frozen.as_deref().is_some_and(|f| std::ptr::eq(f, gen)),
+                "the checkpointed layer is the frozen one"
+            );
+            l.frozen = None;
+            drop(l);
+            core.set_checkpoint_failure(None);
+            core.checkpoints.fetch_add(1, Ordering::Relaxed);
+            Ok(())
         }
+        Err(e) => {
+            tracing::error!("checkpoint up to log record {seq} failed (will retry): {e}");
+            core.set_checkpoint_failure(Some(e.clone()));
+            // redb refuses everything after an I/O error, reads included, until the
+            // database is opened again; the layers in memory keep what it lost.
+            if let Err(r) = core.reopen_db() {
+                tracing::error!("reopening the metadata database after a failed checkpoint: {r}");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// [`checkpoint`], retried with doubling delays until it succeeds or the server halts
+/// or stops: the log keeps everything meanwhile.
+fn checkpoint_retrying(core: &Core, gen: &Gen, seq: u64) {
+    let mut delay = CHECKPOINT_RETRY_MIN;
+    while checkpoint(core, gen, seq).is_err() {
+        if core.halted.load(Ordering::SeqCst) || core.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        core.wait_stop(delay);
+        delay = (delay * 2).min(CHECKPOINT_RETRY_MAX);
     }
 }
 

@@ -423,6 +423,7 @@ fn run_case(seed: u64) {
         let tuning = if eager {
             Tuning {
                 freeze_age: Duration::ZERO,
+                ..Tuning::default()
             }
         } else {
             Tuning::default()

@@ -479,9 +479,23 @@ pub fn truncate(c: &Ctx, obj: &Object, new_len: u64) -> Result<(), WireError> {
         .set_len(entries_len)
         .map_err(|e| c.io(&format!("truncating checksums to {entries_len} bytes"), &e))?;
     if let Some(crc) = cut_crc {
-        obj.crcs
-            .write_at(&encode_entry(crc), block * ENTRY_BYTES)
-            .map_err(|e| c.io(&format!("writing checksum of block {block}"), &e))?;
+        // The block is already cut: its old checksum no longer matches. The entry is
+        // rewritten in place (no space needed); a failed write is tried once more, so
+        // that one transient error does not leave the block unreadable.
+        let entry = encode_entry(crc);
+        let at = block * ENTRY_BYTES;
+        if let Err(first) = obj.crcs.write_at(&entry, at) {
+            tracing::warn!(
+                "data server {}: {} on target {}: writing checksum of cut block {block}: \
+                 {first}; trying once more",
+                c.server.0,
+                c.fid,
+                c.target.display()
+            );
+            obj.crcs
+                .write_at(&entry, at)
+                .map_err(|e| c.io(&format!("writing checksum of block {block}"), &e))?;
+        }
     }
     Ok(())
 }

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use stripefs_data::{DataService, MemStore, VirtualClock};
-use stripefs_meta::{FixedClock, MetaService, Tuning};
-use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults, Secret, Service};
-use stripefs_wire::ServerId;
+use stripefs_meta::{Answers, DataNet, MemDisk, MetaService, SimClock, Tuning};
+use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_wire::{Cred, Envelope, Request, ServerId};
 
 /// Storage targets per data server.
 pub const TARGETS: usize = 2;
@@ -21,16 +21,49 @@ struct DataNode {
     svc: RwLock<Arc<DataService>>,
 }
 
+/// The metadata server's way to the data servers (its purges), in process.
+struct PurgeNet {
+    data: Arc<Vec<DataNode>>,
+}
+
+impl DataNet for PurgeNet {
+    fn call_many(&self, server: u32, cred: &Cred, reqs: Vec<Request>) -> Answers {
+        let node = self.data.get(server as usize).ok_or_else(|| {
+            stripefs_wire::WireError::new(
+                stripefs_wire::ErrorCode::InvalidArgument,
+                format!("no data server {server} in the simulation"),
+            )
+        })?;
+        let svc = lock_read(&node.svc).clone();
+        let conn = ConnInfo {
+            peer: "127.0.0.1:1".parse().expect("a socket address"),
+        };
+        Ok(reqs
+            .into_iter()
+            .map(|req| {
+                let env = Envelope {
+                    cred: cred.clone(),
+                    req,
+                };
+                svc.handle(&conn, env, &[]).result
+            })
+            .collect())
+    }
+}
+
 pub struct Servers {
     pub cluster: ClusterConfig,
-    meta_dir: tempfile::TempDir,
+    meta_disk: Arc<MemDisk>,
     meta: RwLock<Option<Arc<MetaService>>>,
-    data: Vec<DataNode>,
-    meta_clock: Arc<FixedClock>,
+    data: Arc<Vec<DataNode>>,
+    meta_clock: Arc<SimClock>,
     data_clock: Arc<VirtualClock>,
     /// Simulated time since the start, shared by every server.
     now_ns: AtomicU64,
 }
+
+/// Where the metadata server keeps its database on its (in-memory) disk.
+const META_DB: &str = "/sim/meta/meta.redb";
 
 /// Simulated wall time at the start (2026-01-01), so that times look like times.
 const EPOCH_NS: i64 = 1_767_225_600 * 1_000_000_000;
@@ -44,17 +77,7 @@ fn lock_write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 impl Servers {
-    pub fn start(data_servers: usize) -> Result<Servers, String> {
-        // The metadata server's files live in memory too (/dev/shm where it exists).
-        let shm = std::path::Path::new("/dev/shm");
-        let meta_dir = if shm.is_dir() {
-            tempfile::Builder::new()
-                .prefix("stripefs-sim-")
-                .tempdir_in(shm)
-        } else {
-            tempfile::Builder::new().prefix("stripefs-sim-").tempdir()
-        }
-        .map_err(|e| format!("cannot make a directory for the simulated metadata server: {e}"))?;
+    pub fn start(data_servers: usize, seed: u64) -> Result<Servers, String> {
         let cluster = ClusterConfig {
             secret: Secret::generate(),
             timeout_ms: 10_000,
@@ -69,7 +92,7 @@ impl Servers {
                 stripe_count: 0,
             },
         };
-        let meta_clock = Arc::new(FixedClock::new(EPOCH_NS));
+        let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
         let data_clock = Arc::new(VirtualClock::new());
         let mut data = Vec::with_capacity(data_servers);
         for i in 0..data_servers {
@@ -82,9 +105,9 @@ impl Servers {
         }
         let s = Servers {
             cluster,
-            meta_dir,
+            meta_disk: Arc::new(MemDisk::with_seed(seed)),
             meta: RwLock::new(None),
-            data,
+            data: Arc::new(data),
             meta_clock,
             data_clock,
             now_ns: AtomicU64::new(0),
@@ -93,19 +116,34 @@ impl Servers {
         Ok(s)
     }
 
-    fn meta_db(&self) -> PathBuf {
-        self.meta_dir.path().join("meta.redb")
-    }
-
     fn open_meta(&self) -> Result<(), String> {
-        let svc = MetaService::open_tuned(
-            &self.meta_db(),
-            &self.cluster,
+        let svc = MetaService::open_on(
+            self.meta_disk.clone(),
+            Arc::new(PurgeNet {
+                data: self.data.clone(),
+            }),
             self.meta_clock.clone(),
-            Tuning::default(),
+            std::path::Path::new(META_DB),
+            &self.cluster,
+            Tuning::deterministic(),
         )?;
         *lock_write(&self.meta) = Some(svc);
         Ok(())
+    }
+
+    /// The metadata server checkpoints its log into its tables now.
+    pub fn checkpoint_meta(&self) {
+        if let Some(m) = lock_read(&self.meta).clone() {
+            // A failed checkpoint is the server's to retry; the log keeps everything.
+            let _ = m.checkpoint();
+        }
+    }
+
+    /// The metadata server removes the objects of deleted files now.
+    pub fn purge(&self) {
+        if let Some(m) = lock_read(&self.meta).clone() {
+            let _ = m.purge_once();
+        }
     }
 
     /// The service that answers for `server` now (`None`: the metadata server), or
@@ -127,10 +165,9 @@ impl Servers {
     /// Moves simulated time forward on every server.
     pub fn advance(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let now = self.now_ns.fetch_add(ns, Ordering::SeqCst) + ns;
+        self.now_ns.fetch_add(ns, Ordering::SeqCst);
         self.data_clock.advance(d);
-        self.meta_clock
-            .set(EPOCH_NS.saturating_add(i64::try_from(now).unwrap_or(i64::MAX)));
+        self.meta_clock.advance(d);
     }
 
     /// The metadata server process dies and restarts: what it acknowledged is in its
@@ -139,6 +176,20 @@ impl Servers {
         let old = lock_write(&self.meta).take();
         if let Some(m) = old {
             m.halt();
+            // Its handles die with the process; the page cache survives.
+            self.meta_disk.kill();
+            drop(m);
+        }
+        self.open_meta()
+    }
+
+    /// The metadata server loses power: what it did not sync is kept, lost or torn
+    /// (chosen by `seed`); then it restarts.
+    pub fn power_cut_meta(&self, seed: u64) -> Result<(), String> {
+        let old = lock_write(&self.meta).take();
+        if let Some(m) = old {
+            m.halt();
+            self.meta_disk.power_cut(seed);
             drop(m);
         }
         self.open_meta()
@@ -161,9 +212,22 @@ impl Servers {
         self.crash_data(i)
     }
 
-    /// The next `count` writes to data server `i`'s disks fail with ENOSPC.
-    pub fn no_space(&self, i: usize, count: u32) {
-        self.data[i].store.fail_next_writes(count);
+    /// Data server `i`'s disk fills up: `slack` more bytes fit, then writes that need
+    /// space fail with ENOSPC (after writing what fits) until [`Servers::space_back`].
+    pub fn fill_disk(&self, i: usize, slack: u64) {
+        let store = &self.data[i].store;
+        store.set_capacity(store.used_bytes() + slack);
+    }
+
+    /// Data server `i`'s disk has room again.
+    pub fn space_back(&self, i: usize) {
+        self.data[i].store.set_capacity(u64::MAX / 4);
+    }
+
+    /// After `pass` more writes, data server `i`'s disk fails one write with EIO
+    /// (writing half of it first if `cut_short`).
+    pub fn io_error(&self, i: usize, pass: u32, cut_short: bool) {
+        self.data[i].store.fail_writes(pass, 1, 5, cut_short);
     }
 
     /// The metadata server's own consistency check (namespace, link counts, layouts).

@@ -57,7 +57,7 @@ impl Default for Options {
             data_servers: 3,
             steps: 200,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            shrink_runs: 60,
+            shrink_runs: 200,
             without: Vec::new(),
         }
     }
@@ -102,10 +102,12 @@ impl Stats {
 /// Every fault kind the simulator injects (the report lists each, also at zero).
 pub const FAULT_KINDS: &[&str] = &[
     "crash_meta",
+    "power_cut_meta",
     "crash_data",
     "power_cut",
     "torn_write",
     "no_space",
+    "io_error",
     "partition",
     "drop_request",
     "drop_reply",

@@ -78,15 +78,22 @@ pub enum Step {
         pick: u32,
     },
     CrashMeta,
+    PowerCutMeta,
+    /// The metadata server checkpoints its log and purges deleted files' objects.
+    Checkpoint,
     CrashData {
         server: u8,
     },
     PowerCut {
         server: u8,
     },
-    NoSpace {
+    /// The server's disk is full for the next `steps` steps (`slack` bytes still fit).
+    NoSpace { server: u8, steps: u8, slack: u16 },
+    /// One of the server's next few disk writes fails with EIO.
+    IoError {
         server: u8,
-        writes: u8,
+        pass: u8,
+        cut_short: bool,
     },
     Partition {
         client: u8,
@@ -150,21 +157,29 @@ pub fn plan(seed: u64, opts: &Options) -> Vec<Step> {
             },
             690..=739 => Step::Unlink { client: c, pick },
             740..=879 => Step::Read { client: c, pick },
-            880..=899 => Step::CrashMeta,
+            880..=889 => Step::CrashMeta,
+            890..=899 => Step::PowerCutMeta,
             900..=919 => Step::CrashData {
                 server: rng.below(servers) as u8,
             },
             920..=949 => Step::PowerCut {
                 server: rng.below(servers) as u8,
             },
-            950..=964 => Step::NoSpace {
+            950..=957 => Step::NoSpace {
                 server: rng.below(servers) as u8,
-                writes: 1 + rng.below(3) as u8,
+                steps: 1 + rng.below(8) as u8,
+                slack: rng.next_u64() as u16,
+            },
+            958..=964 => Step::IoError {
+                server: rng.below(servers) as u8,
+                pass: rng.below(4) as u8,
+                cut_short: rng.below(2) == 1,
             },
             965..=979 => Step::Partition {
                 client: c,
                 server: rng.below(servers + 1) as u8,
             },
+            980..=989 => Step::Checkpoint,
             _ => Step::Heal,
         };
         steps.push(step);
@@ -208,6 +223,8 @@ struct Sim<'a> {
     /// Path -> file index.
     names: BTreeMap<String, usize>,
     handles: Vec<Handle>,
+    /// Steps each data server's disk stays full.
+    full: Vec<u32>,
     stats: &'a Stats,
     ops: u64,
 }
@@ -226,13 +243,18 @@ fn path_of(dir: u8, name: u8) -> String {
 fn transport_error(e: &WireError) -> bool {
     matches!(
         e.code,
-        ErrorCode::Timeout | ErrorCode::Unreachable | ErrorCode::Busy | ErrorCode::Io
+        ErrorCode::Timeout
+            | ErrorCode::Unreachable
+            | ErrorCode::Busy
+            | ErrorCode::Io
+            // A data server restarted since the handle's writes: they may be lost.
+            | ErrorCode::ServerRestarted
     )
 }
 
 /// Runs `steps` of `seed`; the first violation ends the run.
 pub fn run(seed: u64, steps: &[Step], opts: &Options, stats: &Stats) -> Result<Outcome, String> {
-    let servers = Arc::new(Servers::start(opts.data_servers)?);
+    let servers = Arc::new(Servers::start(opts.data_servers, seed)?);
     let net = Net::new(
         servers.clone(),
         seed,
@@ -259,6 +281,7 @@ pub fn run(seed: u64, steps: &[Step], opts: &Options, stats: &Stats) -> Result<O
         files: Vec::new(),
         names: BTreeMap::new(),
         handles: Vec::new(),
+        full: vec![0; opts.data_servers],
         stats,
         ops: 0,
     };
@@ -318,6 +341,9 @@ impl Sim<'_> {
         self.quiesce();
         self.net.heal();
         self.net.set_clean(true);
+        for s in 0..self.full.len() {
+            self.servers.space_back(s);
+        }
         for h in std::mem::take(&mut self.handles) {
             let ok = h.f.close().is_ok();
             if ok {
@@ -385,9 +411,11 @@ impl Sim<'_> {
     fn step(&mut self, step: Step) -> Result<(), String> {
         let kind = match step {
             Step::CrashMeta => Some("crash_meta"),
+            Step::PowerCutMeta => Some("power_cut_meta"),
             Step::CrashData { .. } => Some("crash_data"),
             Step::PowerCut { .. } => Some("power_cut"),
             Step::NoSpace { .. } => Some("no_space"),
+            Step::IoError { .. } => Some("io_error"),
             Step::Partition { .. } => Some("partition"),
             _ => None,
         };
@@ -437,6 +465,20 @@ impl Sim<'_> {
                 self.net.set_clean(false);
                 r
             }
+            Step::PowerCutMeta => {
+                self.stats.count("power_cut_meta");
+                let cut_seed = crate::rng::mix(self.seed ^ (self.ops << 20) ^ 0xFEED);
+                self.servers.power_cut_meta(cut_seed)?;
+                self.net.set_clean(true);
+                let r = self.check_namespace();
+                self.net.set_clean(false);
+                r
+            }
+            Step::Checkpoint => {
+                self.servers.checkpoint_meta();
+                self.servers.purge();
+                Ok(())
+            }
             Step::CrashData { server } => {
                 self.quiesce();
                 self.stats.count("crash_data");
@@ -464,13 +506,25 @@ impl Sim<'_> {
                 let cut_seed = crate::rng::mix(self.seed ^ (self.ops << 20) ^ s as u64);
                 self.servers.power_cut_data(s, cut_seed)
             }
-            Step::NoSpace { server, writes } => {
-                self.quiesce();
+            Step::NoSpace {
+                server,
+                steps,
+                slack,
+            } => {
                 self.stats.count("no_space");
-                self.servers.no_space(
-                    server as usize % self.servers.data_servers(),
-                    u32::from(writes),
-                );
+                let s = server as usize % self.servers.data_servers();
+                self.servers.fill_disk(s, u64::from(slack));
+                self.full[s] = self.full[s].max(u32::from(steps));
+                Ok(())
+            }
+            Step::IoError {
+                server,
+                pass,
+                cut_short,
+            } => {
+                self.stats.count("io_error");
+                let s = server as usize % self.servers.data_servers();
+                self.servers.io_error(s, u32::from(pass), cut_short);
                 Ok(())
             }
             Step::Partition { client, server } => {

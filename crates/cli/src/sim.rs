@@ -30,6 +30,11 @@ pub struct SimArgs {
     /// apart.
     #[arg(long, value_delimiter = ',', value_name = "KIND,...")]
     without: Vec<String>,
+    /// Swap a known-broken rule into the servers (fsync-before-durable, skip-dir-sync,
+    /// checksum-before-data, meta-sync-noop, meta-dir-sync-noop): the run must find
+    /// violations, which shows that the checker can fail. Exit status 1 if it does not.
+    #[arg(long, value_name = "NAME")]
+    canary: Option<String>,
     /// Replay only these steps (indices, comma-separated) of the plan of seed --first, as a
     /// shortened reproduction prints them.
     #[arg(long, value_delimiter = ',', value_name = "I,J,...")]
@@ -60,7 +65,18 @@ pub fn run(a: SimArgs) -> Result<()> {
             );
         }
     }
+    let canary = match &a.canary {
+        None => None,
+        Some(n) => Some(stripefs_sim::Canary::from_name(n).ok_or_else(|| {
+            let names: Vec<&str> = stripefs_sim::Canary::ALL.iter().map(|c| c.name()).collect();
+            anyhow::anyhow!(
+                "--canary {n}: no such canary (canaries: {})",
+                names.join(", ")
+            )
+        })?),
+    };
     let mut opts = Options {
+        canary,
         without: a.without.clone(),
         clients: a.clients,
         data_servers: a.data_servers,
@@ -116,6 +132,24 @@ pub fn run(a: SimArgs) -> Result<()> {
             report.errors.len(),
             report.errors[0]
         );
+    }
+    if let Some(c) = canary {
+        // A canary run succeeds when the checker caught the broken rule.
+        if report.violations.is_empty() {
+            bail!(
+                "canary {}: no violation in {} seeds: the checker did not catch the broken rule",
+                c.name(),
+                report.seeds
+            );
+        }
+        eprintln!(
+            "canary {}: caught in {} of {} seeds (first: seed {})",
+            c.name(),
+            report.violations.len(),
+            report.seeds,
+            report.violations[0].seed
+        );
+        return Ok(());
     }
     if !report.violations.is_empty() {
         bail!(

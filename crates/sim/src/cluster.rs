@@ -19,6 +19,8 @@ pub const STRIPE_BYTES: u32 = 16 << 10;
 struct DataNode {
     store: Arc<MemStore>,
     svc: RwLock<Arc<DataService>>,
+    /// Starts so far (each start has its own boot identity).
+    boots: AtomicU64,
 }
 
 /// The metadata server's way to the data servers (its purges), in process.
@@ -53,6 +55,8 @@ impl DataNet for PurgeNet {
 
 pub struct Servers {
     pub cluster: ClusterConfig,
+    seed: u64,
+    canary: Option<crate::Canary>,
     meta_disk: Arc<MemDisk>,
     meta: RwLock<Option<Arc<MetaService>>>,
     data: Arc<Vec<DataNode>>,
@@ -77,7 +81,11 @@ fn lock_write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 impl Servers {
-    pub fn start(data_servers: usize, seed: u64) -> Result<Servers, String> {
+    pub fn start(
+        data_servers: usize,
+        seed: u64,
+        canary: Option<crate::Canary>,
+    ) -> Result<Servers, String> {
         let cluster = ClusterConfig {
             secret: Secret::generate(),
             timeout_ms: 10_000,
@@ -97,15 +105,28 @@ impl Servers {
         let mut data = Vec::with_capacity(data_servers);
         for i in 0..data_servers {
             let store = Arc::new(MemStore::new());
-            let svc = open_data(i, &store, &data_clock)?;
+            let svc = open_data(i, &store, &data_clock, seed, 0, canary)?;
             data.push(DataNode {
                 store,
                 svc: RwLock::new(svc),
+                boots: AtomicU64::new(1),
             });
+        }
+        let meta_disk = Arc::new(MemDisk::with_seed(seed));
+        match canary {
+            Some(crate::Canary::MetaSyncNoop) => {
+                meta_disk.break_rule(stripefs_meta::BrokenRule::SyncIsNoop)
+            }
+            Some(crate::Canary::MetaDirSyncNoop) => {
+                meta_disk.break_rule(stripefs_meta::BrokenRule::DirSyncIsNoop)
+            }
+            _ => {}
         }
         let s = Servers {
             cluster,
-            meta_disk: Arc::new(MemDisk::with_seed(seed)),
+            seed,
+            canary,
+            meta_disk,
             meta: RwLock::new(None),
             data: Arc::new(data),
             meta_clock,
@@ -198,7 +219,8 @@ impl Servers {
     /// Data server `i`'s process dies and restarts; its disks keep their page cache.
     pub fn crash_data(&self, i: usize) -> Result<(), String> {
         let n = &self.data[i];
-        let svc = open_data(i, &n.store, &self.data_clock)?;
+        let boot = n.boots.fetch_add(1, Ordering::SeqCst);
+        let svc = open_data(i, &n.store, &self.data_clock, self.seed, boot, self.canary)?;
         *lock_write(&n.svc) = svc;
         Ok(())
     }
@@ -249,15 +271,29 @@ fn open_data(
     i: usize,
     store: &Arc<MemStore>,
     clock: &Arc<VirtualClock>,
+    seed: u64,
+    boot: u64,
+    canary: Option<crate::Canary>,
 ) -> Result<Arc<DataService>, String> {
     let targets: Vec<PathBuf> = (0..TARGETS)
         .map(|t| PathBuf::from(format!("/sim/data{i}/t{t}")))
         .collect();
-    DataService::with_store(
+    let canary = match canary {
+        Some(crate::Canary::FsyncBeforeDurable) => Some(stripefs_data::Canary::FsyncBeforeDurable),
+        Some(crate::Canary::SkipDirSync) => Some(stripefs_data::Canary::SkipDirSync),
+        Some(crate::Canary::ChecksumBeforeData) => Some(stripefs_data::Canary::ChecksumBeforeData),
+        _ => None,
+    };
+    DataService::build(
         ServerId(i as u32),
         &targets,
-        None,
         store.clone(),
         clock.clone(),
+        stripefs_data::Options {
+            throttle_bytes_s: None,
+            // Replayable: the same seed gives the same identities, restarts new ones.
+            boot_id: Some(crate::rng::mix(seed ^ ((i as u64) << 32) ^ boot)),
+            canary,
+        },
     )
 }

@@ -41,6 +41,48 @@ pub struct Options {
     pub shrink_runs: usize,
     /// Fault kinds (names of [`FAULT_KINDS`]) not injected, to tell causes apart.
     pub without: Vec<String>,
+    /// A known-broken rule swapped into the servers, which the checker must catch.
+    pub canary: Option<Canary>,
+}
+
+/// Known-broken rules (`stripefs sim --canary NAME`): each one must make the simulator
+/// report violations, or the checker could not fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Canary {
+    /// Data servers answer fsync without syncing.
+    FsyncBeforeDurable,
+    /// Data servers never sync a new object's directory.
+    SkipDirSync,
+    /// Data servers store checksums before data and do not repair a failed write.
+    ChecksumBeforeData,
+    /// The metadata server's disk syncs nothing.
+    MetaSyncNoop,
+    /// The metadata server's directory syncs do nothing.
+    MetaDirSyncNoop,
+}
+
+impl Canary {
+    pub const ALL: &'static [Canary] = &[
+        Canary::FsyncBeforeDurable,
+        Canary::SkipDirSync,
+        Canary::ChecksumBeforeData,
+        Canary::MetaSyncNoop,
+        Canary::MetaDirSyncNoop,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Canary::FsyncBeforeDurable => "fsync-before-durable",
+            Canary::SkipDirSync => "skip-dir-sync",
+            Canary::ChecksumBeforeData => "checksum-before-data",
+            Canary::MetaSyncNoop => "meta-sync-noop",
+            Canary::MetaDirSyncNoop => "meta-dir-sync-noop",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Canary> {
+        Canary::ALL.iter().copied().find(|c| c.name() == name)
+    }
 }
 
 impl Options {
@@ -59,6 +101,7 @@ impl Default for Options {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             shrink_runs: 200,
             without: Vec::new(),
+            canary: None,
         }
     }
 }

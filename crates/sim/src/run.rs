@@ -88,7 +88,11 @@ pub enum Step {
         server: u8,
     },
     /// The server's disk is full for the next `steps` steps (`slack` bytes still fit).
-    NoSpace { server: u8, steps: u8, slack: u16 },
+    NoSpace {
+        server: u8,
+        steps: u8,
+        slack: u16,
+    },
     /// One of the server's next few disk writes fails with EIO.
     IoError {
         server: u8,
@@ -254,7 +258,7 @@ fn transport_error(e: &WireError) -> bool {
 
 /// Runs `steps` of `seed`; the first violation ends the run.
 pub fn run(seed: u64, steps: &[Step], opts: &Options, stats: &Stats) -> Result<Outcome, String> {
-    let servers = Arc::new(Servers::start(opts.data_servers, seed)?);
+    let servers = Arc::new(Servers::start(opts.data_servers, seed, opts.canary)?);
     let net = Net::new(
         servers.clone(),
         seed,

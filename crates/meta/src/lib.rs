@@ -26,6 +26,7 @@
 
 mod clock;
 mod fsck;
+mod legacy;
 mod opens;
 mod ops;
 mod overlay;

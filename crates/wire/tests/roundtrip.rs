@@ -574,12 +574,12 @@ proptest! {
     }
 }
 
-/// The body carries bincode's variant *index* for Request, Response and ErrorCode, not
-/// the opcode or code number. Appending variants keeps old indices; inserting one in the
+/// The body carries postcard's variant *index* (a varint) for Request, Response and
+/// ErrorCode, not the opcode or code number. Appending variants keeps old indices; inserting one in the
 /// middle would silently change the meaning of every later one for older peers. Pin them.
 #[test]
 fn variant_indices_are_pinned() {
-    let cred_len = 4 + 4 + 8; // uid, gid, empty groups list
+    let cred_len = 3; // uid 0, gid 0, empty groups list: one varint byte each
     for (index, &op) in Opcode::ALL.iter().enumerate() {
         // The declaration order of Request is the order of Opcode::ALL.
         let frame = encode_request(
@@ -591,7 +591,7 @@ fn variant_indices_are_pinned() {
             0,
         );
         let body = &frame[HEADER_LEN..];
-        let variant = u32::from_le_bytes(body[cred_len..cred_len + 4].try_into().unwrap());
+        let variant = varint_at(body, cred_len);
         assert_eq!(variant as usize, index, "{op:?}");
     }
     let expected_ops: Vec<(u16, &str)> =
@@ -609,7 +609,7 @@ fn variant_indices_are_pinned() {
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
-        let variant = u32::from_le_bytes(body[..4].try_into().unwrap());
+        let variant = varint_at(body, 0);
         assert_eq!(variant, index, "{resp:?}");
     }
     let codes: Vec<u32> = ErrorCode::ALL.iter().map(|&c| c as u32).collect();
@@ -620,11 +620,20 @@ fn variant_indices_are_pinned() {
     for (index, &code) in ErrorCode::ALL.iter().enumerate() {
         let frame = encode_response(1, Opcode::Ping, &Err(WireError::new(code, "")), 0);
         let body = &frame[HEADER_LEN..];
-        assert_eq!(
-            u32::from_le_bytes(body[..4].try_into().unwrap()) as usize,
-            index
-        );
+        assert_eq!(varint_at(body, 0) as usize, index);
     }
+}
+
+/// The LEB128 varint (postcard's integer encoding) at `at`.
+fn varint_at(bytes: &[u8], at: usize) -> u32 {
+    let mut out = 0u32;
+    for (i, b) in bytes[at..].iter().take(5).enumerate() {
+        out |= ((b & 0x7f) as u32) << (7 * i);
+        if b & 0x80 == 0 {
+            return out;
+        }
+    }
+    panic!("no varint at {at}")
 }
 
 /// The opcode table as released. Add new ones at the end of both the macro table and

@@ -77,6 +77,9 @@ pub(crate) struct InodeIo {
     path: Option<String>,
     ra_max: u64,
     state: Mutex<State>,
+    /// Set when the metadata server released this inode's opens with an ended session
+    /// and it could not be opened again (`session.rs`): every later call fails so.
+    lost: std::sync::OnceLock<WireError>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -167,6 +170,7 @@ impl InodeIo {
             places,
             path,
             ra_max,
+            lost: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 pending: VecDeque::new(),
                 inflight_bytes: 0,
@@ -262,7 +266,23 @@ impl InodeIo {
     pub fn flush_is_noop(&self) -> bool {
         let mut st = lock(&self.state);
         st.reap();
-        st.pending.is_empty() && st.latched.is_none() && st.unflushed_end.is_none()
+        st.pending.is_empty()
+            && st.latched.is_none()
+            && st.unflushed_end.is_none()
+            && self.lost.get().is_none()
+    }
+
+    /// Marks the inode lost (see the `lost` field); the first reason stays.
+    pub fn mark_lost(&self, why: WireError) {
+        let _ = self.lost.set(why);
+    }
+
+    /// The reason the inode is lost, as an error, if it is.
+    pub fn check_lost(&self) -> Result<(), WireError> {
+        match self.lost.get() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 
     /// Returns (and clears) the latched error of a background write.

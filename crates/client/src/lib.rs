@@ -31,6 +31,7 @@ mod file;
 mod io;
 mod path;
 mod pool;
+mod session;
 
 pub use client::{DataStatus, MetaStatus, StatFs};
 pub use file::{File, OpenOptions};
@@ -93,8 +94,8 @@ pub struct Client {
 /// State shared by all clones of a client and its open files.
 pub(crate) struct Inner {
     pub cluster: ClusterConfig,
-    /// Identifies this client's opens to the metadata server.
-    pub session: u64,
+    /// This client's session with the metadata server, under which it opens files.
+    pub session: session::Session,
     pub meta: ServerPool,
     /// Pools by data server id.
     pub data: Vec<Arc<ServerPool>>,
@@ -147,12 +148,20 @@ impl Inner {
     }
 }
 
+impl Drop for Inner {
+    /// Ends the session, releasing this client's opens on the server at once (Closes
+    /// still deferred go out first, on the same connection).
+    fn drop(&mut self) {
+        self.session.end(&self.meta);
+    }
+}
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("meta", &self.inner.cluster.meta_addr)
             .field("data_servers", &self.inner.data.len())
-            .field("session", &self.inner.session)
+            .field("session", &self.inner.session.id())
             .field("cred", &self.cred)
             .finish()
     }
@@ -187,23 +196,18 @@ impl Client {
             })
             .collect::<Vec<_>>();
         meta.probe()?;
-        let mut session = [0u8; 8];
-        getrandom::getrandom(&mut session).map_err(|e| {
-            WireError::new(
-                ErrorCode::Internal,
-                format!("no randomness for a session id: {e}"),
-            )
-        })?;
-        let inner = Inner {
+        let session = session::Session::open(&meta)?;
+        let inner = Arc::new(Inner {
             cluster: cluster.clone(),
-            session: u64::from_le_bytes(session),
+            session,
             meta,
             exec: Executor::new(data.len()),
             data,
             open: Mutex::new(HashMap::new()),
-        };
+        });
+        session::Session::start_renewer(&inner)?;
         Ok(Client {
-            inner: Arc::new(inner),
+            inner,
             cred: process_cred(),
         })
     }
@@ -222,9 +226,10 @@ impl Client {
         &self.inner.cluster
     }
 
-    /// The random id of this client's opens on the metadata server.
+    /// The id of this client's session on the metadata server (it changes if the
+    /// session had to be re-established).
     pub fn session(&self) -> u64 {
-        self.inner.session
+        self.inner.session.id()
     }
 }
 

@@ -32,6 +32,7 @@ mod ops;
 mod overlay;
 mod perm;
 mod purge;
+mod sessions;
 mod store;
 mod wal;
 mod writer;
@@ -48,7 +49,7 @@ use redb::Database;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use store::{need, Inode, Rd, Tables};
 use stripefs_rpc::{ClusterConfig, ConnInfo, Reply, Service};
 use stripefs_wire::{
@@ -73,6 +74,8 @@ pub(crate) struct Core {
     pub halted: AtomicBool,
     pub stop_purge: AtomicBool,
     kick: (Mutex<bool>, Condvar),
+    /// Set (and notified) to end the lease sweeper.
+    stop_sweep: (Mutex<bool>, Condvar),
     requests: AtomicU64,
     errors: AtomicU64,
     /// Batches committed and operations they carried (group commit ratio).
@@ -143,6 +146,8 @@ impl Core {
 pub struct MetaService {
     core: Arc<Core>,
     purge: Option<std::thread::JoinHandle<()>>,
+    /// Ends sessions whose lease ran out (`sweep_leases`).
+    sweep: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MetaService {
@@ -168,6 +173,7 @@ impl MetaService {
         clock: Arc<dyn Clock>,
         tuning: Tuning,
     ) -> Result<Arc<MetaService>, String> {
+        stripefs_rpc::config::check_lease(cluster.lease_ms)?;
         let db = Database::create(path)
             .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))?;
         let placement = Placement {
@@ -182,12 +188,13 @@ impl MetaService {
             db,
             layers: RwLock::new(Layers::default()),
             path: path.to_path_buf(),
-            opens: Opens::default(),
+            opens: Opens::new(Duration::from_millis(cluster.lease_ms)),
             clock,
             placement,
             halted: AtomicBool::new(false),
             stop_purge: AtomicBool::new(false),
             kick: (Mutex::new(true), Condvar::new()),
+            stop_sweep: (Mutex::new(false), Condvar::new()),
             requests: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -208,10 +215,27 @@ impl MetaService {
                 return Err(format!("cannot start the purge thread: {e}"));
             }
         };
-        Ok(Arc::new(MetaService {
-            core,
+        let mut service = MetaService {
+            core: core.clone(),
             purge: Some(purge),
-        }))
+            sweep: None,
+        };
+        let sweep = std::thread::Builder::new()
+            .name("meta-leases".into())
+            .spawn(move || sweep_leases(&core));
+        // On failure, dropping the service stops the purge thread and the writer.
+        service.sweep = Some(sweep.map_err(|e| format!("cannot start the lease thread: {e}"))?);
+        Ok(Arc::new(service))
+    }
+
+    /// Client sessions open now.
+    pub fn sessions(&self) -> usize {
+        self.core.opens.lock().sessions.len()
+    }
+
+    /// Inodes open in some session now.
+    pub fn open_files(&self) -> u64 {
+        self.core.opens.open_files()
     }
 
     /// Stops committing at once, as a crash would: queued and later mutations fail with
@@ -282,6 +306,12 @@ impl MetaService {
                 read,
                 write,
             } => {
+                // Refused before the file is made; open_file checks again under the lock.
+                self.core
+                    .opens
+                    .lock()
+                    .sessions
+                    .get(session, Instant::now())?;
                 let create = Request::Create {
                     parent,
                     name: name.clone(),
@@ -321,6 +351,33 @@ impl MetaService {
                 }
             }
             Request::Close { ino, session } => self.close_file(ino.0, session),
+            Request::SessionOpen {} => {
+                let mut st = self.core.opens.lock();
+                let session = st.sessions.open(Instant::now())?;
+                let lease_ms = st.sessions.lease().as_millis() as u64;
+                drop(st);
+                tracing::debug!("session {session:#x} opened");
+                Ok(Response::Session { session, lease_ms })
+            }
+            Request::SessionRenew { session } => {
+                let mut st = self.core.opens.lock();
+                match st.sessions.renew(session, Instant::now()) {
+                    Ok(()) => Ok(Response::Session {
+                        session,
+                        lease_ms: st.sessions.lease().as_millis() as u64,
+                    }),
+                    Err(e) => {
+                        // Past its lease: it ends now, whether or not the sweep came.
+                        drop(st);
+                        end_session(&self.core, session, "its lease ran out");
+                        Err(e)
+                    }
+                }
+            }
+            Request::SessionEnd { session } => {
+                end_session(&self.core, session, "the client ended it");
+                Ok(Response::Done)
+            }
             Request::MetaStatus {} => self.status(),
             req if ops::is_mutation(&req) => self.submit(Job::Client { cred, req }),
             req => self.read(&cred, &req),
@@ -402,6 +459,7 @@ impl MetaService {
                 format!("{MAX_OPEN_INODES} inodes are open; cannot open inode {ino}"),
             ));
         }
+        st.sessions.get(session, Instant::now())?.inodes.insert(ino);
         *st.open
             .entry(ino)
             .or_default()
@@ -414,6 +472,8 @@ impl MetaService {
     fn close_file(&self, ino: u64, session: u64) -> Answer {
         let reap = {
             let mut st = self.core.opens.lock();
+            // A Close in an ended session finds its open released already.
+            st.sessions.get(session, Instant::now())?;
             let not_open = || {
                 WireError::new(
                     ErrorCode::BadHandle,
@@ -423,13 +483,19 @@ impl MetaService {
             let entry = st.open.get_mut(&ino).ok_or_else(not_open)?;
             let count = entry.sessions.get_mut(&session).ok_or_else(not_open)?;
             *count -= 1;
-            if *count == 0 {
+            let session_done = *count == 0;
+            if session_done {
                 entry.sessions.remove(&session);
             }
             let last = entry.sessions.is_empty();
             let unlinked = entry.unlinked;
             if last {
                 st.open.remove(&ino);
+            }
+            if session_done {
+                if let Ok(s) = st.sessions.get(session, Instant::now()) {
+                    s.inodes.remove(&ino);
+                }
             }
             last && unlinked
         };
@@ -505,12 +571,66 @@ impl Drop for MetaService {
         // The purge thread commits through the writer, so it stops first; then the
         // writer checkpoints and ends its checkpoint thread, and the database closes
         // with the last `Core`.
+        *lock(&self.core.stop_sweep.0) = true;
+        self.core.stop_sweep.1.notify_all();
+        if let Some(sweep) = self.sweep.take() {
+            let _ = sweep.join();
+        }
         self.core.stop_purge.store(true, Ordering::SeqCst);
         self.core.kick_purge();
         if let Some(purge) = self.purge.take() {
             let _ = purge.join();
         }
         Writer::stop(&self.core);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends session `id` (if it is still there) and releases its opens; unlinked files whose
+/// last open this was are reaped (purged).
+fn end_session(core: &Core, id: u64, why: &str) {
+    let reap = {
+        let mut st = core.opens.lock();
+        let Some(session) = st.sessions.end(id) else {
+            return;
+        };
+        tracing::info!(
+            "session {id:#x} ended ({why}): releasing its opens of {} inodes",
+            session.inodes.len()
+        );
+        st.release(id, session)
+    };
+    for ino in reap {
+        // On failure the inode stays an orphan, purged at the next start.
+        if let Err(e) = Writer::submit(core, Job::Reap(ino)) {
+            tracing::warn!("reaping inode {ino} after its session ended: {e}");
+        }
+    }
+}
+
+/// The lease sweeper: ends the sessions whose lease ran out, checking four times per
+/// lease (at most once a second, at least every 10 ms), until the service stops.
+fn sweep_leases(core: &Core) {
+    let lease = core.opens.lock().sessions.lease();
+    let every = (lease / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        let stop = lock(&core.stop_sweep.0);
+        let (stop, _) = core
+            .stop_sweep
+            .1
+            .wait_timeout_while(stop, every, |s| !*s)
+            .unwrap_or_else(|p| p.into_inner());
+        if *stop {
+            return;
+        }
+        drop(stop);
+        let overdue = core.opens.lock().sessions.overdue(Instant::now());
+        for id in overdue {
+            end_session(core, id, "its lease ran out without a renewal");
+        }
     }
 }
 
@@ -572,7 +692,8 @@ fn init(db: &Database, now_ns: i64, placement: Placement, last: u64) -> Result<(
 
 fn reap_orphans(w: &mut Wr, now_ns: i64, placement: Placement) -> Result<(), WireError> {
     let orphans = w.stack().orphans()?;
-    let opens = Opens::default();
+    // No client is connected before start: nothing is open.
+    let opens = Opens::new(Duration::from_secs(1));
     let root = Cred::root();
     let mut ctx = ops::Ctx {
         w,

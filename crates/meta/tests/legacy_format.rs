@@ -35,6 +35,7 @@ fn open_fixture() -> (tempfile::TempDir, Fs) {
         dir: tempfile::tempdir().unwrap(),
         cluster,
         tuning: Tuning::default(),
+        sessions: Default::default(),
     };
     (dir, fs)
 }

@@ -98,6 +98,7 @@ error_codes! {
     NoSpace = 201, ENOSPC, "no space left on device";
     Io = 202, EIO, "input/output error";
     Internal = 203, EIO, "internal server error";
+    SessionExpired = 106, EIO, "client session expired";
 }
 
 impl fmt::Display for ErrorCode {

@@ -292,6 +292,13 @@ requests! {
     72 => Seek { fid: InodeId, unit: u32, offset: u64, hole: bool },
     // Bytes the server's objects of `fid` occupy on its disks; answered with `Allocated`.
     73 => Allocated { fid: InodeId },
+    // Metadata server: client sessions with leases (see docs/protocol.md, Sessions).
+    // Starts a session; answered with `Session`.
+    30 => SessionOpen {},
+    // Extends the session's lease; answered with `Session`, or `SessionExpired`.
+    31 => SessionRenew { session: u64 },
+    // Ends the session: its opens are released at once. Answered with `Done`.
+    32 => SessionEnd { session: u64 },
 }
 
 /// CRC lists (Write, ReadData) travel as bytes: a varint byte count, then each CRC as
@@ -394,6 +401,12 @@ pub enum Response {
     /// Answer to Allocated: bytes allocated on disk to the objects and their checksums.
     Allocated {
         bytes: u64,
+    },
+    /// Answer to SessionOpen and SessionRenew: the session's id and its lease; the
+    /// session ends unless renewed within `lease_ms` of this answer.
+    Session {
+        session: u64,
+        lease_ms: u64,
     },
 }
 

@@ -229,6 +229,9 @@ fn sparse_request() -> impl Strategy<Value = Request> {
             }
         ),
         inode().prop_map(|fid| Request::Allocated { fid }),
+        Just(Request::SessionOpen {}),
+        any::<u64>().prop_map(|session| Request::SessionRenew { session }),
+        any::<u64>().prop_map(|session| Request::SessionEnd { session }),
     ]
 }
 
@@ -364,6 +367,8 @@ fn response() -> impl Strategy<Value = (Response, u32)> {
         }),
         any::<Option<u64>>().prop_map(|offset| (Response::Offset { offset }, 0)),
         any::<u64>().prop_map(|bytes| (Response::Allocated { bytes }, 0)),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(session, lease_ms)| (Response::Session { session, lease_ms }, 0)),
     ]
 }
 
@@ -606,6 +611,13 @@ fn variant_indices_are_pinned() {
         (7, Response::ReadData { crcs: vec![] }),
         (9, Response::Offset { offset: None }),
         (10, Response::Allocated { bytes: 0 }),
+        (
+            11,
+            Response::Session {
+                session: 0,
+                lease_ms: 0,
+            },
+        ),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
@@ -674,11 +686,14 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (71, "Allocate"),
     (72, "Seek"),
     (73, "Allocated"),
+    (30, "SessionOpen"),
+    (31, "SessionRenew"),
+    (32, "SessionEnd"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 100, 101, 102, 103, 104, 105, 200,
-    201, 202, 203,
+    201, 202, 203, 106,
 ];
 
 /// Some request with opcode `op`, fields zero.
@@ -811,6 +826,9 @@ fn ping_like(op: Opcode) -> Request {
             hole: false,
         },
         Opcode::Allocated => Request::Allocated { fid: ino },
+        Opcode::SessionOpen => Request::SessionOpen {},
+        Opcode::SessionRenew => Request::SessionRenew { session: 0 },
+        Opcode::SessionEnd => Request::SessionEnd { session: 0 },
     }
 }
 

@@ -65,6 +65,11 @@ impl Cluster {
     }
 
     pub fn with(n_data: usize, n_targets: usize, stripe: u32) -> Cluster {
+        Cluster::with_lease(n_data, n_targets, stripe, stripefs_rpc::limits::LEASE_MS)
+    }
+
+    /// [`Cluster::with`] whose client sessions live `lease_ms` without renewal.
+    pub fn with_lease(n_data: usize, n_targets: usize, stripe: u32, lease_ms: u64) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let meta_l = bind();
         let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
@@ -82,6 +87,7 @@ impl Cluster {
                 stripe_size_bytes: stripe,
                 stripe_count: 0,
             },
+            lease_ms,
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();

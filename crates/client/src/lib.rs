@@ -20,8 +20,12 @@
 //! Fault model. Any server may be slow, stop, or return garbage. Every socket operation
 //! has the cluster's timeout, so a dead or hung server yields an error naming its
 //! address within that time, and only requests that need that server fail. Errors of
-//! background writes are latched and reported by the next call on the inode. Consistency
-//! between clients is close-to-open: sizes and data written by another client are seen
+//! background writes are latched and reported by the next call on the inode.
+//! The client's opens live in a session with a lease that a background thread renews
+//! (`session.rs`); if the metadata server ended it anyway (a long pause, a partition, a
+//! restart), the client opens a new one and reopens its files, and handles of files
+//! purged meanwhile fail with `StaleHandle`. Consistency between clients is
+//! close-to-open: sizes and data written by another client are seen
 //! after it closes (or flushes) and this client opens (or stats).
 
 mod chunk;

@@ -91,12 +91,14 @@ impl Session {
     }
 
     /// Stops the renewal thread (without waiting: it may be in a call) and ends the
-    /// session on the server, releasing its opens at once.
+    /// session on the server, releasing its opens at once. The request is not waited
+    /// for: it goes out (after the Closes deferred before it) when the pool closes its
+    /// connections; if it is lost, the lease ends the session.
     pub fn end(&self, meta: &crate::pool::ServerPool) {
         *lock(&self.stop.0) = true;
         self.stop.1.notify_all();
         let session = self.id();
-        if let Err(e) = meta.call(&Cred::root(), Request::SessionEnd { session }, &[], &mut []) {
+        if let Err(e) = meta.send_deferred(&Cred::root(), Request::SessionEnd { session }) {
             tracing::info!("ending session {session:#x}: {e}; its lease will end it");
         }
     }

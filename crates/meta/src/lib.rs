@@ -16,6 +16,10 @@
 //! every directory is reachable from the root; an inode without a name is an orphan
 //! that is open or will be purged at the next start.
 //!
+//! Clients open files in sessions with leases (`sessions.rs`): a session not renewed in
+//! time ends and its opens are released, so a vanished client holds nothing longer
+//! than its lease.
+//!
 //! Fault model: the process may be killed at any moment; an acknowledged change is
 //! committed, an unacknowledged one may or may not be, and the namespace is consistent
 //! either way because each batch is one log record and each checkpoint one transaction.

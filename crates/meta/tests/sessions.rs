@@ -8,7 +8,7 @@ use common::*;
 use std::time::{Duration, Instant};
 use stripefs_wire::*;
 
-const LEASE_MS: u64 = 300;
+const LEASE_MS: u64 = 600;
 const ROOT: u64 = 1;
 
 fn fs() -> Fs {

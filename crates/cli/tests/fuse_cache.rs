@@ -128,8 +128,10 @@ fn entry_changes_cost_no_directory_getattr_and_keep_its_times_exact() {
             .open(n)
             .unwrap();
     }
+    // Slack of 2, plus 3 for sessions: the status clients' SessionEnd and SessionOpen
+    // fall between the two counts, and perhaps one renewal of the mount's session.
     let creates = meta_requests(&c) - before - 1;
-    assert!(creates <= 3 * N + 2, "{creates} requests for {N} creates");
+    assert!(creates <= 3 * N + 5, "{creates} requests for {N} creates");
     use std::os::unix::fs::MetadataExt;
     let mtime = |p: &std::path::Path| {
         let md = fs::metadata(p).unwrap();
@@ -141,7 +143,7 @@ fn entry_changes_cost_no_directory_getattr_and_keep_its_times_exact() {
         fs::remove_file(n).unwrap();
     }
     let unlinks = meta_requests(&c) - before - 1;
-    assert!(unlinks <= 2 * N + 2, "{unlinks} requests for {N} unlinks");
+    assert!(unlinks <= 2 * N + 5, "{unlinks} requests for {N} unlinks");
     let t1 = mtime(&d);
     assert!(
         t1 > t0,

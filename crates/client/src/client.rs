@@ -175,17 +175,17 @@ impl Client {
         };
         // One round trip and one commit: the metadata server creates (or, without
         // `exclusive`, finds) the file and counts our open.
-        let req = Request::CreateOpen {
+        let make = |session| Request::CreateOpen {
             parent,
             name: name.into(),
             mode: opts.mode,
             exclusive: opts.exclusive,
             layout: opts.layout,
-            session: self.inner.session,
+            session,
             read: opts.read,
             write: opts.write,
         };
-        let attr = ctx(self.inner.meta_attr(&self.cred, req), what)?;
+        let attr = ctx(self.inner.open_counted(&self.cred, make), what)?;
         self.file_of(attr, opts, path, true)
     }
 
@@ -227,16 +227,13 @@ impl Client {
         let attr = if opened {
             attr
         } else {
-            let req = Request::Open {
+            let make = |session| Request::Open {
                 ino: attr.ino,
-                session: self.inner.session,
+                session,
                 read: opts.read,
                 write: opts.write,
             };
-            match ctx(self.meta(req), what)? {
-                Response::Attr(a) => a,
-                _ => attr,
-            }
+            ctx(self.inner.open_counted(&self.cred, make), what)?
         };
         let io = self.inner.inode_io(&attr, path)?;
         io.note_meta_size(attr.size);

@@ -4,7 +4,7 @@ use crate::io::InodeIo;
 use crate::{Inner, DEFAULT_WRITE_WINDOW_BYTES, MAX_WRITE_WINDOW_BYTES};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use stripefs_wire::{Attr, Cred, ErrorCode, InodeId, Layout, LayoutHint, Request, WireError};
+use stripefs_wire::{Attr, Cred, ErrorCode, InodeId, Layout, LayoutHint, WireError};
 
 /// How to open a file, as with `std::fs::OpenOptions`. The default opens for reading.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,6 +210,7 @@ impl File {
                 format!("{} is not open for reading", self.describe()),
             ));
         }
+        self.io.check_lost()?;
         let sequential = self.last_read_end.load(Ordering::Relaxed) == offset;
         let n = self.io.read(&self.cred, offset, buf, sequential)?;
         self.last_read_end
@@ -232,6 +233,7 @@ impl File {
                 format!("{} is not open for reading", self.describe()),
             ));
         }
+        self.io.check_lost()?;
         let sequential = self.last_read_end.load(Ordering::Relaxed) == offset;
         let mut n = 0;
         let r = self
@@ -264,6 +266,7 @@ impl File {
                 format!("{} is not open for writing", self.describe()),
             ));
         }
+        self.io.check_lost()?;
         self.io.write(&self.cred, offset, data, self.window)
     }
 
@@ -283,12 +286,14 @@ impl File {
     /// Waits for queued writes and records the file's size on the metadata server, so
     /// that other clients see it; data is not forced to disk.
     pub fn flush(&self) -> Result<(), WireError> {
+        self.io.check_lost()?;
         self.io.flush(&self.cred, false)
     }
 
     /// Makes all writes so far durable on every data server of the layout, then records
     /// the size on the metadata server.
     pub fn fsync(&self) -> Result<(), WireError> {
+        self.io.check_lost()?;
         self.io.flush(&self.cred, true)
     }
 
@@ -310,6 +315,7 @@ impl File {
                 format!("{} is not open for writing", self.describe()),
             ));
         }
+        self.io.check_lost()?;
         self.io.truncate(&self.cred, size, true).map(|_| ())
     }
 
@@ -397,16 +403,12 @@ impl File {
         } else {
             Ok(())
         };
-        let req = Request::Close {
-            ino: self.io.ino,
-            session: self.inner.session,
-        };
         // Close is not answered (it cannot fail for a handle we hold) and goes out with
         // the next request to the metadata server, or within DEFER_MAX: create + close
         // costs one round trip and one wake-up of the server. Requests sent meanwhile
         // may overtake it, which only moves the purge of a file unlinked meanwhile from
-        // the Unlink to this Close.
-        let closed = self.inner.meta.send_deferred(&self.cred, req);
+        // the Unlink to this Close. If it cannot be sent, the pool keeps it and retries.
+        let closed = self.inner.close_counted(&self.cred, self.io.ino);
         flushed.and(closed)
     }
 }

@@ -81,6 +81,9 @@ pub(crate) struct InodeIo {
     /// since the last fsync: a different one later means the server restarted and may
     /// have lost them (see `note_boot`).
     boots: Arc<Mutex<HashMap<u32, u64>>>,
+    /// Set when the metadata server released this inode's opens with an ended session
+    /// and it could not be opened again (`session.rs`): every later call fails so.
+    lost: std::sync::OnceLock<WireError>,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -172,6 +175,7 @@ impl InodeIo {
             path,
             ra_max,
             boots: Arc::new(Mutex::new(HashMap::new())),
+            lost: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 pending: VecDeque::new(),
                 inflight_bytes: 0,
@@ -267,7 +271,23 @@ impl InodeIo {
     pub fn flush_is_noop(&self) -> bool {
         let mut st = lock(&self.state);
         st.reap();
-        st.pending.is_empty() && st.latched.is_none() && st.unflushed_end.is_none()
+        st.pending.is_empty()
+            && st.latched.is_none()
+            && st.unflushed_end.is_none()
+            && self.lost.get().is_none()
+    }
+
+    /// Marks the inode lost (see the `lost` field); the first reason stays.
+    pub fn mark_lost(&self, why: WireError) {
+        let _ = self.lost.set(why);
+    }
+
+    /// The reason the inode is lost, as an error, if it is.
+    pub fn check_lost(&self) -> Result<(), WireError> {
+        match self.lost.get() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 
     /// Returns (and clears) the latched error of a background write.

@@ -20,8 +20,12 @@
 //! Fault model. Any server may be slow, stop, or return garbage. Every socket operation
 //! has the cluster's timeout, so a dead or hung server yields an error naming its
 //! address within that time, and only requests that need that server fail. Errors of
-//! background writes are latched and reported by the next call on the inode. Consistency
-//! between clients is close-to-open: sizes and data written by another client are seen
+//! background writes are latched and reported by the next call on the inode.
+//! The client's opens live in a session with a lease that a background thread renews
+//! (`session.rs`); if the metadata server ended it anyway (a long pause, a partition, a
+//! restart), the client opens a new one and reopens its files, and handles of files
+//! purged meanwhile fail with `StaleHandle`. Consistency between clients is
+//! close-to-open: sizes and data written by another client are seen
 //! after it closes (or flushes) and this client opens (or stats).
 
 mod chunk;
@@ -31,6 +35,7 @@ mod file;
 mod io;
 mod path;
 mod pool;
+mod session;
 
 pub use client::{DataStatus, MetaStatus, StatFs};
 pub use file::{File, OpenOptions};
@@ -94,8 +99,8 @@ pub struct Client {
 /// State shared by all clones of a client and its open files.
 pub(crate) struct Inner {
     pub cluster: ClusterConfig,
-    /// Identifies this client's opens to the metadata server.
-    pub session: u64,
+    /// This client's session with the metadata server, under which it opens files.
+    pub session: session::Session,
     pub meta: ServerPool,
     /// Pools by data server id.
     pub data: Vec<Arc<ServerPool>>,
@@ -148,12 +153,20 @@ impl Inner {
     }
 }
 
+impl Drop for Inner {
+    /// Ends the session, releasing this client's opens on the server at once (Closes
+    /// still deferred go out first, on the same connection).
+    fn drop(&mut self) {
+        self.session.end(&self.meta);
+    }
+}
+
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("meta", &self.inner.cluster.meta_addr)
             .field("data_servers", &self.inner.data.len())
-            .field("session", &self.inner.session)
+            .field("session", &self.inner.session.id())
             .field("cred", &self.cred)
             .finish()
     }
@@ -208,16 +221,10 @@ impl Client {
             })
             .collect::<Vec<_>>();
         meta.probe()?;
-        let mut session = [0u8; 8];
-        getrandom::getrandom(&mut session).map_err(|e| {
-            WireError::new(
-                ErrorCode::Internal,
-                format!("no randomness for a session id: {e}"),
-            )
-        })?;
-        let inner = Inner {
+        let session = session::Session::open(&meta)?;
+        let inner = Arc::new(Inner {
             cluster: cluster.clone(),
-            session: u64::from_le_bytes(session),
+            session,
             meta,
             exec: Executor::with_workers(
                 data.len(),
@@ -227,9 +234,10 @@ impl Client {
             ),
             data,
             open: Mutex::new(HashMap::new()),
-        };
+        });
+        session::Session::start_renewer(&inner)?;
         Ok(Client {
-            inner: Arc::new(inner),
+            inner,
             cred: process_cred(),
         })
     }
@@ -255,9 +263,10 @@ impl Client {
         &self.inner.cluster
     }
 
-    /// The random id of this client's opens on the metadata server.
+    /// The id of this client's session on the metadata server (it changes if the
+    /// session had to be re-established).
     pub fn session(&self) -> u64 {
-        self.inner.session
+        self.inner.session.id()
     }
 }
 

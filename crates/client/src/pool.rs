@@ -11,22 +11,41 @@
 //! their connection, so a create + close loop costs the server one wake-up per file,
 //! or, when the connection stays idle, within [`DEFER_MAX`] by the pool's flusher
 //! thread.
+//!
+//! A deferred request is not lost when it cannot be sent: if no connection can be made,
+//! or its idle connection turns out closed by the server before it was written (checked
+//! with a non-blocking peek before deferred frames are written), its frame is kept
+//! (up to [`MAX_UNSENT_BYTES`]) and goes out with the next request, or from the flusher,
+//! which retries with a growing delay until the server takes it. Only frames whose write
+//! failed part-way may be lost (the server may or may not have read them, and a Close
+//! must not be sent twice); the session's lease, or its end when the client goes,
+//! bounds what such a loss keeps open.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use stripefs_rpc::{Conn, Secret};
-use stripefs_wire::{Cred, ErrorCode, Request, Response, ServerId, WireError};
+use stripefs_wire::{
+    encode_request_flags, Cred, Envelope, ErrorCode, Request, Response, ServerId, WireError,
+    FLAG_NO_REPLY,
+};
 
 /// Longest a deferred request waits on an idle connection before the flusher sends it.
 pub const DEFER_MAX: Duration = Duration::from_millis(2);
+/// Most bytes of deferred frames kept while they cannot be sent (a Close is about 30).
+pub const MAX_UNSENT_BYTES: usize = 4 << 20;
+/// First and longest wait of the flusher between attempts to send kept frames.
+const UNSENT_RETRY_MIN: Duration = Duration::from_millis(50);
+const UNSENT_RETRY_MAX: Duration = Duration::from_secs(2);
 
 struct State {
     idle: Vec<Conn>,
     /// Connections in existence: idle, lent out, or being opened.
     open: usize,
-    /// An idle connection holds deferred requests.
+    /// An idle connection holds deferred requests, or `unsent` is not empty.
     deferred: bool,
+    /// Frames of deferred requests that could not be sent yet (see the module doc).
+    unsent: Vec<u8>,
     /// The pool is being dropped: the flusher ends.
     closing: bool,
 }
@@ -105,6 +124,7 @@ impl ServerPool {
                     idle: Vec::new(),
                     open: 0,
                     deferred: false,
+                    unsent: Vec::new(),
                     closing: false,
                 }),
                 returned: Condvar::new(),
@@ -163,19 +183,73 @@ impl ServerPool {
             return via.send(self.id, cred, req);
         }
         self.start_flusher()?;
-        let (mut conn, _) = self.checkout()?;
-        let r = conn.defer(cred, req);
-        self.checkin(conn);
-        r
+        match self.checkout() {
+            Ok((mut conn, _)) => {
+                let r = conn.defer(cred, req);
+                self.checkin(conn);
+                r
+            }
+            Err(e) => {
+                // Nothing was sent: keep the frame for the flusher to retry.
+                let env = Envelope {
+                    cred: cred.clone(),
+                    req,
+                };
+                let frame = encode_request_flags(0, &env, 0, FLAG_NO_REPLY);
+                tracing::info!(
+                    "{}: {e}; the deferred request is kept and will be retried",
+                    self.name()
+                );
+                self.keep_unsent(frame)
+            }
+        }
+    }
+
+    /// Keeps frames that could not be sent, for the next request or the flusher.
+    fn keep_unsent(&self, frames: Vec<u8>) -> Result<(), WireError> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        let mut st = lock(&self.shared.state);
+        if st.unsent.len() + frames.len() > MAX_UNSENT_BYTES {
+            return Err(WireError::new(
+                ErrorCode::Io,
+                format!(
+                    "{}: {MAX_UNSENT_BYTES} bytes of deferred requests wait to be sent; \
+                     dropping {} more",
+                    self.name(),
+                    frames.len()
+                ),
+            ));
+        }
+        st.unsent.extend_from_slice(&frames);
+        st.deferred = true;
+        self.shared.kick.notify_one();
+        Ok(())
+    }
+
+    /// Adds the frames kept unsent to `conn`'s deferred requests.
+    fn adopt_unsent(&self, conn: &mut Conn) {
+        let frames = std::mem::take(&mut lock(&self.shared.state).unsent);
+        if frames.is_empty() {
+            return;
+        }
+        if let Err(e) = conn.defer_frames(&frames) {
+            tracing::info!("{}: {e}", self.name());
+            let _ = self.keep_unsent(frames);
+        }
     }
 
     fn start_flusher(&self) -> Result<(), WireError> {
         let mut f = lock(&self.flusher);
         if f.is_none() {
             let shared = self.shared.clone();
+            let (addr, secret, timeout) = (self.addr.clone(), self.secret.clone(), self.timeout);
+            let max_conns = self.max_conns;
+            let connect = move || Conn::connect(&addr, &secret, timeout);
             let thread = std::thread::Builder::new()
                 .name("stripefs-flush".into())
-                .spawn(move || flusher(&shared))
+                .spawn(move || flusher(&shared, max_conns, &connect))
                 .map_err(|e| {
                     WireError::new(
                         ErrorCode::Internal,
@@ -200,9 +274,25 @@ impl ServerPool {
     }
 
     fn checkout(&self) -> Result<(Conn, bool), WireError> {
+        let (mut conn, reused) = self.checkout_raw()?;
+        if !lock(&self.shared.state).unsent.is_empty() {
+            self.adopt_unsent(&mut conn);
+        }
+        Ok((conn, reused))
+    }
+
+    fn checkout_raw(&self) -> Result<(Conn, bool), WireError> {
         let mut st = lock(&self.shared.state);
         loop {
-            if let Some(c) = st.idle.pop() {
+            if let Some(mut c) = st.idle.pop() {
+                // Deferred frames (ours or kept ones) are about to be written: make sure
+                // the server has not closed the connection, or they would be lost.
+                if (c.has_deferred() || !st.unsent.is_empty()) && c.peer_closed() {
+                    let frames = c.take_deferred();
+                    st.unsent.extend_from_slice(&frames);
+                    st.open -= 1;
+                    continue;
+                }
                 return Ok((c, true));
             }
             if st.open < self.max_conns {
@@ -267,8 +357,10 @@ impl Drop for ServerPool {
 }
 
 /// Sends the deferred requests of idle connections [`DEFER_MAX`] after they were
-/// deferred (a connection used meanwhile has sent them with its request).
-fn flusher(shared: &Shared) {
+/// deferred (a connection used meanwhile has sent them with its request), and the
+/// frames kept unsent, retrying with a growing delay while the server cannot be reached.
+fn flusher(shared: &Shared, max_conns: usize, connect: &dyn Fn() -> Result<Conn, WireError>) {
+    let mut retry = UNSENT_RETRY_MIN;
     loop {
         let mut st = lock(&shared.state);
         while !st.deferred && !st.closing {
@@ -281,15 +373,97 @@ fn flusher(shared: &Shared) {
         std::thread::sleep(DEFER_MAX);
         let mut st = lock(&shared.state);
         st.deferred = false;
-        for c in st.idle.iter_mut() {
-            if let Err(e) = c.flush() {
-                tracing::warn!("{e}");
+        flush_idle(&mut st);
+        if st.unsent.is_empty() {
+            retry = UNSENT_RETRY_MIN;
+            continue;
+        }
+        if send_unsent(shared, st, max_conns, connect) {
+            retry = UNSENT_RETRY_MIN;
+            continue;
+        }
+        // Not sent: wait (or until the pool closes), then try again.
+        let mut st = lock(&shared.state);
+        st.deferred = true;
+        let (st, _) = shared
+            .kick
+            .wait_timeout_while(st, retry, |s| !s.closing)
+            .unwrap_or_else(|p| p.into_inner());
+        drop(st);
+        retry = (retry * 2).min(UNSENT_RETRY_MAX);
+    }
+}
+
+/// Writes the deferred requests of idle connections; those found closed by the server
+/// hand their frames to `unsent`, and broken ones are dropped.
+fn flush_idle(st: &mut State) {
+    let mut kept = Vec::with_capacity(st.idle.len());
+    for mut c in std::mem::take(&mut st.idle) {
+        if c.has_deferred() && c.peer_closed() {
+            st.unsent.extend_from_slice(&c.take_deferred());
+        } else if let Err(e) = c.flush() {
+            tracing::warn!("{e}");
+        }
+        if c.is_broken() || c.peer_closed() {
+            st.open -= 1;
+        } else {
+            kept.push(c);
+        }
+    }
+    st.idle = kept;
+}
+
+/// Sends the frames kept unsent on an idle connection or a new one; false if they are
+/// still unsent (kept again).
+fn send_unsent<'a>(
+    shared: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+    max_conns: usize,
+    connect: &dyn Fn() -> Result<Conn, WireError>,
+) -> bool {
+    let frames = std::mem::take(&mut st.unsent);
+    let mut conn = match st.idle.pop() {
+        Some(c) => c,
+        None if st.open < max_conns => {
+            st.open += 1;
+            drop(st);
+            match connect() {
+                Ok(c) => {
+                    st = lock(&shared.state);
+                    c
+                }
+                Err(e) => {
+                    tracing::info!("{e}; deferred requests kept, will retry");
+                    let mut st = lock(&shared.state);
+                    st.open -= 1;
+                    st.unsent.splice(0..0, frames);
+                    shared.returned.notify_one();
+                    return false;
+                }
             }
         }
-        let before = st.idle.len();
-        st.idle.retain(|c| !c.is_broken());
-        st.open -= before - st.idle.len();
+        // Every connection is lent out: one of them takes the frames when it is next
+        // checked out (see `checkout`).
+        None => {
+            st.unsent.splice(0..0, frames);
+            return true;
+        }
+    };
+    drop(st);
+    // A frame whose write fails part-way is not sent again (see the module doc).
+    let sent = conn.defer_frames(&frames).and_then(|_| conn.flush());
+    let mut st = lock(&shared.state);
+    if let Err(e) = &sent {
+        tracing::warn!("sending deferred requests: {e}");
     }
+    if conn.is_broken() {
+        st.open -= 1;
+    } else {
+        st.idle.push(conn);
+    }
+    drop(st);
+    shared.returned.notify_one();
+    sent.is_ok()
 }
 
 /// Requests that do the same thing when sent twice.

@@ -226,6 +226,9 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::Fsync => Request::Fsync { fid: ino(rng) },
         Opcode::DataStatus => Request::DataStatus {},
         Opcode::DropCache => Request::DropCache { fid: ino(rng) },
+        Opcode::SessionOpen => Request::SessionOpen {},
+        Opcode::SessionRenew => Request::SessionRenew { session: rng.gen() },
+        Opcode::SessionEnd => Request::SessionEnd { session: rng.gen() },
         Opcode::Punch => Request::Punch {
             fid: ino(rng),
             unit: unit(rng),
@@ -342,6 +345,10 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                 .collect(),
             done: rng.gen(),
         },
+        Opcode::SessionOpen | Opcode::SessionRenew => Response::Session {
+            session: rng.gen(),
+            lease_ms: rng.gen(),
+        },
         Opcode::MetaStatus => Response::MetaStatus {
             inodes: rng.gen(),
             files: rng.gen(),
@@ -405,7 +412,8 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Remove
         | Opcode::DropCache
         | Opcode::Punch
-        | Opcode::Allocate => Response::Done,
+        | Opcode::Allocate
+        | Opcode::SessionEnd => Response::Done,
     };
     (r, 0)
 }

@@ -186,6 +186,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
             .map(|&p| stripefs_rpc::DataServerEntry { addr: addr(p) })
             .collect(),
         defaults: opts.defaults,
+        lease_ms: stripefs_rpc::limits::LEASE_MS,
     };
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;

@@ -21,6 +21,10 @@
 //! unchanged on the in-memory [`MemDisk`] (power cuts, torn writes, ENOSPC, EIO) and in
 //! a whole-cluster simulator ([`MetaService::open_on`], [`Tuning::deterministic`]).
 //!
+//! Clients open files in sessions with leases (`sessions.rs`): a session not renewed in
+//! time ends and its opens are released, so a vanished client holds nothing longer
+//! than its lease.
+//!
 //! Fault model: the process may be killed at any moment; an acknowledged change is
 //! committed, an unacknowledged one may or may not be, and the namespace is consistent
 //! either way because each batch is one log record and each checkpoint one transaction.
@@ -32,6 +36,7 @@
 mod clock;
 mod disk;
 mod fsck;
+mod legacy;
 pub mod logtool;
 mod memdisk;
 mod net;
@@ -40,6 +45,7 @@ mod ops;
 mod overlay;
 mod perm;
 mod purge;
+mod sessions;
 mod store;
 mod wal;
 mod writer;
@@ -64,7 +70,7 @@ use redb::Database;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use store::{need, Inode, Rd, Tables};
 use stripefs_rpc::{ClusterConfig, ConnInfo, Reply, Service};
 use stripefs_wire::{
@@ -97,6 +103,8 @@ pub(crate) struct Core {
     /// The error of the last checkpoint, while checkpoints fail (back-pressure).
     ckpt_failure: Mutex<Option<WireError>>,
     kick: (Mutex<bool>, Condvar),
+    /// Set (and notified) to end the lease sweeper.
+    stop_sweep: (Mutex<bool>, Condvar),
     requests: AtomicU64,
     errors: AtomicU64,
     /// Batches committed and operations they carried (group commit ratio).
@@ -254,6 +262,8 @@ pub struct MetaService {
     purge: Option<std::thread::JoinHandle<()>>,
     /// The purger, when no thread runs it (see [`MetaService::purge_once`]).
     purger: Mutex<Option<purge::Purger>>,
+    /// Ends sessions whose lease ran out (`sweep_leases`).
+    sweep: Option<std::thread::JoinHandle<()>>,
 }
 
 impl MetaService {
@@ -295,6 +305,7 @@ impl MetaService {
         cluster: &ClusterConfig,
         tuning: Tuning,
     ) -> Result<Arc<MetaService>, String> {
+        stripefs_rpc::config::check_lease(cluster.lease_ms)?;
         let db = disk.open_db(path)?;
         let placement = Placement {
             data_servers: cluster.data.len() as u32,
@@ -309,7 +320,7 @@ impl MetaService {
             disk,
             layers: RwLock::new(Layers::default()),
             path: path.to_path_buf(),
-            opens: Opens::default(),
+            opens: Opens::new(Duration::from_millis(cluster.lease_ms)),
             clock,
             placement,
             halted: AtomicBool::new(false),
@@ -318,6 +329,7 @@ impl MetaService {
             stop_signal: (Mutex::new(false), Condvar::new()),
             ckpt_failure: Mutex::new(None),
             kick: (Mutex::new(true), Condvar::new()),
+            stop_sweep: (Mutex::new(false), Condvar::new()),
             requests: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -333,6 +345,7 @@ impl MetaService {
                 core,
                 purge: None,
                 purger: Mutex::new(Some(purger)),
+                sweep: None,
             }));
         }
         let purge = std::thread::Builder::new()
@@ -345,11 +358,34 @@ impl MetaService {
                 return Err(format!("cannot start the purge thread: {e}"));
             }
         };
-        Ok(Arc::new(MetaService {
-            core,
+        let mut service = MetaService {
+            core: core.clone(),
             purge: Some(purge),
             purger: Mutex::new(None),
-        }))
+            sweep: None,
+        };
+        let sweep = std::thread::Builder::new()
+            .name("meta-leases".into())
+            .spawn(move || sweep_leases(&core));
+        // On failure, dropping the service stops the purge thread and the writer.
+        service.sweep = Some(sweep.map_err(|e| format!("cannot start the lease thread: {e}"))?);
+        Ok(Arc::new(service))
+    }
+
+    /// Ends the sessions whose lease ran out, now (without the lease thread, see
+    /// [`Tuning::background`]).
+    pub fn sweep_once(&self) {
+        sweep_overdue(&self.core);
+    }
+
+    /// Client sessions open now.
+    pub fn sessions(&self) -> usize {
+        self.core.opens.lock().sessions.len()
+    }
+
+    /// Inodes open in some session now.
+    pub fn open_files(&self) -> u64 {
+        self.core.opens.open_files()
     }
 
     /// Writes everything acknowledged so far into the tables (a checkpoint), on the
@@ -445,6 +481,12 @@ impl MetaService {
                 read,
                 write,
             } => {
+                // Refused before the file is made; open_file checks again under the lock.
+                self.core
+                    .opens
+                    .lock()
+                    .sessions
+                    .get(session, Instant::now())?;
                 let create = Request::Create {
                     parent,
                     name: name.clone(),
@@ -484,6 +526,33 @@ impl MetaService {
                 }
             }
             Request::Close { ino, session } => self.close_file(ino.0, session),
+            Request::SessionOpen {} => {
+                let mut st = self.core.opens.lock();
+                let session = st.sessions.open(Instant::now())?;
+                let lease_ms = st.sessions.lease().as_millis() as u64;
+                drop(st);
+                tracing::debug!("session {session:#x} opened");
+                Ok(Response::Session { session, lease_ms })
+            }
+            Request::SessionRenew { session } => {
+                let mut st = self.core.opens.lock();
+                match st.sessions.renew(session, Instant::now()) {
+                    Ok(()) => Ok(Response::Session {
+                        session,
+                        lease_ms: st.sessions.lease().as_millis() as u64,
+                    }),
+                    Err(e) => {
+                        // Past its lease: it ends now, whether or not the sweep came.
+                        drop(st);
+                        end_session(&self.core, session, "its lease ran out");
+                        Err(e)
+                    }
+                }
+            }
+            Request::SessionEnd { session } => {
+                end_session(&self.core, session, "the client ended it");
+                Ok(Response::Done)
+            }
             Request::MetaStatus {} => self.status(),
             req if ops::is_mutation(&req) => self.submit(Job::Client { cred, req }),
             req => self.read(&cred, &req),
@@ -564,6 +633,7 @@ impl MetaService {
                 format!("{MAX_OPEN_INODES} inodes are open; cannot open inode {ino}"),
             ));
         }
+        st.sessions.get(session, Instant::now())?.inodes.insert(ino);
         *st.open
             .entry(ino)
             .or_default()
@@ -576,26 +646,30 @@ impl MetaService {
     fn close_file(&self, ino: u64, session: u64) -> Answer {
         let reap = {
             let mut st = self.core.opens.lock();
-            // Opens live in memory: after a restart this server has forgotten the
-            // client's open, and there is nothing left to release. Failing the close
-            // would report an error for a file whose data is safe.
-            let Some(count) = st
-                .open
-                .get_mut(&ino)
-                .and_then(|e| e.sessions.get_mut(&session))
-            else {
-                tracing::debug!("close of inode {ino}: not open in session {session}");
-                return Ok(Response::Done);
+            // A Close in an ended session finds its open released already.
+            st.sessions.get(session, Instant::now())?;
+            let not_open = || {
+                WireError::new(
+                    ErrorCode::BadHandle,
+                    format!("inode {ino} is not open in session {session}"),
+                )
             };
+            let entry = st.open.get_mut(&ino).ok_or_else(not_open)?;
+            let count = entry.sessions.get_mut(&session).ok_or_else(not_open)?;
             *count -= 1;
-            let entry = st.open.get_mut(&ino).expect("looked up above");
-            if entry.sessions[&session] == 0 {
+            let session_done = *count == 0;
+            if session_done {
                 entry.sessions.remove(&session);
             }
             let last = entry.sessions.is_empty();
             let unlinked = entry.unlinked;
             if last {
                 st.open.remove(&ino);
+            }
+            if session_done {
+                if let Ok(s) = st.sessions.get(session, Instant::now()) {
+                    s.inodes.remove(&ino);
+                }
             }
             last && unlinked
         };
@@ -671,12 +745,71 @@ impl Drop for MetaService {
         // The purge thread commits through the writer, so it stops first; then the
         // writer checkpoints and ends its checkpoint thread, and the database closes
         // with the last `Core`.
+        *lock(&self.core.stop_sweep.0) = true;
+        self.core.stop_sweep.1.notify_all();
+        if let Some(sweep) = self.sweep.take() {
+            let _ = sweep.join();
+        }
         self.core.stop_purge.store(true, Ordering::SeqCst);
         self.core.kick_purge();
         if let Some(purge) = self.purge.take() {
             let _ = purge.join();
         }
         Writer::stop(&self.core);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ends session `id` (if it is still there) and releases its opens; unlinked files whose
+/// last open this was are reaped (purged).
+fn end_session(core: &Core, id: u64, why: &str) {
+    let reap = {
+        let mut st = core.opens.lock();
+        let Some(session) = st.sessions.end(id) else {
+            return;
+        };
+        tracing::info!(
+            "session {id:#x} ended ({why}): releasing its opens of {} inodes",
+            session.inodes.len()
+        );
+        st.release(id, session)
+    };
+    for ino in reap {
+        // On failure the inode stays an orphan, purged at the next start.
+        if let Err(e) = Writer::submit(core, Job::Reap(ino)) {
+            tracing::warn!("reaping inode {ino} after its session ended: {e}");
+        }
+    }
+}
+
+/// The lease sweeper: ends the sessions whose lease ran out, checking four times per
+/// lease (at most once a second, at least every 10 ms), until the service stops.
+fn sweep_leases(core: &Core) {
+    let lease = core.opens.lock().sessions.lease();
+    let every = (lease / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        let stop = lock(&core.stop_sweep.0);
+        let (stop, _) = core
+            .stop_sweep
+            .1
+            .wait_timeout_while(stop, every, |s| !*s)
+            .unwrap_or_else(|p| p.into_inner());
+        if *stop {
+            return;
+        }
+        drop(stop);
+        sweep_overdue(core);
+    }
+}
+
+/// Ends every session whose lease ran out.
+fn sweep_overdue(core: &Core) {
+    let overdue = core.opens.lock().sessions.overdue(Instant::now());
+    for id in overdue {
+        end_session(core, id, "its lease ran out without a renewal");
     }
 }
 
@@ -738,7 +871,8 @@ fn init(db: &Database, now_ns: i64, placement: Placement, last: u64) -> Result<(
 
 fn reap_orphans(w: &mut Wr, now_ns: i64, placement: Placement) -> Result<(), WireError> {
     let orphans = w.stack().orphans()?;
-    let opens = Opens::default();
+    // No client is connected before start: nothing is open.
+    let opens = Opens::new(Duration::from_secs(1));
     let root = Cred::root();
     let mut ctx = ops::Ctx {
         w,

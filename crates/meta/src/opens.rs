@@ -1,13 +1,16 @@
 //! Which inodes clients have open, in memory only: after a restart no file is open, and
-//! orphans (unlinked while open) are purged at startup.
+//! orphans (unlinked while open) are purged at startup. Opens are counted per client
+//! session, and the sessions (`sessions.rs`) live here too, under the same lock.
 //!
 //! The writer and connection threads meet here under one mutex: the writer decides "open
 //! or not" for an inode whose last link goes away while holding it, and an Open checks
 //! "about to be deleted" (`dying`) and the committed inode while holding it, so an Open
 //! never succeeds on an inode that a pending batch deletes.
 
+use crate::sessions::{Session, Sessions};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 #[derive(Default)]
 pub struct Entry {
@@ -17,11 +20,11 @@ pub struct Entry {
     pub unlinked: bool,
 }
 
-#[derive(Default)]
 pub struct State {
     pub open: HashMap<u64, Entry>,
     /// Inodes deleted by batches applied but not yet durable.
     pub dying: Dying,
+    pub sessions: Sessions,
 }
 
 /// Inodes deleted by batches in flight, with the batch that deletes each.
@@ -53,12 +56,39 @@ impl State {
     pub fn is_open(&self, ino: u64) -> bool {
         self.open.get(&ino).is_some_and(|e| !e.sessions.is_empty())
     }
+
+    /// Releases every open of session `id`, which ended (`session` was removed from the
+    /// table); returns the unlinked inodes whose last open this was, to be reaped.
+    pub fn release(&mut self, id: u64, session: Session) -> Vec<u64> {
+        let mut reap = Vec::new();
+        for ino in session.inodes {
+            let Some(entry) = self.open.get_mut(&ino) else {
+                continue;
+            };
+            entry.sessions.remove(&id);
+            if entry.sessions.is_empty() {
+                if entry.unlinked {
+                    reap.push(ino);
+                }
+                self.open.remove(&ino);
+            }
+        }
+        reap
+    }
 }
 
-#[derive(Default)]
 pub struct Opens(Mutex<State>);
 
 impl Opens {
+    /// An empty table whose sessions live `lease` without renewal.
+    pub fn new(lease: Duration) -> Opens {
+        Opens(Mutex::new(State {
+            open: HashMap::new(),
+            dying: Dying::default(),
+            sessions: Sessions::new(lease),
+        }))
+    }
+
     pub fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock would be a bug elsewhere; the state itself is
         // still meaningful, so keep serving rather than poisoning every later request.

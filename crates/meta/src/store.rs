@@ -6,8 +6,8 @@
 //! for the whole batch (see `writer.rs`), so an operation may fail half-way through its
 //! writes only with one of those two codes.
 
+use crate::legacy;
 use crate::overlay::Gen;
-use bincode::Options;
 use redb::{
     Database, Durability, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition,
 };
@@ -37,9 +37,14 @@ pub const META_WAL_SEQ: &str = "wal_seq";
 
 /// Leading byte of an encoded inode record, so that the format can evolve.
 /// Format of inode records. 1: the first release's; 2: layout hints gained
-/// `start_server`; 3: sockets and devices, with a device number. Old records are read
-/// and rewritten in the new form when changed.
-const RECORD_VERSION: u8 = 3;
+/// `start_server`; 3: sockets and devices, with a device number; 4: the same fields in
+/// postcard instead of bincode 1 (formats 1-3, read by `legacy.rs`). Old records are
+/// read and rewritten in the new form when changed.
+const RECORD_VERSION: u8 = 4;
+/// Leading byte of an encoded purge-queue layout in postcard. Layouts written by
+/// bincode 1 had no format byte; they start with the stripe size's low byte, which is
+/// 0 in every valid layout (a multiple of 4096), so the two cannot be confused.
+const LAYOUT_VERSION: u8 = 4;
 /// Largest encoded record we accept from disk (a layout of many servers plus a target).
 const MAX_RECORD_BYTES: u64 = 1 << 20;
 
@@ -89,12 +94,28 @@ impl Inode {
     }
 }
 
-fn codec() -> impl Options {
-    bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .with_little_endian()
-        .with_limit(MAX_RECORD_BYTES)
-        .reject_trailing_bytes()
+/// Decodes all of `bytes` (postcard), refusing trailing bytes and oversized records.
+pub fn decode_postcard<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    limit: u64,
+) -> Result<T, String> {
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "{} bytes, beyond the limit of {limit}",
+            bytes.len()
+        ));
+    }
+    let (v, rest) = postcard::take_from_bytes(bytes).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!("{} trailing bytes", rest.len()));
+    }
+    Ok(v)
+}
+
+/// Appends the postcard encoding of `value` to `out`.
+pub fn encode_postcard_into<T: Serialize>(out: Vec<u8>, value: &T) -> Vec<u8> {
+    // Encoding into a growing Vec cannot fail.
+    postcard::to_extend(value, out).expect("postcard encodes into a growing Vec")
 }
 
 /// The on-disk form of an inode: its own types, so that a change of the wire protocol
@@ -277,12 +298,11 @@ fn upgrade_v1(d: DiskInodeV1) -> DiskInode {
 }
 
 pub fn encode_inode(inode: &Inode) -> Vec<u8> {
-    let mut out = vec![RECORD_VERSION];
-    // Serializing an in-memory record only fails beyond the size limit, which names and
-    // paths are far below: a failure is a programming error.
-    codec()
-        .serialize_into(&mut out, &to_disk(inode))
-        .expect("inode record exceeds MAX_RECORD_BYTES");
+    let out = encode_postcard_into(vec![RECORD_VERSION], &to_disk(inode));
+    assert!(
+        out.len() as u64 <= MAX_RECORD_BYTES,
+        "inode record too large"
+    );
     out
 }
 
@@ -294,19 +314,16 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
         )
     };
     match bytes.split_first() {
-        Some((&RECORD_VERSION, rest)) => codec()
-            .deserialize::<DiskInode>(rest)
-            .map_err(|e| e.to_string())
+        Some((&RECORD_VERSION, rest)) => decode_postcard::<DiskInode>(rest, MAX_RECORD_BYTES)
             .and_then(from_disk)
             .map_err(corrupt),
-        Some((2, rest)) => codec()
-            .deserialize::<DiskInodeV2>(rest)
-            .map_err(|e| e.to_string())
+        Some((3, rest)) => legacy::from_bytes::<DiskInode>(rest)
+            .and_then(from_disk)
+            .map_err(corrupt),
+        Some((2, rest)) => legacy::from_bytes::<DiskInodeV2>(rest)
             .and_then(|d| from_disk(upgrade_v2(d)))
             .map_err(corrupt),
-        Some((1, rest)) => codec()
-            .deserialize::<DiskInodeV1>(rest)
-            .map_err(|e| e.to_string())
+        Some((1, rest)) => legacy::from_bytes::<DiskInodeV1>(rest)
             .and_then(|d| from_disk(upgrade_v1(d)))
             .map_err(corrupt),
         Some((v, _)) => Err(corrupt(format!(
@@ -317,21 +334,25 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
 }
 
 pub fn encode_layout(layout: &Layout) -> Vec<u8> {
-    codec()
-        .serialize(&DiskLayout::from(layout))
-        .expect("layout exceeds MAX_RECORD_BYTES")
+    encode_postcard_into(vec![LAYOUT_VERSION], &DiskLayout::from(layout))
 }
 
 pub fn decode_layout(ino: u64, bytes: &[u8]) -> Result<Layout, WireError> {
-    codec()
-        .deserialize::<DiskLayout>(bytes)
-        .map(Layout::from)
-        .map_err(|e| {
-            WireError::new(
-                ErrorCode::Internal,
-                format!("purge entry of inode {ino} is corrupt: {e}"),
-            )
-        })
+    let decoded = match bytes.split_first() {
+        Some((&LAYOUT_VERSION, rest)) => decode_postcard::<DiskLayout>(rest, MAX_RECORD_BYTES),
+        // bincode 1 (no format byte): the stripe size's low byte comes first.
+        Some((0, _)) => legacy::from_bytes::<DiskLayout>(bytes),
+        Some((v, _)) => Err(format!(
+            "layout format {v} is newer than this build reads ({LAYOUT_VERSION}): upgrade stripefs"
+        )),
+        None => Err("empty record".into()),
+    };
+    decoded.map(Layout::from).map_err(|e| {
+        WireError::new(
+            ErrorCode::Internal,
+            format!("purge entry of inode {ino} is corrupt: {e}"),
+        )
+    })
 }
 
 pub fn type_code(t: FileType) -> u8 {
@@ -612,28 +633,55 @@ mod tests {
     use proptest::prelude::*;
     use stripefs_wire::ServerId;
 
+    /// bincode 1 (fixint, little-endian) by hand, to make records of formats 1-3 as
+    /// the old builds wrote them (the whole-database fixture in tests/ has real ones).
+    #[derive(Default)]
+    struct Bin(Vec<u8>);
+
+    impl Bin {
+        fn u8(mut self, v: u8) -> Bin {
+            self.0.push(v);
+            self
+        }
+        fn u32(mut self, v: u32) -> Bin {
+            self.0.extend(v.to_le_bytes());
+            self
+        }
+        fn u64(mut self, v: u64) -> Bin {
+            self.0.extend(v.to_le_bytes());
+            self
+        }
+        fn opt_u32(self, v: Option<u32>) -> Bin {
+            match v {
+                Some(v) => self.u8(1).u32(v),
+                None => self.u8(0),
+            }
+        }
+        /// mode 0o755, nlink 2, uid 1, gid 2, size 0, atime 3, mtime 4, ctime 5,
+        /// no layout.
+        fn common(self) -> Bin {
+            self.u32(0o755)
+                .u32(2)
+                .u32(1)
+                .u32(2)
+                .u64(0)
+                .u64(3)
+                .u64(4)
+                .u64(5)
+                .u8(0)
+        }
+    }
+
     /// Databases written by the first release (record format 1) still read.
     #[test]
     fn reads_format_1_records() {
-        let v1 = DiskInodeV1 {
-            ftype: FileType::Dir,
-            mode: 0o755,
-            nlink: 2,
-            uid: 1,
-            gid: 2,
-            size: 0,
-            atime_ns: 3,
-            mtime_ns: 4,
-            ctime_ns: 5,
-            layout: None,
-            dir_layout: (Some(65536), Some(2)),
-            target: None,
-            parent: 1,
-        };
-        let mut bytes = vec![1u8];
-        codec().serialize_into(&mut bytes, &v1).unwrap();
-        let i = decode_inode(7, &bytes).unwrap();
+        // ftype Dir (enum index 1), dir_layout (Some(65536), Some(2)), no target,
+        // parent 1.
+        let b = Bin::default().u8(1).u32(1).common();
+        let b = b.opt_u32(Some(65536)).opt_u32(Some(2)).u8(0).u64(1);
+        let i = decode_inode(7, &b.0).unwrap();
         assert_eq!(i.ftype, FileType::Dir);
+        assert_eq!((i.mode, i.nlink, i.ctime_ns, i.parent), (0o755, 2, 5, 1));
         assert_eq!(i.dir_layout.stripe_size_bytes, Some(65536));
         assert_eq!(i.dir_layout.stripe_count, Some(2));
         assert_eq!(i.dir_layout.start_server, None);
@@ -666,34 +714,27 @@ mod tests {
         }
     }
 
-    /// Records of format 2 (no device number) still read, as what they were.
+    /// Records of formats 2 (no device number) and 3 (bincode 1) still read, as what
+    /// they were; purge-queue layouts of bincode 1 too.
     #[test]
-    fn reads_format_2_records() {
-        let v2 = DiskInodeV2 {
-            ftype: type_code(FileType::Fifo),
-            mode: 0o640,
-            nlink: 1,
-            uid: 1,
-            gid: 2,
-            size: 0,
-            atime_ns: 3,
-            mtime_ns: 4,
-            ctime_ns: 5,
-            layout: None,
-            dir_layout: DiskHint {
-                stripe_size_bytes: None,
-                stripe_count: None,
-                start_server: Some(1),
-            },
-            target: None,
-            parent: 0,
-        };
-        let mut bytes = vec![2u8];
-        codec().serialize_into(&mut bytes, &v2).unwrap();
-        let i = decode_inode(7, &bytes).unwrap();
-        assert_eq!((i.ftype, i.mode, i.rdev), (FileType::Fifo, 0o640, 0));
+    fn reads_format_2_and_3_records() {
+        // ftype Fifo (code 3), hint (None, None, Some(1)), no target, parent 0.
+        let v2 = Bin::default().u8(2).u8(type_code(FileType::Fifo)).common();
+        let v2 = v2.opt_u32(None).opt_u32(None).opt_u32(Some(1)).u8(0).u64(0);
+        let i = decode_inode(7, &v2.0).unwrap();
+        assert_eq!((i.ftype, i.mode, i.rdev), (FileType::Fifo, 0o755, 0));
         assert_eq!(i.dir_layout.start_server, Some(1));
         assert_eq!(decode_inode(7, &encode_inode(&i)).unwrap(), i);
+        let mut v3 = v2;
+        v3.0[0] = 3;
+        let v3 = v3.u32(0x0801);
+        let i = decode_inode(7, &v3.0).unwrap();
+        assert_eq!((i.ftype, i.rdev), (FileType::Fifo, 0x0801));
+        let old_layout = Bin::default().u32(65536).u64(2).u32(3).u32(0);
+        let l = decode_layout(7, &old_layout.0).unwrap();
+        assert_eq!(l.stripe_size_bytes, 65536);
+        assert_eq!(l.servers, vec![ServerId(3), ServerId(0)]);
+        assert_eq!(decode_layout(7, &encode_layout(&l)).unwrap(), l);
     }
 
     #[test]

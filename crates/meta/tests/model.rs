@@ -326,7 +326,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, log: &mut Vec<String>) {
             let f = files[rng.gen_range(0..files.len())];
             let got = ok_ino(fs.root(Request::Open {
                 ino: InodeId(f),
-                session: 1,
+                session: fs.sess(1),
                 read: true,
                 write: true,
             }));
@@ -342,7 +342,7 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, log: &mut Vec<String>) {
             let f = open[rng.gen_range(0..open.len())];
             let got = ok_ino(fs.root(Request::Close {
                 ino: InodeId(f),
-                session: 1,
+                session: fs.sess(1),
             }));
             let c = m.open.get_mut(&f).unwrap();
             *c -= 1;

@@ -227,7 +227,7 @@ fn unlink_while_open_then_close_purges() {
     let open = |s: u64| {
         fs.root(Request::Open {
             ino: f.ino,
-            session: s,
+            session: fs.sess(s),
             read: true,
             write: true,
         })
@@ -235,7 +235,7 @@ fn unlink_while_open_then_close_purges() {
     let close = |s: u64| {
         fs.root(Request::Close {
             ino: f.ino,
-            session: s,
+            session: fs.sess(s),
         })
     };
     open(7).unwrap();
@@ -260,9 +260,7 @@ fn unlink_while_open_then_close_purges() {
     close(8).unwrap();
     assert_eq!(code(fs.getattr(f.ino.0)), ErrorCode::StaleHandle);
     assert_eq!(fs.svc.purge_queue_len().unwrap(), 1);
-    // A close the server knows nothing of is answered as done: after a restart it has
-    // forgotten every open, and the client's close must not fail for that.
-    close(8).unwrap();
+    assert_eq!(code(close(8)), ErrorCode::BadHandle);
     assert_eq!(code(open(9)), ErrorCode::StaleHandle);
     assert_eq!(fs.status().3, 0);
     fs.check();
@@ -275,7 +273,7 @@ fn orphans_are_purged_on_restart() {
     let f = fs.create(&r, ROOT, "f", 0o644).unwrap();
     fs.root(Request::Open {
         ino: f.ino,
-        session: 1,
+        session: fs.sess(1),
         read: true,
         write: false,
     })
@@ -713,22 +711,24 @@ fn bad_requests_do_not_panic() {
         })),
         ErrorCode::InvalidArgument
     );
-    fs.root(Request::Close {
-        ino: InodeId(ROOT),
-        session: 1,
-    })
-    .unwrap();
+    assert_eq!(
+        code(fs.root(Request::Close {
+            ino: InodeId(ROOT),
+            session: fs.sess(1)
+        })),
+        ErrorCode::BadHandle
+    );
     fs.check();
 }
 
-fn create_open(name: &str, mode: u32, exclusive: bool, write: bool) -> Request {
+fn create_open(fs: &Fs, name: &str, mode: u32, exclusive: bool, write: bool) -> Request {
     Request::CreateOpen {
         parent: InodeId(ROOT),
         name: name.into(),
         mode,
         exclusive,
         layout: LayoutHint::default(),
-        session: 42,
+        session: fs.sess(42),
         read: true,
         write,
     }
@@ -739,28 +739,29 @@ fn create_open_counts_the_open_and_lets_the_creator_write() {
     let fs = Fs::new();
     let me = user(1000, 100);
     let dir = fs.mkdir(&Cred::root(), ROOT, "pub", 0o777).unwrap();
-    let req = |name: &str, mode, exclusive, write| match create_open(name, mode, exclusive, write) {
-        Request::CreateOpen {
-            name,
-            mode,
-            exclusive,
-            layout,
-            session,
-            read,
-            write,
-            ..
-        } => Request::CreateOpen {
-            parent: dir.ino,
-            name,
-            mode,
-            exclusive,
-            layout,
-            session,
-            read,
-            write,
-        },
-        _ => unreachable!(),
-    };
+    let req =
+        |name: &str, mode, exclusive, write| match create_open(&fs, name, mode, exclusive, write) {
+            Request::CreateOpen {
+                name,
+                mode,
+                exclusive,
+                layout,
+                session,
+                read,
+                write,
+                ..
+            } => Request::CreateOpen {
+                parent: dir.ino,
+                name,
+                mode,
+                exclusive,
+                layout,
+                session,
+                read,
+                write,
+            },
+            _ => unreachable!(),
+        };
     // open(O_CREAT|O_RDWR, 0444) succeeds for the creator, as POSIX says.
     let f = fs.attr(&me, req("ro", 0o444, true, true)).unwrap();
     assert_eq!((f.mode, f.uid), (0o444, 1000));
@@ -782,12 +783,12 @@ fn create_open_counts_the_open_and_lets_the_creator_write() {
     assert_eq!(fs.getattr(f.ino.0).unwrap().nlink, 0);
     let close = Request::Close {
         ino: f.ino,
-        session: 42,
+        session: fs.sess(42),
     };
     call(&fs.svc, &me, close).unwrap();
     // An existing directory is not opened as a file.
     assert_eq!(
-        code(fs.attr(&Cred::root(), create_open("pub", 0o644, false, false))),
+        code(fs.attr(&Cred::root(), create_open(&fs, "pub", 0o644, false, false))),
         ErrorCode::IsDir
     );
     fs.check();

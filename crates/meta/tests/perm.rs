@@ -72,7 +72,7 @@ fn directory_write_and_search() {
             c,
             Request::Open {
                 ino: f.ino,
-                session: 1,
+                session: fs.sess(1),
                 read,
                 write,
             },

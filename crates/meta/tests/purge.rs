@@ -100,7 +100,7 @@ fn reachable_data_servers_get_remove_and_queue_empties() {
     let f = fs.create(&r, ROOT, "f", 0o644).unwrap();
     fs.root(Request::Open {
         ino: f.ino,
-        session: 3,
+        session: fs.sess(3),
         read: true,
         write: true,
     })
@@ -113,7 +113,7 @@ fn reachable_data_servers_get_remove_and_queue_empties() {
     );
     fs.root(Request::Close {
         ino: f.ino,
-        session: 3,
+        session: fs.sess(3),
     })
     .unwrap();
     let left = drain(&fs);

@@ -5,6 +5,7 @@
 //! ```toml
 //! secret = "64 hex digits"        # the file is mode 0600
 //! timeout_ms = 10000              # optional, client and server I/O timeout
+//! lease_ms = 30000                # optional, client session lease (limits::LEASE_MS)
 //! [meta]
 //! addr = "127.0.0.1:7000"
 //! [[data]]                        # data server ids are their order here: 0, 1, ...
@@ -39,6 +40,9 @@ pub struct ClusterConfig {
     pub meta_addr: String,
     pub data: Vec<DataServerEntry>,
     pub defaults: Defaults,
+    /// How long a client session lives without renewal (the metadata server's setting;
+    /// clients learn it from the server). See [`crate::limits::LEASE_MS`].
+    pub lease_ms: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +71,8 @@ impl Default for Defaults {
 struct RawCluster {
     secret: Option<String>,
     timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_ms: Option<u64>,
     meta: RawMeta,
     #[serde(default)]
     data: Vec<RawData>,
@@ -145,6 +151,8 @@ impl ClusterConfig {
         if timeout_ms == 0 {
             return Err("timeout_ms must be above zero".into());
         }
+        let lease_ms = raw.lease_ms.unwrap_or(crate::limits::LEASE_MS);
+        check_lease(lease_ms)?;
         Ok(ClusterConfig {
             secret,
             timeout_ms,
@@ -155,6 +163,7 @@ impl ClusterConfig {
                 .map(|d| DataServerEntry { addr: d.addr })
                 .collect(),
             defaults,
+            lease_ms,
         })
     }
 
@@ -162,6 +171,7 @@ impl ClusterConfig {
         let raw = RawCluster {
             secret: Some(self.secret.to_hex()),
             timeout_ms: Some(self.timeout_ms),
+            lease_ms: (self.lease_ms != crate::limits::LEASE_MS).then_some(self.lease_ms),
             meta: RawMeta {
                 addr: self.meta_addr.clone(),
             },
@@ -184,6 +194,18 @@ impl ClusterConfig {
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         write_private(path, self.to_toml().as_bytes())
     }
+}
+
+/// A lease length a cluster may use: within [`crate::limits::MIN_LEASE_MS`] and
+/// [`crate::limits::MAX_LEASE_MS`].
+pub fn check_lease(lease_ms: u64) -> Result<(), String> {
+    use crate::limits::{MAX_LEASE_MS, MIN_LEASE_MS};
+    if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&lease_ms) {
+        return Err(format!(
+            "lease_ms {lease_ms} must be between {MIN_LEASE_MS} and {MAX_LEASE_MS}"
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `bytes` to `path` with mode 0600 through a temporary file and a rename, and

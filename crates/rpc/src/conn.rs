@@ -177,6 +177,50 @@ impl Conn {
         !self.outbox.is_empty()
     }
 
+    /// Takes the frames of deferred requests, unsent, so that they can go out on
+    /// another connection ([`Conn::defer_frames`]); for a connection found closed by the
+    /// server before they were written ([`Conn::peer_closed`]).
+    pub fn take_deferred(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Defers whole request frames taken from another connection. They keep their
+    /// request ids: nobody reads an answer to them (`FLAG_NO_REPLY`).
+    pub fn defer_frames(&mut self, frames: &[u8]) -> Result<(), WireError> {
+        self.check_usable()?;
+        self.outbox.extend_from_slice(frames);
+        if self.outbox.len() >= MAX_OUTBOX_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the server has closed this idle connection (or sent something nobody
+    /// asked for): then nothing written to it would be read. One non-blocking peek,
+    /// so that a pooled connection is checked before requests are written to it.
+    pub fn peer_closed(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut byte = 0u8;
+        // SAFETY: recv writes at most 1 byte into `byte`, which lives across the call.
+        let n = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            );
+        }
+        // 0: the peer closed; > 0: bytes no request of ours asked for.
+        true
+    }
+
     /// Writes the deferred requests.
     pub fn flush(&mut self) -> Result<(), WireError> {
         if self.outbox.is_empty() {

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod config;
 mod conn;
 mod frame;
+pub mod limits;
 mod server;
 pub mod units;
 

@@ -99,6 +99,7 @@ impl Servers {
                 stripe_size_bytes: STRIPE_BYTES,
                 stripe_count: 0,
             },
+            lease_ms: stripefs_rpc::limits::LEASE_MS,
         };
         let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
         let data_clock = Arc::new(VirtualClock::new());

@@ -99,6 +99,7 @@ error_codes! {
     Io = 202, EIO, "input/output error";
     Internal = 203, EIO, "internal server error";
     ServerRestarted = 204, EIO, "data server restarted; unsynced writes may be lost";
+    SessionExpired = 106, EIO, "client session expired";
 }
 
 impl fmt::Display for ErrorCode {

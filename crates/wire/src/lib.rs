@@ -1,8 +1,8 @@
 //! The stripefs wire protocol, with no I/O in it.
 //!
 //! Every message is a *frame*: a fixed 40-byte little-endian [`Header`], then a body of
-//! `body_len` bytes (a [`Request`] or [`Response`] encoded with fixed-width little-endian
-//! bincode), then `data_len` bytes of bulk data. Bulk data follows the body so that a
+//! `body_len` bytes (a [`Request`] or [`Response`] encoded with postcard: varint
+//! integers, so byte order does not depend on the machine), then `data_len` bytes of bulk data. Bulk data follows the body so that a
 //! server can send file bytes straight from disk (sendfile) and a receiver can read them
 //! straight into place. The header carries a CRC32C of itself and of the body; bulk data
 //! is covered by per-block CRC32Cs carried in the body (see [`BLOCK_BYTES`]), which the

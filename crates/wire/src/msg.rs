@@ -6,7 +6,6 @@ use crate::{
     ErrorCode, FrameError, Header, WireError, BLOCK_BYTES, FLAG_NO_REPLY, FLAG_RESPONSE, VERSION,
 };
 use crate::{MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_PATH_BYTES, MAX_READDIR_ENTRIES};
-use bincode::Options;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// An inode number. The root directory is [`InodeId::ROOT`]; 0 is never used.
@@ -200,11 +199,11 @@ pub enum Role {
 }
 
 macro_rules! requests {
-    ($($num:literal => $name:ident { $($field:ident : $ty:ty),* $(,)? },)*) => {
+    ($($num:literal => $name:ident { $($(#[$fattr:meta])* $field:ident : $ty:ty),* $(,)? },)*) => {
         /// A request. The variant determines the opcode.
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
         pub enum Request {
-            $($name { $($field: $ty),* },)*
+            $($name { $($(#[$fattr])* $field: $ty),* },)*
         }
 
         /// Numbered operations. The numbers are part of the protocol: never reuse one.
@@ -270,7 +269,7 @@ requests! {
     29 => Access { ino: InodeId, mask: u32 },
     // Data server (60-99). Offsets and lengths are in the server's local byte space of
     // the file (see stripefs-layout); `unit` is the file's stripe size.
-    60 => Write { fid: InodeId, unit: u32, offset: u64, crcs: Vec<u32> },
+    60 => Write { fid: InodeId, unit: u32, offset: u64, #[serde(with = "crc_list")] crcs: Vec<u32> },
     61 => Read { fid: InodeId, unit: u32, offset: u64, len: u32 },
     62 => Truncate { fid: InodeId, unit: u32, local_size: u64 },
     63 => Remove { fid: InodeId },
@@ -303,6 +302,13 @@ requests! {
     75 => Scrub { fid: InodeId, target: u32, offset: u64 },
     // The background scrubber's counters; answered with `ScrubStatus`.
     76 => ScrubStatus {},
+    // Metadata server: client sessions with leases (see docs/protocol.md, Sessions).
+    // Starts a session; answered with `Session`.
+    30 => SessionOpen {},
+    // Extends the session's lease; answered with `Session`, or `SessionExpired`.
+    31 => SessionRenew { session: u64 },
+    // Ends the session: its opens are released at once. Answered with `Done`.
+    32 => SessionEnd { session: u64 },
 }
 
 /// Most object bytes one Scrub request reads.
@@ -320,6 +326,58 @@ pub struct Damage {
     pub offset: u64,
     pub stored_crc: u32,
     pub actual_crc: u32,
+}
+
+/// CRC lists (Write, ReadData) travel as bytes: a varint byte count, then each CRC as
+/// 4 little-endian bytes. CRCs are random 32-bit numbers, which as varints would take
+/// 5 bytes each and a loop per number; as bytes they cost one copy (measured: see
+/// docs/protocol.md, Body encoding).
+mod crc_list {
+    use serde::{de, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(crcs: &[u32], s: S) -> Result<S::Ok, S::Error> {
+        #[cfg(target_endian = "little")]
+        {
+            // SAFETY: u32 has no padding and u8 no alignment, so the list's memory is
+            // 4 * len initialised bytes, and on a little-endian machine they are the
+            // wire form.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(crcs.as_ptr().cast::<u8>(), std::mem::size_of_val(crcs))
+            };
+            s.serialize_bytes(bytes)
+        }
+        #[cfg(not(target_endian = "little"))]
+        {
+            let bytes: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+            s.serialize_bytes(&bytes)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+        d.deserialize_bytes(Visitor)
+    }
+
+    struct Visitor;
+
+    impl de::Visitor<'_> for Visitor {
+        type Value = Vec<u32>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a CRC list: a multiple of 4 bytes")
+        }
+
+        fn visit_bytes<E: de::Error>(self, b: &[u8]) -> Result<Vec<u32>, E> {
+            if b.len() % 4 != 0 {
+                return Err(E::custom(format!(
+                    "CRC list of {} bytes is not a multiple of 4",
+                    b.len()
+                )));
+            }
+            Ok(b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("chunks of 4")))
+                .collect())
+        }
+    }
 }
 
 /// Responses. The response frame's opcode echoes the request's.
@@ -354,6 +412,7 @@ pub enum Response {
     },
     /// Answer to Read: the stored CRC of each block of the returned data, which follows.
     ReadData {
+        #[serde(with = "crc_list")]
         crcs: Vec<u32>,
     },
     DataStatus {
@@ -398,6 +457,12 @@ pub enum Response {
         /// The background scrubber's rate, 0 when off.
         rate_bytes_s: u64,
     },
+    /// Answer to SessionOpen and SessionRenew: the session's id and its lease; the
+    /// session ends unless renewed within `lease_ms` of this answer.
+    Session {
+        session: u64,
+        lease_ms: u64,
+    },
 }
 
 /// What a request body holds: the caller's credentials and the request.
@@ -407,28 +472,60 @@ pub struct Envelope {
     pub req: Request,
 }
 
-fn codec() -> impl bincode::Options {
-    bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .with_little_endian()
-        .with_limit(MAX_BODY_BYTES as u64)
-        .reject_trailing_bytes()
+/// Encodes a message body: postcard 1 (variable-length integers, see docs/protocol.md).
+/// Exposed for the benchmarks of the encoding and the fuzzer; frames use it through
+/// [`encode_request`] and [`encode_response`].
+pub fn encode_body<T: Serialize>(value: &T) -> Vec<u8> {
+    encode_body_after(Vec::new(), value)
 }
 
-fn encode_body<T: Serialize>(value: &T) -> Vec<u8> {
-    // Encoding our own in-memory values cannot fail except by exceeding the limit, which
-    // is a programming error (callers bound names, lists and batches).
-    let body = codec()
-        .serialize(value)
-        .expect("message exceeds MAX_BODY_BYTES");
-    assert!(body.len() <= MAX_BODY_BYTES as usize);
-    body
+/// Appends the encoding of `value` to `out` (a frame's header space).
+fn encode_body_after<T: Serialize>(mut out: Vec<u8>, value: &T) -> Vec<u8> {
+    // Most bodies are far smaller than this: one allocation, no measuring pass.
+    out.reserve(BODY_GUESS_BYTES);
+    let start = out.len();
+    // Encoding our own in-memory values cannot fail (postcard fails only on a full
+    // buffer, and this one grows); a body beyond the limit is a programming error
+    // (callers bound names, lists and batches).
+    let out = postcard::to_extend(value, out).expect("postcard encodes into a growing Vec");
+    assert!(
+        out.len() - start <= MAX_BODY_BYTES as usize,
+        "message exceeds MAX_BODY_BYTES"
+    );
+    out
 }
 
-fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
-    codec()
-        .deserialize(body)
-        .map_err(|e| FrameError::BadBody(e.to_string()))
+/// Room reserved for a body before encoding it (a Write of 1 MiB has 1,044 bytes).
+const BODY_GUESS_BYTES: usize = 2048;
+
+/// Decodes a message body. Refused: bodies over [`MAX_BODY_BYTES`], bytes that do not
+/// decode, trailing bytes, and non-canonical encodings (an integer in more varint bytes
+/// than it needs), so that every accepted body re-encodes to itself. Allocations are
+/// bounded by the body: postcard preallocates at most a small cautious amount per
+/// sequence and reads every element from the input.
+pub fn decode_body<T: DeserializeOwned + Serialize>(body: &[u8]) -> Result<T, FrameError> {
+    if body.len() > MAX_BODY_BYTES as usize {
+        return Err(FrameError::BodyTooLarge(body.len() as u32));
+    }
+    let (value, rest) =
+        postcard::take_from_bytes::<T>(body).map_err(|e| FrameError::BadBody(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(FrameError::BadBody(format!(
+            "{} trailing bytes after the message",
+            rest.len()
+        )));
+    }
+    // A non-canonical varint is strictly longer than the canonical one, so equal
+    // lengths mean equal bytes.
+    let canonical = postcard::serialize_with_flavor(&value, postcard::ser_flavors::Size::default())
+        .map_err(|e| FrameError::BadBody(e.to_string()))?;
+    if canonical != body.len() {
+        return Err(FrameError::BadBody(format!(
+            "non-canonical encoding: {} bytes where {canonical} suffice",
+            body.len()
+        )));
+    }
+    Ok(value)
 }
 
 /// Encodes a request frame's header and body; `data_len` bytes of bulk data follow.
@@ -441,20 +538,27 @@ pub fn encode_request(request_id: u64, env: &Envelope, data_len: u32) -> Vec<u8>
 pub fn encode_request_flags(request_id: u64, env: &Envelope, data_len: u32, flags: u16) -> Vec<u8> {
     assert!(data_len <= MAX_DATA_BYTES);
     assert_eq!(flags & !FLAG_NO_REPLY, 0, "a request's flags");
-    let body = encode_body(env);
     let header = Header {
         version: VERSION,
         opcode: env.req.opcode() as u16,
         flags,
         request_id,
         status: 0,
-        body_len: body.len() as u32,
+        body_len: 0,
         data_len,
-        body_crc: crate::crc32c(&body),
+        body_crc: 0,
     };
-    let mut frame = Vec::with_capacity(crate::HEADER_LEN + body.len());
-    frame.extend_from_slice(&header.encode());
-    frame.extend_from_slice(&body);
+    frame_with_body(header, env)
+}
+
+/// A frame of `header` (its body length and CRC filled in here) and `value` as body,
+/// encoded in place after the header.
+fn frame_with_body<T: Serialize>(mut header: Header, value: &T) -> Vec<u8> {
+    let mut frame = encode_body_after(vec![0; crate::HEADER_LEN], value);
+    let body = &frame[crate::HEADER_LEN..];
+    header.body_len = body.len() as u32;
+    header.body_crc = crate::crc32c(body);
+    frame[..crate::HEADER_LEN].copy_from_slice(&header.encode());
     frame
 }
 
@@ -494,8 +598,18 @@ pub fn encode_response(
     data_len: u32,
 ) -> Vec<u8> {
     assert!(data_len <= MAX_DATA_BYTES);
-    let (status, body) = match result {
-        Ok(resp) => (0, encode_body(resp)),
+    let header = |status| Header {
+        version: VERSION,
+        opcode: opcode as u16,
+        flags: FLAG_RESPONSE,
+        request_id,
+        status,
+        body_len: 0,
+        data_len,
+        body_crc: 0,
+    };
+    match result {
+        Ok(resp) => frame_with_body(header(0), resp),
         Err(err) => {
             assert!(data_len == 0, "an error response carries no data");
             // Error messages are bounded so that the frame always fits.
@@ -507,23 +621,9 @@ pub fn encode_response(
                 }
                 e.message.truncate(cut);
             }
-            (e.code as u32, encode_body(&e))
+            frame_with_body(header(e.code as u32), &e)
         }
-    };
-    let header = Header {
-        version: VERSION,
-        opcode: opcode as u16,
-        flags: FLAG_RESPONSE,
-        request_id,
-        status,
-        body_len: body.len() as u32,
-        data_len,
-        body_crc: crate::crc32c(&body),
-    };
-    let mut frame = Vec::with_capacity(crate::HEADER_LEN + body.len());
-    frame.extend_from_slice(&header.encode());
-    frame.extend_from_slice(&body);
-    frame
+    }
 }
 
 /// Decodes a response body. The outer `Result` is a bad frame (close the connection); the
@@ -847,11 +947,35 @@ mod tests {
         // A body claiming a 2^60-byte name must fail fast with a clear reason.
         let mut body = encode_body(&env(Request::Lookup {
             parent: InodeId::ROOT,
-            name: "a".into(),
+            name: String::new(),
         }));
-        let name_len_at = body.len() - 1 - 8;
-        body[name_len_at..name_len_at + 8].copy_from_slice(&(1u64 << 60).to_le_bytes());
+        assert_eq!(body.pop(), Some(0), "the empty name's length comes last");
+        let mut n = 1u64 << 60;
+        while n >= 0x80 {
+            body.push(n as u8 | 0x80);
+            n >>= 7;
+        }
+        body.push(n as u8);
         assert!(decode_body::<Envelope>(&body).is_err());
+    }
+
+    /// postcard accepts an integer in more varint bytes than it needs; the decoder
+    /// refuses them, so every body has one encoding (the fuzzer relies on it).
+    #[test]
+    fn non_canonical_and_trailing_bodies_are_refused() {
+        let e = env(Request::GetAttr { ino: InodeId(5) });
+        let body = encode_body(&e);
+        assert_eq!(decode_body::<Envelope>(&body).unwrap(), e);
+        // The inode number 5 is the last byte; spell it in two bytes.
+        let mut long = body.clone();
+        let last = long.pop().unwrap();
+        long.extend([last | 0x80, 0]);
+        let err = decode_body::<Envelope>(&long).unwrap_err();
+        assert!(err.to_string().contains("non-canonical"), "{err}");
+        let mut trailing = body.clone();
+        trailing.push(0);
+        let err = decode_body::<Envelope>(&trailing).unwrap_err();
+        assert!(err.to_string().contains("trailing"), "{err}");
     }
 
     #[test]

@@ -229,6 +229,9 @@ fn sparse_request() -> impl Strategy<Value = Request> {
             }
         ),
         inode().prop_map(|fid| Request::Allocated { fid }),
+        Just(Request::SessionOpen {}),
+        any::<u64>().prop_map(|session| Request::SessionRenew { session }),
+        any::<u64>().prop_map(|session| Request::SessionEnd { session }),
     ]
 }
 
@@ -364,6 +367,8 @@ fn response() -> impl Strategy<Value = (Response, u32)> {
         }),
         any::<Option<u64>>().prop_map(|offset| (Response::Offset { offset }, 0)),
         any::<u64>().prop_map(|bytes| (Response::Allocated { bytes }, 0)),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(session, lease_ms)| (Response::Session { session, lease_ms }, 0)),
     ]
 }
 
@@ -574,12 +579,12 @@ proptest! {
     }
 }
 
-/// The body carries bincode's variant *index* for Request, Response and ErrorCode, not
-/// the opcode or code number. Appending variants keeps old indices; inserting one in the
+/// The body carries postcard's variant *index* (a varint) for Request, Response and
+/// ErrorCode, not the opcode or code number. Appending variants keeps old indices; inserting one in the
 /// middle would silently change the meaning of every later one for older peers. Pin them.
 #[test]
 fn variant_indices_are_pinned() {
-    let cred_len = 4 + 4 + 8; // uid, gid, empty groups list
+    let cred_len = 3; // uid 0, gid 0, empty groups list: one varint byte each
     for (index, &op) in Opcode::ALL.iter().enumerate() {
         // The declaration order of Request is the order of Opcode::ALL.
         let frame = encode_request(
@@ -591,7 +596,7 @@ fn variant_indices_are_pinned() {
             0,
         );
         let body = &frame[HEADER_LEN..];
-        let variant = u32::from_le_bytes(body[cred_len..cred_len + 4].try_into().unwrap());
+        let variant = varint_at(body, cred_len);
         assert_eq!(variant as usize, index, "{op:?}");
     }
     let expected_ops: Vec<(u16, &str)> =
@@ -631,10 +636,17 @@ fn variant_indices_are_pinned() {
                 rate_bytes_s: 0,
             },
         ),
+        (
+            15,
+            Response::Session {
+                session: 0,
+                lease_ms: 0,
+            },
+        ),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
-        let variant = u32::from_le_bytes(body[..4].try_into().unwrap());
+        let variant = varint_at(body, 0);
         assert_eq!(variant, index, "{resp:?}");
     }
     let codes: Vec<u32> = ErrorCode::ALL.iter().map(|&c| c as u32).collect();
@@ -645,11 +657,20 @@ fn variant_indices_are_pinned() {
     for (index, &code) in ErrorCode::ALL.iter().enumerate() {
         let frame = encode_response(1, Opcode::Ping, &Err(WireError::new(code, "")), 0);
         let body = &frame[HEADER_LEN..];
-        assert_eq!(
-            u32::from_le_bytes(body[..4].try_into().unwrap()) as usize,
-            index
-        );
+        assert_eq!(varint_at(body, 0) as usize, index);
     }
+}
+
+/// The LEB128 varint (postcard's integer encoding) at `at`.
+fn varint_at(bytes: &[u8], at: usize) -> u32 {
+    let mut out = 0u32;
+    for (i, b) in bytes[at..].iter().take(5).enumerate() {
+        out |= ((b & 0x7f) as u32) << (7 * i);
+        if b & 0x80 == 0 {
+            return out;
+        }
+    }
+    panic!("no varint at {at}")
 }
 
 /// The opcode table as released. Add new ones at the end of both the macro table and
@@ -693,11 +714,14 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (74, "ListObjects"),
     (75, "Scrub"),
     (76, "ScrubStatus"),
+    (30, "SessionOpen"),
+    (31, "SessionRenew"),
+    (32, "SessionEnd"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 100, 101, 102, 103, 104, 105, 200,
-    201, 202, 203, 204,
+    201, 202, 203, 204, 106,
 ];
 
 /// Some request with opcode `op`, fields zero.
@@ -840,6 +864,9 @@ fn ping_like(op: Opcode) -> Request {
             offset: 0,
         },
         Opcode::ScrubStatus => Request::ScrubStatus {},
+        Opcode::SessionOpen => Request::SessionOpen {},
+        Opcode::SessionRenew => Request::SessionRenew { session: 0 },
+        Opcode::SessionEnd => Request::SessionEnd { session: 0 },
     }
 }
 

@@ -67,16 +67,33 @@ impl Cluster {
     }
 
     pub fn with(n_data: usize, n_targets: usize, stripe: u32) -> Cluster {
-        Cluster::make(n_data, n_targets, stripe, false)
+        Cluster::make(
+            n_data,
+            n_targets,
+            stripe,
+            false,
+            stripefs_rpc::limits::LEASE_MS,
+        )
     }
 
     /// Like `with`, but the data servers keep their objects on in-memory disks
     /// (`MemStore`), so that a test can cut their power (`power_cut_data`).
     pub fn with_mem(n_data: usize, n_targets: usize, stripe: u32) -> Cluster {
-        Cluster::make(n_data, n_targets, stripe, true)
+        Cluster::make(
+            n_data,
+            n_targets,
+            stripe,
+            true,
+            stripefs_rpc::limits::LEASE_MS,
+        )
     }
 
-    fn make(n_data: usize, n_targets: usize, stripe: u32, mem: bool) -> Cluster {
+    /// [`Cluster::with`] whose client sessions live `lease_ms` without renewal.
+    pub fn with_lease(n_data: usize, n_targets: usize, stripe: u32, lease_ms: u64) -> Cluster {
+        Cluster::make(n_data, n_targets, stripe, false, lease_ms)
+    }
+
+    fn make(n_data: usize, n_targets: usize, stripe: u32, mem: bool, lease_ms: u64) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let meta_l = bind();
         let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
@@ -94,6 +111,7 @@ impl Cluster {
                 stripe_size_bytes: stripe,
                 stripe_count: 0,
             },
+            lease_ms,
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();

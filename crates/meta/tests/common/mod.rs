@@ -24,6 +24,7 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
             data_servers
         ],
         defaults: Defaults::default(),
+        lease_ms: stripefs_rpc::limits::LEASE_MS,
     }
 }
 
@@ -33,6 +34,8 @@ pub struct Fs {
     pub dir: tempfile::TempDir,
     pub cluster: ClusterConfig,
     pub tuning: Tuning,
+    /// Sessions the tests named by small numbers: number -> the server's session id.
+    pub sessions: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
 }
 
 impl Fs {
@@ -62,6 +65,7 @@ impl Fs {
             dir,
             cluster,
             tuning,
+            sessions: Default::default(),
         }
     }
 
@@ -70,6 +74,17 @@ impl Fs {
     pub fn crash(&mut self) {
         self.svc.halt();
         self.reopen();
+    }
+
+    /// The server's id of the session tests call `n`, opened on first use (and again
+    /// after a restart, which ends every session).
+    pub fn sess(&self, n: u64) -> u64 {
+        let mut m = self.sessions.lock().unwrap();
+        *m.entry(n)
+            .or_insert_with(|| match self.root(Request::SessionOpen {}) {
+                Ok(Response::Session { session, .. }) => session,
+                other => panic!("SessionOpen answered {other:?}"),
+            })
     }
 
     pub fn db(&self) -> PathBuf {
@@ -88,6 +103,7 @@ impl Fs {
         drop(std::mem::replace(&mut self.svc, placeholder));
         let fresh = MetaService::open_tuned(&self.db(), &self.cluster, clock, self.tuning).unwrap();
         self.svc = fresh;
+        self.sessions.lock().unwrap().clear();
     }
 
     pub fn call(&self, cred: &Cred, req: Request) -> Result<Response, WireError> {

@@ -66,6 +66,7 @@ mod libc_errno {
     pub const EPROTO: i32 = 71;
     pub const EBADMSG: i32 = 74;
     pub const ETIMEDOUT: i32 = 110;
+    pub const ECONNRESET: i32 = 104;
     pub const ECONNREFUSED: i32 = 111;
     pub const ESTALE: i32 = 116;
 }
@@ -98,6 +99,8 @@ error_codes! {
     NoSpace = 201, ENOSPC, "no space left on device";
     Io = 202, EIO, "input/output error";
     Internal = 203, EIO, "internal server error";
+    // Declared last: bodies carry the variant index (docs/protocol.md, Versioning).
+    ConnectionClosed = 106, ECONNRESET, "connection closed by the server before the request was handled";
 }
 
 impl fmt::Display for ErrorCode {

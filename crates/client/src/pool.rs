@@ -7,6 +7,13 @@
 //! idempotent; timeouts are never retried, so a call is bounded by one timeout per
 //! socket operation.
 //!
+//! Servers close connections idle for `limits::IDLE_TIMEOUT`. That never reaches the
+//! caller: the pool drops connections idle for `limits::CLIENT_IDLE_MAX` (half of it)
+//! before using them, and one the server has closed (seen without waiting, at checkout);
+//! and should a request still cross the server's `ConnectionClosed` notice, the server
+//! did not handle it, so it is sent again on a fresh connection whatever it is, with the
+//! deferred requests that went with it.
+//!
 //! Requests nobody waits for (Close) are deferred: they go out with the next request on
 //! their connection, so a create + close loop costs the server one wake-up per file,
 //! or, when the connection stays idle, within [`DEFER_MAX`] by the pool's flusher
@@ -14,7 +21,8 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use stripefs_rpc::limits::CLIENT_IDLE_MAX;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{Cred, ErrorCode, Request, Response, ServerId, WireError};
 
@@ -22,7 +30,8 @@ use stripefs_wire::{Cred, ErrorCode, Request, Response, ServerId, WireError};
 pub const DEFER_MAX: Duration = Duration::from_millis(2);
 
 struct State {
-    idle: Vec<Conn>,
+    /// Idle connections and when each was given back.
+    idle: Vec<(Conn, Instant)>,
     /// Connections in existence: idle, lent out, or being opened.
     open: usize,
     /// An idle connection holds deferred requests.
@@ -100,21 +109,27 @@ impl ServerPool {
         data: &[u8],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
-        let retry = idempotent(&req).then(|| req.clone());
+        let again = req.clone();
         let (mut conn, reused) = self.checkout()?;
         let r = conn.call(cred, req, data, recv);
         let stale =
             reused && conn.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
+        // The server closed the connection before handling the request: safe to resend.
+        let unhandled = matches!(&r, Err(e) if e.code == ErrorCode::ConnectionClosed);
+        let carried = if unhandled {
+            conn.take_unhandled()
+        } else {
+            Vec::new()
+        };
         self.checkin(conn);
-        match (r, retry) {
-            (Err(_), Some(req)) if stale => {
-                let mut conn = self.connect_new()?;
-                let r = conn.call(cred, req, data, recv);
-                self.checkin(conn);
-                r
-            }
-            (r, _) => r,
+        if unhandled || (stale && idempotent(&again)) {
+            let mut conn = self.connect_new()?;
+            conn.requeue(carried);
+            let r = conn.call(cred, again, data, recv);
+            self.checkin(conn);
+            return r;
         }
+        r
     }
 
     /// Sends a request that gets no answer, deferred: with the next request on the same
@@ -154,9 +169,19 @@ impl ServerPool {
 
     fn checkout(&self) -> Result<(Conn, bool), WireError> {
         let mut st = lock(&self.shared.state);
+        let mut carried = Vec::new();
         loop {
-            if let Some(c) = st.idle.pop() {
-                return Ok((c, true));
+            if let Some((mut c, since)) = st.idle.pop() {
+                if since.elapsed() < CLIENT_IDLE_MAX && !c.closed_by_peer() {
+                    c.requeue(carried);
+                    return Ok((c, true));
+                }
+                // Closed by the server, or about to be: never used again. Requests it
+                // still holds go with the next connection.
+                carried.extend(c.take_unhandled());
+                st.open -= 1;
+                drop(c);
+                continue;
             }
             if st.open < self.max_conns {
                 st.open += 1;
@@ -170,7 +195,10 @@ impl ServerPool {
         }
         drop(st);
         match Conn::connect(&self.addr, &self.secret, self.timeout) {
-            Ok(c) => Ok((c, false)),
+            Ok(mut c) => {
+                c.requeue(carried);
+                Ok((c, false))
+            }
             Err(e) => {
                 lock(&self.shared.state).open -= 1;
                 self.shared.returned.notify_one();
@@ -185,6 +213,7 @@ impl ServerPool {
         // Drop idle connections: if one was stale after a server restart, all are.
         let stale = std::mem::take(&mut st.idle);
         st.open -= stale.len();
+        // Their deferred requests are written as they drop (best effort, as before).
         drop(st);
         drop(stale);
         self.shared.returned.notify_all();
@@ -201,7 +230,7 @@ impl ServerPool {
                 st.deferred = true;
                 self.shared.kick.notify_one();
             }
-            st.idle.push(conn);
+            st.idle.push((conn, Instant::now()));
         }
         drop(st);
         self.shared.returned.notify_one();
@@ -234,13 +263,13 @@ fn flusher(shared: &Shared) {
         std::thread::sleep(DEFER_MAX);
         let mut st = lock(&shared.state);
         st.deferred = false;
-        for c in st.idle.iter_mut() {
+        for (c, _) in st.idle.iter_mut() {
             if let Err(e) = c.flush() {
                 tracing::warn!("{e}");
             }
         }
         let before = st.idle.len();
-        st.idle.retain(|c| !c.is_broken());
+        st.idle.retain(|(c, _)| !c.is_broken());
         st.open -= before - st.idle.len();
     }
 }

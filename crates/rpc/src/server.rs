@@ -321,7 +321,7 @@ fn connection(
 /// a fresh connection; then the server reads (and drops) what the peer still sends until
 /// it closes, briefly, so that the notice is not destroyed by a reset.
 fn goodbye(stream: &mut TcpStream, idle: Duration) -> String {
-    let why = format!("idle for {} s: closed by the server", idle.as_secs());
+    let why = format!("idle for {} ms: closed by the server", idle.as_millis());
     let err = WireError::new(ErrorCode::ConnectionClosed, why.clone());
     let frame = encode_response(0, Opcode::Ping, &Err(err), 0);
     let _ = write_all_parts(stream, &[&frame]);

@@ -12,25 +12,38 @@ use std::thread::JoinHandle;
 use stripefs_client::{Client, Cred, InodeId, LayoutHint};
 use stripefs_data::DataService;
 use stripefs_meta::MetaService;
-use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ClusterConfig, ConnStats, DataServerEntry, Defaults, Limits, Secret, Service};
 
 pub const SMALL_STRIPE: u32 = 64 << 10;
 
 struct Server {
     shutdown: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    stats: Arc<ConnStats>,
 }
 
 impl Server {
-    fn start(listener: TcpListener, secret: &Secret, service: Arc<dyn Service>) -> Server {
+    fn start(
+        listener: TcpListener,
+        secret: &Secret,
+        service: Arc<dyn Service>,
+        limits: &Limits,
+    ) -> Server {
         let shutdown = Arc::new(AtomicBool::new(false));
-        let (flag, secret) = (shutdown.clone(), secret.clone());
+        let stats = Arc::new(ConnStats::default());
+        let (flag, secret, st, limits) = (
+            shutdown.clone(),
+            secret.clone(),
+            stats.clone(),
+            limits.clone(),
+        );
         let thread = std::thread::spawn(move || {
-            stripefs_rpc::serve(listener, secret, service, flag).expect("serve");
+            stripefs_rpc::serve_with(listener, secret, service, flag, limits, st).expect("serve");
         });
         Server {
             shutdown,
             thread: Some(thread),
+            stats,
         }
     }
 
@@ -65,6 +78,11 @@ impl Cluster {
     }
 
     pub fn with(n_data: usize, n_targets: usize, stripe: u32) -> Cluster {
+        Cluster::with_limits(n_data, n_targets, stripe, &Limits::default())
+    }
+
+    /// Servers with chosen connection limits (for instance a short idle timeout).
+    pub fn with_limits(n_data: usize, n_targets: usize, stripe: u32, limits: &Limits) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let meta_l = bind();
         let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
@@ -95,13 +113,13 @@ impl Cluster {
             }
             let svc = DataService::open(stripefs_client::ServerId(i as u32), &t, None)
                 .expect("data service");
-            servers.push(Server::start(l, &config.secret, svc.clone()));
+            servers.push(Server::start(l, &config.secret, svc.clone(), limits));
             data.push(svc);
             targets.push(t);
         }
         let meta_svc =
             MetaService::open(&dir.path().join("meta.redb"), &config).expect("meta service");
-        let meta = Server::start(meta_l, &config.secret, meta_svc);
+        let meta = Server::start(meta_l, &config.secret, meta_svc, limits);
         Cluster {
             config,
             data,
@@ -110,6 +128,14 @@ impl Cluster {
             meta,
             dir,
         }
+    }
+
+    /// Connections the servers closed for being idle, metadata server first.
+    pub fn idle_closed(&self) -> Vec<u64> {
+        std::iter::once(&self.meta)
+            .chain(&self.servers)
+            .map(|s| s.stats.idle_closed.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// A client acting as root (test files are created in the root directory).

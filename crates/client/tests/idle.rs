@@ -26,7 +26,8 @@ fn calls_after_the_servers_closed_idle_connections_succeed() {
     let cl = Cluster::with_limits(2, 1, common::SMALL_STRIPE, &short_idle());
     let c = cl.client();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-    c.write_file("/before", &data, 0o644).expect("write before idling");
+    c.write_file("/before", &data, 0o644)
+        .expect("write before idling");
     for round in 0..2 {
         std::thread::sleep(Duration::from_millis(1200));
         let closed = cl.idle_closed();
@@ -42,7 +43,8 @@ fn calls_after_the_servers_closed_idle_connections_succeed() {
         std::thread::sleep(Duration::from_millis(1200));
         c.rename(&path, &format!("{dir}/g")).expect("rename");
         std::thread::sleep(Duration::from_millis(1200));
-        c.unlink(&format!("{dir}/g")).expect("unlink after idle close");
+        c.unlink(&format!("{dir}/g"))
+            .expect("unlink after idle close");
     }
     assert_eq!(c.read_file("/before").expect("read"), data);
 }

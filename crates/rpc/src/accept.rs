@@ -148,7 +148,8 @@ impl Acceptor {
             wait = Duration::from_millis(10);
         }
         if let Some(p) = self.order.first().and_then(|id| self.pending.get(id)) {
-            let left = (p.since + limits.handshake_deadline).saturating_duration_since(Instant::now());
+            let left =
+                (p.since + limits.handshake_deadline).saturating_duration_since(Instant::now());
             wait = wait.min(left + Duration::from_millis(1));
         }
         wait
@@ -188,7 +189,9 @@ impl Acceptor {
         let ip = peer.ip();
         let of_addr = self.by_addr.get(&ip).map_or(0, |s| s.len());
         if of_addr >= limits.max_unauth_per_addr {
-            let oldest = *self.by_addr[&ip].first().expect("a full budget has members");
+            let oldest = *self.by_addr[&ip]
+                .first()
+                .expect("a full budget has members");
             self.evict(oldest);
         }
         if self.order.len() >= self.shared.limits.max_unauth {
@@ -366,7 +369,10 @@ impl Pending {
         self.buf.drain(..end);
         if !self.buf.is_empty() {
             // A client waits for each answer of the handshake before it sends again.
-            let why = format!("sent more after {} before its answer", env.req.opcode().name());
+            let why = format!(
+                "sent more after {} before its answer",
+                env.req.opcode().name()
+            );
             return Err(Refusal::Auth(h.request_id, env.req.opcode(), why));
         }
         Ok(Some((h, env)))

@@ -374,11 +374,7 @@ impl Conn {
         };
         WireError::new(
             ErrorCode::ConnectionClosed,
-            format!(
-                "server {}: {} not handled: {why}",
-                self.addr,
-                opcode.name()
-            ),
+            format!("server {}: {} not handled: {why}", self.addr, opcode.name()),
         )
     }
 

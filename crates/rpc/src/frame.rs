@@ -1,8 +1,8 @@
 //! Reading and writing whole frames on a byte stream.
 
+use crate::limits::frame_deadline;
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
-use crate::limits::frame_deadline;
 use stripefs_wire::{FrameError, Header, HEADER_LEN};
 
 /// What went wrong while reading a frame.

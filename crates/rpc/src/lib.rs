@@ -26,4 +26,6 @@ pub use auth::Secret;
 pub use config::{ClusterConfig, DataServerEntry, Defaults, ServerConfig};
 pub use conn::{Conn, DEFAULT_TIMEOUT_MS, MAX_PENDING};
 pub use limits::Limits;
-pub use server::{serve, serve_with, ConnInfo, ConnStats, Payload, Reply, Service, MAX_CONNECTIONS};
+pub use server::{
+    serve, serve_with, ConnInfo, ConnStats, Payload, Reply, Service, MAX_CONNECTIONS,
+};

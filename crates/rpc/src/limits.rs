@@ -105,7 +105,10 @@ impl Limits {
     /// Checks that the limits make sense together (a programming error otherwise).
     pub fn check(&self) {
         assert!(self.max_connections > 0, "{self:?}");
-        assert!(self.max_unauth > 0 && self.max_unauth_per_addr > 0, "{self:?}");
+        assert!(
+            self.max_unauth > 0 && self.max_unauth_per_addr > 0,
+            "{self:?}"
+        );
         assert!(self.max_unauth_per_addr <= self.max_unauth, "{self:?}");
         assert!(!self.handshake_deadline.is_zero(), "{self:?}");
         assert!(!self.peer_timeout.is_zero(), "{self:?}");

@@ -109,7 +109,14 @@ pub fn serve(
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     let stats = Arc::new(ConnStats::default());
-    serve_with(listener, secret, service, shutdown, Limits::default(), stats)
+    serve_with(
+        listener,
+        secret,
+        service,
+        shutdown,
+        Limits::default(),
+        stats,
+    )
 }
 
 /// [`serve`] with chosen limits (tests use small ones to play misbehaving peers) and
@@ -252,8 +259,13 @@ fn connection(
     stream
         .set_read_timeout(Some(limits.idle_poll))
         .map_err(|e| e.to_string())?;
-    send_reply(&mut stream, auth_id, Opcode::Auth, Reply::ok(Response::Done))
-        .map_err(|e| e.to_string())?;
+    send_reply(
+        &mut stream,
+        auth_id,
+        Opcode::Auth,
+        Reply::ok(Response::Done),
+    )
+    .map_err(|e| e.to_string())?;
     let info = ConnInfo { peer };
     let mut bufs = Buffers::new(shared.stats.clone());
     let mut last = Instant::now();
@@ -334,7 +346,11 @@ fn goodbye(stream: &mut TcpStream, idle: Duration) -> String {
             Ok(0) => break,
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(_) => break,
         }
     }
@@ -416,4 +432,3 @@ pub(crate) fn refuse(
     let _ = write_all_parts(stream, &[&frame]);
     format!("bad frame: {f}")
 }
-

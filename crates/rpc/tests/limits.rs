@@ -127,7 +127,10 @@ fn the_handshake_deadline_closes_trickling_and_silent_peers() {
     println!("trickler closed after {took:?}");
     assert!(took >= deadline - Duration::from_millis(100), "{took:?}");
     assert!(took < deadline + Duration::from_millis(700), "{took:?}");
-    assert!(is_closed(&mut silent), "the silent peer outlived the deadline");
+    assert!(
+        is_closed(&mut silent),
+        "the silent peer outlived the deadline"
+    );
     assert!(server.stats.handshake_expired.load(Ordering::Relaxed) >= 2);
     assert_serving_within(&server, Duration::from_secs(2));
 }

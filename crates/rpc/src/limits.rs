@@ -61,9 +61,10 @@ pub const LISTEN_BACKLOG: i32 = 4096;
 
 // Room for session limits (lease length) beside these.
 
-// The limits fit together: a header's deadline stays within 15 s, and clients give up a
-// pooled connection before the server would close it.
-const _: () = assert!(PEER_TIMEOUT.as_secs() + 1 <= 15);
+// The limits fit together: a small frame's deadline, noticed within an idle poll, and the
+// handshake's stay within 15 s; clients give up a pooled connection before the server
+// would close it.
+const _: () = assert!(PEER_TIMEOUT.as_millis() + IDLE_POLL.as_millis() <= 15_000);
 const _: () = assert!(HANDSHAKE_DEADLINE.as_secs() <= 15);
 const _: () = assert!(CLIENT_IDLE_MAX.as_secs() < IDLE_TIMEOUT.as_secs());
 const _: () = assert!(MAX_UNAUTH_PER_ADDR <= MAX_UNAUTH_CONNECTIONS);

@@ -26,6 +26,10 @@ use stripefs_rpc::limits::CLIENT_IDLE_MAX;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{Cred, ErrorCode, Request, Response, ServerId, WireError};
 
+/// A pooled connection idle for less than this is used without first asking the kernel
+/// whether the server closed it (servers close connections idle for far longer).
+const PEEK_AFTER: Duration = Duration::from_millis(10);
+
 /// Longest a deferred request waits on an idle connection before the flusher sends it.
 pub const DEFER_MAX: Duration = Duration::from_millis(2);
 
@@ -172,7 +176,10 @@ impl ServerPool {
         let mut carried = Vec::new();
         loop {
             if let Some((mut c, since)) = st.idle.pop() {
-                if since.elapsed() < CLIENT_IDLE_MAX && !c.closed_by_peer() {
+                let idle = since.elapsed();
+                // A connection given back moments ago cannot have been closed for being
+                // idle: skip the system call on the hot path of back-to-back calls.
+                if idle < CLIENT_IDLE_MAX && (idle < PEEK_AFTER || !c.closed_by_peer()) {
                     c.requeue(carried);
                     return Ok((c, true));
                 }

@@ -115,6 +115,8 @@ impl Limits {
         assert!(!self.peer_timeout.is_zero(), "{self:?}");
         assert!(!self.idle_poll.is_zero(), "{self:?}");
         assert!(self.idle_timeout >= self.idle_poll, "{self:?}");
+        // Clients use a connection idle for under 10 ms without checking it is open.
+        assert!(self.idle_timeout >= Duration::from_millis(100), "{self:?}");
     }
 }
 

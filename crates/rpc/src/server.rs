@@ -213,7 +213,10 @@ impl Buffers {
     /// Brings the server's count up to date with this connection's capacity.
     fn note(&mut self) {
         let now = self.body.capacity() + self.data.capacity();
-        if now >= self.held {
+        if now == self.held {
+            return; // the usual case: no write to the counter all threads share
+        }
+        if now > self.held {
             self.stats
                 .buffer_bytes
                 .fetch_add(now - self.held, Ordering::Relaxed);

@@ -100,7 +100,7 @@ error_codes! {
     Io = 202, EIO, "input/output error";
     Internal = 203, EIO, "internal server error";
     // Declared last: bodies carry the variant index (docs/protocol.md, Versioning).
-    ConnectionClosed = 106, ECONNRESET, "connection closed by the server before the request was handled";
+    ConnectionClosed = 107, ECONNRESET, "connection closed by the server before the request was handled";
 }
 
 impl fmt::Display for ErrorCode {

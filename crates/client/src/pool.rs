@@ -7,6 +7,13 @@
 //! idempotent; timeouts are never retried, so a call is bounded by one timeout per
 //! socket operation.
 //!
+//! Servers close connections idle for `limits::IDLE_TIMEOUT`. That never reaches the
+//! caller: the pool drops connections idle for `limits::CLIENT_IDLE_MAX` (half of it)
+//! before using them, and one the server has closed (seen without waiting, at checkout);
+//! and should a request still cross the server's `ConnectionClosed` notice, the server
+//! did not handle it, so it is sent again on a fresh connection whatever it is, with the
+//! deferred requests that went with it.
+//!
 //! Requests nobody waits for (Close) are deferred: they go out with the next request on
 //! their connection, so a create + close loop costs the server one wake-up per file,
 //! or, when the connection stays idle, within [`DEFER_MAX`] by the pool's flusher
@@ -23,12 +30,17 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use stripefs_rpc::limits::CLIENT_IDLE_MAX;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{
     encode_request_flags, Cred, Envelope, ErrorCode, Request, Response, ServerId, WireError,
     FLAG_NO_REPLY,
 };
+
+/// A pooled connection idle for less than this is used without first asking the kernel
+/// whether the server closed it (servers close connections idle for far longer).
+const PEEK_AFTER: Duration = Duration::from_millis(10);
 
 /// Longest a deferred request waits on an idle connection before the flusher sends it.
 pub const DEFER_MAX: Duration = Duration::from_millis(2);
@@ -39,7 +51,8 @@ const UNSENT_RETRY_MIN: Duration = Duration::from_millis(50);
 const UNSENT_RETRY_MAX: Duration = Duration::from_secs(2);
 
 struct State {
-    idle: Vec<Conn>,
+    /// Idle connections and when each was given back.
+    idle: Vec<(Conn, Instant)>,
     /// Connections in existence: idle, lent out, or being opened.
     open: usize,
     /// An idle connection holds deferred requests, or `unsent` is not empty.
@@ -159,21 +172,28 @@ impl ServerPool {
         if let Some(via) = &self.via {
             return via.call(self.id, cred, req, data, recv);
         }
-        let retry = idempotent(&req).then(|| req.clone());
+        let again = req.clone();
         let (mut conn, reused) = self.checkout()?;
         let r = conn.call(cred, req, data, recv);
         let stale =
             reused && conn.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
+        // The server closed the connection before handling the request: safe to resend.
+        let unhandled = matches!(&r, Err(e) if e.code == ErrorCode::ConnectionClosed);
+        let carried = if unhandled {
+            conn.take_unhandled()
+        } else {
+            Vec::new()
+        };
         self.checkin(conn);
-        match (r, retry) {
-            (Err(_), Some(req)) if stale => {
-                let mut conn = self.connect_new()?;
-                let r = conn.call(cred, req, data, recv);
-                self.checkin(conn);
-                r
-            }
-            (r, _) => r,
+        if unhandled || (stale && idempotent(&again)) {
+            let mut conn = self.connect_new()?;
+            let r = conn
+                .defer_frames(&carried)
+                .and_then(|()| conn.call(cred, again, data, recv));
+            self.checkin(conn);
+            return r;
         }
+        r
     }
 
     /// Sends a request that gets no answer, deferred: with the next request on the same
@@ -284,11 +304,16 @@ impl ServerPool {
     fn checkout_raw(&self) -> Result<(Conn, bool), WireError> {
         let mut st = lock(&self.shared.state);
         loop {
-            if let Some(mut c) = st.idle.pop() {
-                // Deferred frames (ours or kept ones) are about to be written: make sure
-                // the server has not closed the connection, or they would be lost.
-                if (c.has_deferred() || !st.unsent.is_empty()) && c.peer_closed() {
-                    let frames = c.take_deferred();
+            if let Some((mut c, since)) = st.idle.pop() {
+                let idle = since.elapsed();
+                // A connection given back moments ago cannot have been closed for being
+                // idle: the system call is skipped on the hot path of back-to-back calls,
+                // unless deferred frames (ours or kept ones) are about to be written.
+                let check = idle >= PEEK_AFTER || c.has_deferred() || !st.unsent.is_empty();
+                if idle >= CLIENT_IDLE_MAX || (check && c.closed_by_peer()) {
+                    // Closed by the server, or about to be: never used again. Requests it
+                    // still holds go with the next connection.
+                    let frames = c.take_unhandled();
                     st.unsent.extend_from_slice(&frames);
                     st.open -= 1;
                     continue;
@@ -322,6 +347,7 @@ impl ServerPool {
         // Drop idle connections: if one was stale after a server restart, all are.
         let stale = std::mem::take(&mut st.idle);
         st.open -= stale.len();
+        // Their deferred requests are written as they drop (best effort, as before).
         drop(st);
         drop(stale);
         self.shared.returned.notify_all();
@@ -338,7 +364,7 @@ impl ServerPool {
                 st.deferred = true;
                 self.shared.kick.notify_one();
             }
-            st.idle.push(conn);
+            st.idle.push((conn, Instant::now()));
         }
         drop(st);
         self.shared.returned.notify_one();
@@ -398,16 +424,16 @@ fn flusher(shared: &Shared, max_conns: usize, connect: &dyn Fn() -> Result<Conn,
 /// hand their frames to `unsent`, and broken ones are dropped.
 fn flush_idle(st: &mut State) {
     let mut kept = Vec::with_capacity(st.idle.len());
-    for mut c in std::mem::take(&mut st.idle) {
-        if c.has_deferred() && c.peer_closed() {
-            st.unsent.extend_from_slice(&c.take_deferred());
+    for (mut c, since) in std::mem::take(&mut st.idle) {
+        if c.has_deferred() && c.closed_by_peer() {
+            st.unsent.extend_from_slice(&c.take_unhandled());
         } else if let Err(e) = c.flush() {
             tracing::warn!("{e}");
         }
-        if c.is_broken() || c.peer_closed() {
+        if c.is_broken() || c.closed_by_peer() {
             st.open -= 1;
         } else {
-            kept.push(c);
+            kept.push((c, since));
         }
     }
     st.idle = kept;
@@ -423,7 +449,7 @@ fn send_unsent<'a>(
 ) -> bool {
     let frames = std::mem::take(&mut st.unsent);
     let mut conn = match st.idle.pop() {
-        Some(c) => c,
+        Some((c, _)) => c,
         None if st.open < max_conns => {
             st.open += 1;
             drop(st);
@@ -459,7 +485,7 @@ fn send_unsent<'a>(
     if conn.is_broken() {
         st.open -= 1;
     } else {
-        st.idle.push(conn);
+        st.idle.push((conn, Instant::now()));
     }
     drop(st);
     shared.returned.notify_one();

@@ -32,6 +32,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
             addr: "127.0.0.1:1".into(),
         }],
         defaults: Defaults::default(),
+        lease_ms: stripefs_rpc::limits::LEASE_MS,
     };
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
     let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));

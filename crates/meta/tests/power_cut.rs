@@ -42,6 +42,7 @@ fn cluster() -> ClusterConfig {
             2
         ],
         defaults: Defaults::default(),
+        lease_ms: stripefs_rpc::limits::LEASE_MS,
     }
 }
 

@@ -54,6 +54,7 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
             2
         ],
         defaults: Defaults::default(),
+        lease_ms: stripefs_rpc::limits::LEASE_MS,
     };
     let svc = MetaService::open_on(
         disk,

@@ -25,6 +25,10 @@ pub struct Conn {
     /// Frames of requests [`Conn::defer`]red: they go out with the next request or at
     /// [`Conn::flush`].
     outbox: Vec<u8>,
+    /// Deferred frames written with the request in flight: kept until its answer shows
+    /// the server read them, so that a server closing the connection unread
+    /// (`ConnectionClosed`) loses none of them ([`Conn::take_unhandled`]).
+    sent_deferred: Vec<u8>,
 }
 
 /// Most requests [`Conn::call_many`] sends before it reads their answers.
@@ -73,6 +77,7 @@ impl Conn {
             broken: false,
             body_buf: Vec::new(),
             outbox: Vec::new(),
+            sent_deferred: Vec::new(),
         };
         conn.authenticate(secret)?;
         Ok(conn)
@@ -177,13 +182,6 @@ impl Conn {
         !self.outbox.is_empty()
     }
 
-    /// Takes the frames of deferred requests, unsent, so that they can go out on
-    /// another connection ([`Conn::defer_frames`]); for a connection found closed by the
-    /// server before they were written ([`Conn::peer_closed`]).
-    pub fn take_deferred(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.outbox)
-    }
-
     /// Defers whole request frames taken from another connection. They keep their
     /// request ids: nobody reads an answer to them (`FLAG_NO_REPLY`).
     pub fn defer_frames(&mut self, frames: &[u8]) -> Result<(), WireError> {
@@ -195,30 +193,28 @@ impl Conn {
         Ok(())
     }
 
+    /// The deferred frames the server did not handle because it closed the connection
+    /// first (after a `ConnectionClosed` answer): to be sent again on another connection
+    /// with [`Conn::defer_frames`].
+    pub fn take_unhandled(&mut self) -> Vec<u8> {
+        let mut out = std::mem::take(&mut self.sent_deferred);
+        out.append(&mut self.outbox);
+        out
+    }
+
     /// Whether the server has closed this idle connection (or sent something nobody
-    /// asked for): then nothing written to it would be read. One non-blocking peek,
-    /// so that a pooled connection is checked before requests are written to it.
-    pub fn peer_closed(&self) -> bool {
+    /// asked for, such as its `ConnectionClosed` notice): then it must not be used. Asks
+    /// the kernel without waiting.
+    pub fn closed_by_peer(&self) -> bool {
         use std::os::fd::AsRawFd;
-        let mut byte = 0u8;
-        // SAFETY: recv writes at most 1 byte into `byte`, which lives across the call.
-        let n = unsafe {
-            libc::recv(
-                self.stream.as_raw_fd(),
-                (&mut byte as *mut u8).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
         };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-            );
-        }
-        // 0: the peer closed; > 0: bytes no request of ours asked for.
-        true
+        // SAFETY: one valid pollfd on the stack for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n != 0
     }
 
     /// Writes the deferred requests.
@@ -305,7 +301,7 @@ impl Conn {
         };
         // Deferred requests go first, in the same system call.
         let sent = write_all_parts(&mut self.stream, &[&self.outbox, &frame, data]);
-        self.outbox.clear();
+        self.sent_deferred.append(&mut self.outbox);
         if let Err(e) = sent {
             return Err(self.transport(format!("sending {}", opcode.name()), e.into()));
         }
@@ -319,9 +315,14 @@ impl Conn {
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
         let header = match read_header(&mut self.stream, Duration::ZERO) {
-            Ok(h) => h,
+            Ok((h, _)) => h,
             Err(e) => return Err(self.transport(format!("waiting for {}", opcode.name()), e)),
         };
+        if header.request_id == 0 && header.status == ErrorCode::ConnectionClosed as u32 {
+            return Err(self.closed_notice(&header, opcode));
+        }
+        // The server answers in order: it has read every frame written before this one.
+        self.sent_deferred.clear();
         if header.request_id != id || header.opcode != opcode as u16 {
             return Err(self.fail(
                 ErrorCode::UnexpectedMessage,
@@ -335,7 +336,7 @@ impl Conn {
         }
         self.body_buf.resize(header.body_len as usize, 0);
         let mut body = std::mem::take(&mut self.body_buf);
-        let r = read_exact(&mut self.stream, &mut body, Duration::ZERO);
+        let r = read_exact(&mut self.stream, &mut body, None);
         let decoded = r.and_then(|_| decode_response(&header, &body).map_err(ReadError::Frame));
         self.body_buf = body;
         let result = match decoded {
@@ -344,13 +345,13 @@ impl Conn {
         };
         let n = header.data_len as usize;
         if n > recv.len() {
-            let _ = skip(&mut self.stream, n as u64, Duration::ZERO);
+            let _ = skip(&mut self.stream, n as u64, None);
             return Err(self.fail(
                 ErrorCode::UnexpectedMessage,
                 &format!("sent {n} bytes of data where {} were expected", recv.len()),
             ));
         }
-        if let Err(e) = read_exact(&mut self.stream, &mut recv[..n], Duration::ZERO) {
+        if let Err(e) = read_exact(&mut self.stream, &mut recv[..n], None) {
             return Err(self.transport(format!("reading data of {}", opcode.name()), e));
         }
         match result {
@@ -362,6 +363,25 @@ impl Conn {
                 Err(err)
             }
         }
+    }
+
+    /// The server's notice that it closed this connection without handling what was
+    /// sent after its last answer (an idle connection expired): `ConnectionClosed`, which
+    /// callers may retry on a fresh connection whatever the request.
+    fn closed_notice(&mut self, header: &stripefs_wire::Header, opcode: Opcode) -> WireError {
+        self.broken = true;
+        let mut body = vec![0u8; header.body_len as usize];
+        let why = match read_exact(&mut self.stream, &mut body, None)
+            .and_then(|_| decode_response(header, &body).map_err(ReadError::Frame))
+        {
+            Ok(Err(e)) => e.message,
+            Ok(Ok(_)) => "closed".into(),
+            Err(e) => e.to_string(),
+        };
+        WireError::new(
+            ErrorCode::ConnectionClosed,
+            format!("server {}: {} not handled: {why}", self.addr, opcode.name()),
+        )
     }
 
     fn transport(&mut self, what: String, e: ReadError) -> WireError {

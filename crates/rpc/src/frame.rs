@@ -1,5 +1,6 @@
 //! Reading and writing whole frames on a byte stream.
 
+use crate::limits::frame_deadline;
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 use stripefs_wire::{FrameError, Header, HEADER_LEN};
@@ -33,37 +34,28 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
-/// The slowest a peer may send the rest of a frame it has begun: a frame of `n` bytes
-/// must arrive within the patience plus `n` / this rate, so that a peer trickling bytes
-/// cannot hold a connection (and its thread) forever.
-pub const MIN_PEER_RATE_BYTES_S: u64 = 64 << 10;
-
-/// How long a peer may take over a frame part of `len` bytes, given `patience`.
-pub fn frame_deadline(patience: Duration, len: usize) -> Duration {
-    patience + Duration::from_millis(len as u64 * 1000 / MIN_PEER_RATE_BYTES_S)
-}
-
-/// Fills `buf` from `r`. With a `patience`, the whole of `buf` must arrive within
-/// [`frame_deadline`] of the call (servers poll with a short socket timeout so that they
-/// notice shutdown, yet give a slow peer the full peer timeout; a peer trickling bytes
-/// is cut off all the same). With zero patience (clients) the socket's own timeout is
-/// the only limit: each read must make progress within it. With `idle_ok`, a clean close
-/// or a timeout before the first byte are `Closed` and `Idle` rather than errors.
+/// Fills `buf` from `r`. With a `deadline` (servers), the whole of `buf` must arrive
+/// before it (servers poll with a short socket timeout so that they notice shutdown, yet
+/// give a slow peer until the frame's deadline; a peer trickling bytes is cut off all the
+/// same, at the first read that returns or times out past it). Without one (clients) the
+/// socket's own timeout is the only limit: each read must make progress within it. With
+/// `idle_ok`, a clean close or a timeout before the first byte are `Closed` and `Idle`
+/// rather than errors.
 fn fill(
     r: &mut impl Read,
     buf: &mut [u8],
-    patience: Duration,
+    deadline: Option<Instant>,
     idle_ok: bool,
 ) -> Result<(), ReadError> {
     let start = Instant::now();
     let need = buf.len();
-    let deadline = (!patience.is_zero()).then(|| frame_deadline(patience, need));
-    let past = |d: Option<Duration>| d.is_some_and(|d| start.elapsed() >= d);
+    let past = || deadline.is_some_and(|d| Instant::now() >= d);
     let late = |got: usize| {
         ReadError::Io(io::Error::new(
             io::ErrorKind::TimedOut,
             format!(
-                "{got} of {need} bytes of a frame in {:.1} s: the peer is too slow",
+                "{got} of {need} bytes of a frame part in {:.1} s, past the frame's deadline: \
+                 the peer is too slow",
                 start.elapsed().as_secs_f64()
             ),
         ))
@@ -80,13 +72,13 @@ fn fill(
             }
             Ok(n) => {
                 got += n;
-                if got < buf.len() && past(deadline) {
+                if got < buf.len() && past() {
                     return Err(late(got));
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if got == 0 && idle_ok && is_timeout(&e) => return Err(ReadError::Idle),
-            Err(e) if is_timeout(&e) && deadline.is_some() && !past(deadline) => {}
+            Err(e) if is_timeout(&e) && deadline.is_some() && !past() => {}
             Err(e) if is_timeout(&e) && deadline.is_some() => return Err(late(got)),
             Err(e) => return Err(ReadError::Io(e)),
         }
@@ -95,24 +87,41 @@ fn fill(
 }
 
 /// Reads a header. A clean close or a timeout before its first byte is reported as
-/// `Closed` or `Idle`; once a frame has started, anything short of it is an error.
-pub fn read_header(r: &mut impl Read, patience: Duration) -> Result<Header, ReadError> {
+/// `Closed` or `Idle`; once a frame has started, anything short of it is an error. With
+/// a non-zero `patience` (servers) the header must arrive within
+/// [`frame_deadline`]`(patience, HEADER_LEN)` of the call, and the answer carries the
+/// deadline for the rest of the frame: the whole frame (header, body and data) within
+/// `frame_deadline(patience, its length)` of its start, so a peer cannot stretch a frame
+/// by trickling each part just in time. Clients (zero patience) get `None`.
+pub fn read_header(
+    r: &mut impl Read,
+    patience: Duration,
+) -> Result<(Header, Option<Instant>), ReadError> {
+    let start = Instant::now();
     let mut buf = [0u8; HEADER_LEN];
-    fill(r, &mut buf, patience, true)?;
-    Header::decode(&buf).map_err(ReadError::Frame)
+    let deadline = (!patience.is_zero()).then(|| start + frame_deadline(patience, HEADER_LEN));
+    fill(r, &mut buf, deadline, true)?;
+    let h = Header::decode(&buf).map_err(ReadError::Frame)?;
+    let len = HEADER_LEN + h.body_len as usize + h.data_len as usize;
+    let rest = (!patience.is_zero()).then(|| start + frame_deadline(patience, len));
+    Ok((h, rest))
 }
 
-/// Reads exactly `buf.len()` bytes.
-pub fn read_exact(r: &mut impl Read, buf: &mut [u8], patience: Duration) -> Result<(), ReadError> {
-    fill(r, buf, patience, false)
+/// Reads exactly `buf.len()` bytes, before `deadline` if there is one.
+pub fn read_exact(
+    r: &mut impl Read,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> Result<(), ReadError> {
+    fill(r, buf, deadline, false)
 }
 
 /// Discards `n` bytes.
-pub fn skip(r: &mut impl Read, mut n: u64, patience: Duration) -> Result<(), ReadError> {
+pub fn skip(r: &mut impl Read, mut n: u64, deadline: Option<Instant>) -> Result<(), ReadError> {
     let mut sink = [0u8; 8192];
     while n > 0 {
         let k = n.min(sink.len() as u64) as usize;
-        read_exact(r, &mut sink[..k], patience)?;
+        read_exact(r, &mut sink[..k], deadline)?;
         n -= k as u64;
     }
     Ok(())
@@ -161,11 +170,16 @@ mod trickle_tests {
     /// A peer that sends one byte per read, `every` apart.
     struct Trickle {
         every: Duration,
+        left: usize,
     }
 
     impl Read for Trickle {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
             std::thread::sleep(self.every);
+            if self.left == 0 {
+                return Ok(0);
+            }
+            self.left -= 1;
             buf[0] = 0;
             Ok(1)
         }
@@ -180,29 +194,63 @@ mod trickle_tests {
         let t = Instant::now();
         let mut slow = Trickle {
             every: Duration::from_millis(20),
+            left: usize::MAX,
         };
-        let e = fill(&mut slow, &mut buf, patience, true).unwrap_err();
+        let e = fill(&mut slow, &mut buf, Some(t + patience), true).unwrap_err();
         let took = t.elapsed();
         assert!(e.to_string().contains("too slow"), "{e}");
-        assert!(
-            took < frame_deadline(patience, HEADER_LEN) + Duration::from_millis(100),
-            "{took:?}"
-        );
+        assert!(took < patience + Duration::from_millis(100), "{took:?}");
         let mut quick = Trickle {
             every: Duration::from_millis(1),
+            left: usize::MAX,
         };
-        fill(&mut quick, &mut buf, patience, true).unwrap();
-        // Zero patience (a client): no frame deadline, however slow the pieces.
+        let t = Instant::now();
+        fill(&mut quick, &mut buf, Some(t + patience), true).unwrap();
+        // No deadline (a client): no frame deadline, however slow the pieces.
         let mut slow = Trickle {
             every: Duration::from_millis(5),
+            left: usize::MAX,
         };
-        fill(&mut slow, &mut buf, Duration::ZERO, true).unwrap();
+        fill(&mut slow, &mut buf, None, true).unwrap();
     }
 
+    /// A frame trickled through header and body is cut off at the deadline of the whole
+    /// frame, counted from its start: the body does not get a fresh patience of its own
+    /// once the header has (just) made it.
     #[test]
-    fn deadlines_grow_with_the_frame() {
-        let p = Duration::from_secs(10);
-        assert_eq!(frame_deadline(p, HEADER_LEN), Duration::from_millis(10_000));
-        assert_eq!(frame_deadline(p, 4 << 20), Duration::from_secs(10 + 64));
+    fn the_deadline_covers_the_whole_frame() {
+        // A valid header announcing 200 bytes of body; every byte 5 ms apart, so the
+        // header takes 200 ms of the 300 ms patience and the body would take 1 s.
+        let h = Header {
+            version: stripefs_wire::VERSION,
+            opcode: stripefs_wire::Opcode::Ping as u16,
+            body_len: 200,
+            ..Header::default()
+        };
+        let mut frame = h.encode().to_vec();
+        frame.resize(HEADER_LEN + 200, 0);
+        struct Slow(Vec<u8>, usize);
+        impl Read for Slow {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                std::thread::sleep(Duration::from_millis(5));
+                let Some(&b) = self.0.get(self.1) else {
+                    return Ok(0);
+                };
+                self.1 += 1;
+                buf[0] = b;
+                Ok(1)
+            }
+        }
+        let mut r = Slow(frame, 0);
+        let patience = Duration::from_millis(300);
+        let start = Instant::now();
+        let (got, rest) = read_header(&mut r, patience).unwrap();
+        assert_eq!(got.body_len, 200);
+        let rest = rest.expect("a server read has a deadline");
+        let mut body = vec![0u8; 200];
+        let e = read_exact(&mut r, &mut body, Some(rest)).unwrap_err();
+        assert!(e.to_string().contains("too slow"), "{e}");
+        let took = start.elapsed();
+        assert!(took < patience + Duration::from_millis(80), "{took:?}");
     }
 }

@@ -1,24 +1,21 @@
-//! The server loop: a thread per connection.
+//! The server loop: an acceptor drives each new connection's handshake on one thread
+//! (no thread per unauthenticated peer, budgets per address and in all, see
+//! `accept.rs`), then each authenticated connection gets a thread of its own.
 
-use crate::auth::{random_nonce, Secret};
+use crate::accept::Acceptor;
+use crate::auth::Secret;
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
+use crate::limits::Limits;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use stripefs_wire::{
     decode_request, encode_response, Envelope, ErrorCode, FrameError, Header, Opcode, Request,
     Response, WireError,
 };
 
-/// Most connections a server serves at once; more are refused with `Busy`.
-pub const MAX_CONNECTIONS: usize = 4096;
-/// How long a peer may take to authenticate, and to send the rest of a frame it started.
-const PEER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest body read before a peer has authenticated.
-const MAX_HANDSHAKE_BODY_BYTES: u32 = 1024;
-/// How often an idle connection thread checks for shutdown.
-const IDLE_POLL: Duration = Duration::from_millis(500);
+pub use crate::limits::MAX_CONNECTIONS;
 
 /// Bulk data of a response.
 pub enum Payload {
@@ -76,109 +73,227 @@ pub trait Service: Send + Sync + 'static {
     fn handle(&self, conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply;
 }
 
-/// Counts a connection while it lives, also when its thread unwinds.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
+/// Counters of a server's connections, for tests and status: what the limits did.
+#[derive(Debug, Default)]
+pub struct ConnStats {
+    /// Authenticated connections open now.
+    pub authenticated: AtomicUsize,
+    /// Connections in their handshake now.
+    pub pending: AtomicUsize,
+    /// Connections in their handshake closed to admit newer ones (budget full).
+    pub evicted: AtomicU64,
+    /// Connections closed for not finishing the handshake in time.
+    pub handshake_expired: AtomicU64,
+    /// Authenticated connections refused because `max_connections` were open.
+    pub refused_busy: AtomicU64,
+    /// Authenticated connections closed after `idle_timeout` without a request.
+    pub idle_closed: AtomicU64,
+    /// Bytes of receive buffers held by all connections now.
+    pub buffer_bytes: AtomicUsize,
 }
 
-/// Waits until `listener` has a connection to accept or `timeout` passes.
-fn wait_readable(listener: &TcpListener, timeout: Duration) {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd on the stack for the duration of the call.
-    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+/// What every connection thread of one server shares.
+pub(crate) struct Shared {
+    pub service: Arc<dyn Service>,
+    pub shutdown: Arc<AtomicBool>,
+    pub limits: Limits,
+    pub stats: Arc<ConnStats>,
 }
 
-/// Serves `listener` until `shutdown` is set. Blocks the calling thread.
+/// Serves `listener` until `shutdown` is set, with the [`Limits`] of
+/// `crate::limits`. Blocks the calling thread.
 pub fn serve(
     listener: TcpListener,
     secret: Secret,
     service: Arc<dyn Service>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
-    let active = Arc::new(AtomicUsize::new(0));
-    let secret = Arc::new(secret);
-    listener.set_nonblocking(true)?;
-    while !shutdown.load(Ordering::Relaxed) {
-        let (mut stream, peer) = match listener.accept() {
-            Ok(x) => x,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                wait_readable(&listener, IDLE_POLL);
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!("accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-                continue;
-            }
-        };
-        if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-            tracing::warn!("refusing connection from {peer}: {MAX_CONNECTIONS} connections open");
-            let err = WireError::new(
-                ErrorCode::Busy,
-                format!("server busy: {MAX_CONNECTIONS} connections open"),
-            );
-            let _ = stream.set_nonblocking(false);
-            let _ = send_reply(&mut stream, 0, Opcode::Hello, Reply::err(err));
-            continue;
-        }
-        active.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot(active.clone());
-        let (secret, service, shutdown) = (secret.clone(), service.clone(), shutdown.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("conn-{peer}"))
-            .spawn(move || {
-                let _slot = slot;
-                if let Err(why) = connection(stream, peer, &secret, &*service, &shutdown) {
-                    tracing::info!("connection from {peer} closed: {why}");
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!("cannot start a thread for {peer}: {e}");
-        }
-    }
-    Ok(())
+    let stats = Arc::new(ConnStats::default());
+    serve_with(
+        listener,
+        secret,
+        service,
+        shutdown,
+        Limits::default(),
+        stats,
+    )
 }
 
+/// [`serve`] with chosen limits (tests use small ones to play misbehaving peers) and
+/// counters the caller can read.
+pub fn serve_with(
+    listener: TcpListener,
+    secret: Secret,
+    service: Arc<dyn Service>,
+    shutdown: Arc<AtomicBool>,
+    limits: Limits,
+    stats: Arc<ConnStats>,
+) -> std::io::Result<()> {
+    limits.check();
+    let nofile = crate::limits::raise_nofile_limit();
+    tracing::debug!("open file limit {nofile}");
+    let shared = Arc::new(Shared {
+        service,
+        shutdown,
+        limits,
+        stats,
+    });
+    Acceptor::new(listener, secret, shared)?.run()
+}
+
+/// Counts an authenticated connection while it lives, also when its thread unwinds.
+struct Slot(Arc<ConnStats>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.authenticated.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Starts the thread of a connection that has just proved it knows the secret; the
+/// thread answers its Auth (request `auth_id`) with Done. Refuses with `Busy` when
+/// `max_connections` are open.
+pub(crate) fn start_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    auth_id: u64,
+    shared: &Arc<Shared>,
+) {
+    let (limits, stats) = (&shared.limits, &shared.stats);
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(limits.peer_timeout));
+    if stats.authenticated.load(Ordering::Relaxed) >= limits.max_connections {
+        let n = limits.max_connections;
+        tracing::warn!("refusing connection from {peer}: {n} connections open");
+        stats.refused_busy.fetch_add(1, Ordering::Relaxed);
+        let err = WireError::new(
+            ErrorCode::Busy,
+            format!("server busy: {n} connections open"),
+        );
+        let _ = send_reply(&mut stream, auth_id, Opcode::Auth, Reply::err(err));
+        return;
+    }
+    stats.authenticated.fetch_add(1, Ordering::Relaxed);
+    let slot = Slot(stats.clone());
+    let sh = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("conn-{peer}"))
+        .spawn(move || {
+            let _slot = slot;
+            if let Err(why) = connection(stream, peer, auth_id, &sh) {
+                tracing::info!("connection from {peer} closed: {why}");
+            }
+        });
+    if let Err(e) = spawned {
+        // The stream went down with the closure: the peer sees its Auth unanswered.
+        tracing::error!("cannot start a thread for {peer}: {e}");
+    }
+}
+
+/// A connection's receive buffers, reused from request to request so that large writes
+/// cost no allocation; counted in [`ConnStats::buffer_bytes`] and shrunk to
+/// `kept_buffer_bytes` when the connection goes idle.
+struct Buffers {
+    body: Vec<u8>,
+    data: Vec<u8>,
+    held: usize,
+    stats: Arc<ConnStats>,
+}
+
+impl Buffers {
+    fn new(stats: Arc<ConnStats>) -> Buffers {
+        Buffers {
+            body: Vec::new(),
+            data: Vec::new(),
+            held: 0,
+            stats,
+        }
+    }
+
+    /// Brings the server's count up to date with this connection's capacity.
+    fn note(&mut self) {
+        let now = self.body.capacity() + self.data.capacity();
+        if now == self.held {
+            return; // the usual case: no write to the counter all threads share
+        }
+        if now > self.held {
+            self.stats
+                .buffer_bytes
+                .fetch_add(now - self.held, Ordering::Relaxed);
+        } else {
+            self.stats
+                .buffer_bytes
+                .fetch_sub(self.held - now, Ordering::Relaxed);
+        }
+        self.held = now;
+    }
+
+    fn shrink(&mut self, kept: usize) {
+        for b in [&mut self.body, &mut self.data] {
+            if b.capacity() > kept {
+                b.truncate(kept);
+                b.shrink_to(kept);
+            }
+        }
+        self.note();
+    }
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        self.body = Vec::new();
+        self.data = Vec::new();
+        self.note();
+    }
+}
+
+/// Serves one authenticated connection until the peer leaves, misbehaves, stays idle
+/// past `idle_timeout`, or the server shuts down.
 fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
-    secret: &Secret,
-    service: &dyn Service,
-    shutdown: &AtomicBool,
+    auth_id: u64,
+    shared: &Shared,
 ) -> Result<(), String> {
-    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let limits = &shared.limits;
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    // Reads poll with a short timeout so that shutdown and idleness are noticed; a frame
+    // that has begun gets until its deadline (see frame::read_header).
     stream
-        .set_read_timeout(Some(PEER_TIMEOUT))
-        .and_then(|_| stream.set_write_timeout(Some(PEER_TIMEOUT)))
+        .set_read_timeout(Some(limits.idle_poll))
         .map_err(|e| e.to_string())?;
-    handshake(&mut stream, peer, secret)?;
+    send_reply(
+        &mut stream,
+        auth_id,
+        Opcode::Auth,
+        Reply::ok(Response::Done),
+    )
+    .map_err(|e| e.to_string())?;
     let info = ConnInfo { peer };
-    let mut body = Vec::new();
-    let mut data_buf = Vec::new();
-    // Reads poll with a short timeout so that shutdown is noticed; a frame that has begun
-    // may take up to PEER_TIMEOUT (see frame::fill).
-    stream
-        .set_read_timeout(Some(IDLE_POLL))
-        .map_err(|e| e.to_string())?;
+    let mut bufs = Buffers::new(shared.stats.clone());
+    let mut last = Instant::now();
+    let mut idle = true;
     loop {
-        let header = match read_header(&mut stream, PEER_TIMEOUT) {
-            Ok(h) => h,
-            Err(ReadError::Idle) if !shutdown.load(Ordering::Relaxed) => continue,
-            Err(ReadError::Idle) | Err(ReadError::Closed) => return Ok(()),
+        let (header, deadline) = match read_header(&mut stream, limits.peer_timeout) {
+            Ok(x) => x,
+            Err(ReadError::Idle) if shared.shutdown.load(Ordering::Relaxed) => return Ok(()),
+            Err(ReadError::Idle) => {
+                if !idle {
+                    bufs.shrink(limits.kept_buffer_bytes);
+                    idle = true;
+                }
+                if last.elapsed() >= limits.idle_timeout {
+                    shared.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
+                    return Err(goodbye(&mut stream, last.elapsed()));
+                }
+                continue;
+            }
+            Err(ReadError::Closed) => return Ok(()),
             Err(ReadError::Frame(f)) => return Err(refuse(&mut stream, peer, 0, None, &f)),
             Err(e) => return Err(e.to_string()),
         };
-        let env = match read_request(&mut stream, &header, &mut body, &mut data_buf) {
+        idle = false;
+        let env = match read_request(&mut stream, &header, deadline, &mut bufs) {
             Ok(x) => x,
             Err(ReadError::Frame(f)) => {
                 let op = Opcode::from_u16(header.opcode);
@@ -186,6 +301,7 @@ fn connection(
             }
             Err(e) => return Err(e.to_string()),
         };
+        bufs.note();
         let opcode = env.req.opcode();
         let reply = match env.req.validate(header.data_len) {
             Err(e) => Reply::err(e),
@@ -196,8 +312,8 @@ fn connection(
                 ))
             }
             Ok(()) => {
-                let data = &data_buf[..header.data_len as usize];
-                handle_guarded(service, &info, env, data)
+                let data = &bufs.data[..header.data_len as usize];
+                handle_guarded(&*shared.service, &info, env, data)
             }
         };
         if header.wants_reply() {
@@ -208,10 +324,40 @@ fn connection(
                 opcode.name()
             );
         }
-        if shutdown.load(Ordering::Relaxed) {
+        last = Instant::now();
+        if shared.shutdown.load(Ordering::Relaxed) {
             return Ok(());
         }
     }
+}
+
+/// Closes a connection that stayed idle: a `ConnectionClosed` notice (request id 0)
+/// tells the client that nothing it sends now is handled, so it may resend anything on
+/// a fresh connection; then the server reads (and drops) what the peer still sends until
+/// it closes, briefly, so that the notice is not destroyed by a reset.
+fn goodbye(stream: &mut TcpStream, idle: Duration) -> String {
+    let why = format!("idle for {} ms: closed by the server", idle.as_millis());
+    let err = WireError::new(ErrorCode::ConnectionClosed, why.clone());
+    let frame = encode_response(0, Opcode::Ping, &Err(err), 0);
+    let _ = write_all_parts(stream, &[&frame]);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let start = Instant::now();
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut sink = [0u8; 4096];
+    while start.elapsed() < Duration::from_secs(1) {
+        match std::io::Read::read(stream, &mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    why
 }
 
 /// Runs the handler; a panic (a bug) becomes an `Internal` error for that request only.
@@ -231,34 +377,34 @@ fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: &
     }
 }
 
-/// Reads a request's body and bulk data; the data lands in `data`, a buffer the
-/// connection reuses so that large writes cost no allocation, zeroing or page faults.
+/// Reads a request's body and bulk data before the frame's `deadline`; the data lands
+/// in the connection's reused buffer.
 fn read_request(
     stream: &mut TcpStream,
     header: &Header,
-    body: &mut Vec<u8>,
-    data: &mut Vec<u8>,
+    deadline: Option<Instant>,
+    bufs: &mut Buffers,
 ) -> Result<Envelope, ReadError> {
-    body.resize(header.body_len as usize, 0);
-    read_exact(stream, body, PEER_TIMEOUT)?;
-    let env = match decode_request(header, body) {
+    bufs.body.resize(header.body_len as usize, 0);
+    read_exact(stream, &mut bufs.body, deadline)?;
+    let env = match decode_request(header, &bufs.body) {
         Ok(env) => env,
         Err(f) => {
             // Consume the bulk data so the error response is read in order by the peer.
-            skip(stream, header.data_len as u64, PEER_TIMEOUT)?;
+            skip(stream, header.data_len as u64, deadline)?;
             return Err(ReadError::Frame(f));
         }
     };
     let n = header.data_len as usize;
-    if data.len() < n {
-        data.resize(n, 0);
+    if bufs.data.len() < n {
+        bufs.data.resize(n, 0);
     }
-    read_exact(stream, &mut data[..n], PEER_TIMEOUT)?;
+    read_exact(stream, &mut bufs.data[..n], deadline)?;
     Ok(env)
 }
 
-fn send_reply(
-    stream: &mut TcpStream,
+pub(crate) fn send_reply(
+    stream: &mut impl std::io::Write,
     request_id: u64,
     opcode: Opcode,
     reply: Reply,
@@ -273,8 +419,8 @@ fn send_reply(
 
 /// Answers a bad frame with an error naming the reason and logs it; returns the reason
 /// the connection ends.
-fn refuse(
-    stream: &mut TcpStream,
+pub(crate) fn refuse(
+    stream: &mut impl std::io::Write,
     peer: SocketAddr,
     request_id: u64,
     opcode: Option<Opcode>,
@@ -288,121 +434,4 @@ fn refuse(
     let frame = encode_response(request_id, opcode.unwrap_or(Opcode::Ping), &Err(err), 0);
     let _ = write_all_parts(stream, &[&frame]);
     format!("bad frame: {f}")
-}
-
-fn handshake(stream: &mut TcpStream, peer: SocketAddr, secret: &Secret) -> Result<(), String> {
-    let mut body = Vec::new();
-    let (h, env) = read_one(stream, peer, &mut body).map_err(|e| {
-        tracing::warn!("connection from {peer}: no valid Hello: {e}");
-        e
-    })?;
-    let Request::Hello { nonce: nonce_c } = env.req else {
-        return refuse_auth(
-            stream,
-            peer,
-            h.request_id,
-            env.req.opcode(),
-            "first message was not Hello",
-        );
-    };
-    let nonce_s = random_nonce();
-    let proof = secret.server_proof(&nonce_c, &nonce_s);
-    let challenge = Reply::ok(Response::Challenge {
-        nonce: nonce_s,
-        proof,
-    });
-    send_reply(stream, h.request_id, Opcode::Hello, challenge).map_err(|e| e.to_string())?;
-    let (h, env) = read_one(stream, peer, &mut body).map_err(|e| {
-        // A client that does not know the cluster secret hangs up here, after checking
-        // our proof; say so, since the client's side of the story is on another machine.
-        tracing::warn!(
-            "connection from {peer}: no Auth after the challenge (wrong cluster secret?): {e}"
-        );
-        e
-    })?;
-    let Request::Auth { proof } = env.req else {
-        return refuse_auth(
-            stream,
-            peer,
-            h.request_id,
-            env.req.opcode(),
-            "second message was not Auth",
-        );
-    };
-    if !secret.verify_client_proof(&nonce_s, &nonce_c, &proof) {
-        return refuse_auth(
-            stream,
-            peer,
-            h.request_id,
-            Opcode::Auth,
-            "wrong cluster secret",
-        );
-    }
-    send_reply(
-        stream,
-        h.request_id,
-        Opcode::Auth,
-        Reply::ok(Response::Done),
-    )
-    .map_err(|e| e.to_string())
-}
-
-fn read_one(
-    stream: &mut TcpStream,
-    peer: SocketAddr,
-    body: &mut Vec<u8>,
-) -> Result<(Header, Envelope), String> {
-    // A bad header is answered too, as after authentication: the peer learns the reason.
-    let h = match read_header(stream, PEER_TIMEOUT) {
-        Ok(h) => h,
-        Err(ReadError::Frame(f)) => return Err(refuse(stream, peer, 0, None, &f)),
-        Err(e) => return Err(e.to_string()),
-    };
-    // Before authentication only small Hello and Auth frames are read, so that an
-    // unauthenticated peer cannot make the server allocate large buffers.
-    let handshake_op = matches!(
-        Opcode::from_u16(h.opcode),
-        Some(Opcode::Hello | Opcode::Auth)
-    );
-    if !handshake_op || h.data_len != 0 || h.body_len > MAX_HANDSHAKE_BODY_BYTES {
-        let op = Opcode::from_u16(h.opcode).unwrap_or(Opcode::Hello);
-        let why = if handshake_op {
-            format!("oversized {} frame", op.name())
-        } else {
-            format!("{} before authenticating: not Hello or Auth", op.name())
-        };
-        let _ = refuse_auth(stream, peer, h.request_id, op, &why);
-        return Err(format!("authentication failed: {why}"));
-    }
-    // Handshake frames carry no bulk data (checked above).
-    let env = match read_request(stream, &h, body, &mut Vec::new()) {
-        Ok(x) => x,
-        Err(ReadError::Frame(f)) => {
-            return Err(refuse(
-                stream,
-                peer,
-                h.request_id,
-                Opcode::from_u16(h.opcode),
-                &f,
-            ));
-        }
-        Err(e) => return Err(e.to_string()),
-    };
-    Ok((h, env))
-}
-
-fn refuse_auth(
-    stream: &mut TcpStream,
-    peer: SocketAddr,
-    request_id: u64,
-    opcode: Opcode,
-    why: &str,
-) -> Result<(), String> {
-    tracing::warn!("authentication of {peer} failed: {why}");
-    let err = WireError::new(
-        ErrorCode::AuthFailed,
-        format!("authentication failed: {why}"),
-    );
-    let _ = send_reply(stream, request_id, opcode, Reply::err(err));
-    Err(format!("authentication failed: {why}"))
 }

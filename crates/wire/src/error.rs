@@ -66,6 +66,7 @@ mod libc_errno {
     pub const EPROTO: i32 = 71;
     pub const EBADMSG: i32 = 74;
     pub const ETIMEDOUT: i32 = 110;
+    pub const ECONNRESET: i32 = 104;
     pub const ECONNREFUSED: i32 = 111;
     pub const ESTALE: i32 = 116;
 }
@@ -100,6 +101,8 @@ error_codes! {
     Internal = 203, EIO, "internal server error";
     ServerRestarted = 204, EIO, "data server restarted; unsynced writes may be lost";
     SessionExpired = 106, EIO, "client session expired";
+    // Declared last: bodies carry the variant index (docs/protocol.md, Versioning).
+    ConnectionClosed = 107, ECONNRESET, "connection closed by the server before the request was handled";
 }
 
 impl fmt::Display for ErrorCode {

@@ -721,7 +721,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
 
 const PINNED_ERROR_CODES: &[u32] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 100, 101, 102, 103, 104, 105, 200,
-    201, 202, 203, 204, 106,
+    201, 202, 203, 204, 106, 107,
 ];
 
 /// Some request with opcode `op`, fields zero.

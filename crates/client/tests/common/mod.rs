@@ -12,25 +12,38 @@ use std::thread::JoinHandle;
 use stripefs_client::{Client, Cred, InodeId, LayoutHint};
 use stripefs_data::{Clock, DataService, MemStore, SystemClock};
 use stripefs_meta::MetaService;
-use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ClusterConfig, ConnStats, DataServerEntry, Defaults, Limits, Secret, Service};
 
 pub const SMALL_STRIPE: u32 = 64 << 10;
 
 struct Server {
     shutdown: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    stats: Arc<ConnStats>,
 }
 
 impl Server {
-    fn start(listener: TcpListener, secret: &Secret, service: Arc<dyn Service>) -> Server {
+    fn start(
+        listener: TcpListener,
+        secret: &Secret,
+        service: Arc<dyn Service>,
+        limits: &Limits,
+    ) -> Server {
         let shutdown = Arc::new(AtomicBool::new(false));
-        let (flag, secret) = (shutdown.clone(), secret.clone());
+        let stats = Arc::new(ConnStats::default());
+        let (flag, secret, st, limits) = (
+            shutdown.clone(),
+            secret.clone(),
+            stats.clone(),
+            limits.clone(),
+        );
         let thread = std::thread::spawn(move || {
-            stripefs_rpc::serve(listener, secret, service, flag).expect("serve");
+            stripefs_rpc::serve_with(listener, secret, service, flag, limits, st).expect("serve");
         });
         Server {
             shutdown,
             thread: Some(thread),
+            stats,
         }
     }
 
@@ -73,6 +86,7 @@ impl Cluster {
             stripe,
             false,
             stripefs_rpc::limits::LEASE_MS,
+            &Limits::default(),
         )
     }
 
@@ -85,15 +99,42 @@ impl Cluster {
             stripe,
             true,
             stripefs_rpc::limits::LEASE_MS,
+            &Limits::default(),
         )
     }
 
     /// [`Cluster::with`] whose client sessions live `lease_ms` without renewal.
     pub fn with_lease(n_data: usize, n_targets: usize, stripe: u32, lease_ms: u64) -> Cluster {
-        Cluster::make(n_data, n_targets, stripe, false, lease_ms)
+        Cluster::make(
+            n_data,
+            n_targets,
+            stripe,
+            false,
+            lease_ms,
+            &Limits::default(),
+        )
     }
 
-    fn make(n_data: usize, n_targets: usize, stripe: u32, mem: bool, lease_ms: u64) -> Cluster {
+    /// Servers with chosen connection limits (for instance a short idle timeout).
+    pub fn with_limits(n_data: usize, n_targets: usize, stripe: u32, limits: &Limits) -> Cluster {
+        Cluster::make(
+            n_data,
+            n_targets,
+            stripe,
+            false,
+            stripefs_rpc::limits::LEASE_MS,
+            limits,
+        )
+    }
+
+    fn make(
+        n_data: usize,
+        n_targets: usize,
+        stripe: u32,
+        mem: bool,
+        lease_ms: u64,
+        limits: &Limits,
+    ) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let meta_l = bind();
         let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
@@ -131,13 +172,13 @@ impl Cluster {
             }
             .expect("data service");
             stores.push(store);
-            servers.push(Server::start(l, &config.secret, svc.clone()));
+            servers.push(Server::start(l, &config.secret, svc.clone(), limits));
             data.push(svc);
             targets.push(t);
         }
         let meta_svc =
             MetaService::open(&dir.path().join("meta.redb"), &config).expect("meta service");
-        let meta = Server::start(meta_l, &config.secret, meta_svc);
+        let meta = Server::start(meta_l, &config.secret, meta_svc, limits);
         Cluster {
             config,
             data,
@@ -147,6 +188,14 @@ impl Cluster {
             meta,
             dir,
         }
+    }
+
+    /// Connections the servers closed for being idle, metadata server first.
+    pub fn idle_closed(&self) -> Vec<u64> {
+        std::iter::once(&self.meta)
+            .chain(&self.servers)
+            .map(|s| s.stats.idle_closed.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// A client acting as root (test files are created in the root directory).
@@ -174,7 +223,7 @@ impl Cluster {
         store.crash(seed);
         let svc = mem_data(i, &self.targets[i], store).expect("data service");
         let l = TcpListener::bind(&self.config.data[i].addr).expect("rebind");
-        self.servers[i] = Server::start(l, &self.config.secret, svc.clone());
+        self.servers[i] = Server::start(l, &self.config.secret, svc.clone(), &Limits::default());
         self.data[i] = svc;
     }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stripefs_rpc::auth::{random_nonce, Secret};
-use stripefs_rpc::{serve, Conn, ConnInfo, Payload, Reply, Service};
+use stripefs_rpc::{serve_with, Conn, ConnInfo, ConnStats, Limits, Payload, Reply, Service};
 use stripefs_wire::*;
 
 /// Client timeout for tests that expect answers.
@@ -44,21 +44,31 @@ impl Service for Echo {
 pub struct Server {
     pub addr: SocketAddr,
     pub secret: Secret,
+    /// What the server's limits did (evictions, expiries, buffer bytes).
+    pub stats: Arc<ConnStats>,
     shutdown: Arc<AtomicBool>,
     thread: Option<JoinHandle<io::Result<()>>>,
 }
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with(Limits::default())
+    }
+
+    /// A server with chosen limits, so a test can play a misbehaving peer quickly.
+    pub fn start_with(limits: Limits) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");
         let secret = Secret::generate();
         let shutdown = Arc::new(AtomicBool::new(false));
-        let (s, f) = (secret.clone(), shutdown.clone());
-        let thread = std::thread::spawn(move || serve(listener, s, Arc::new(Echo), f));
+        let stats = Arc::new(ConnStats::default());
+        let (s, f, st) = (secret.clone(), shutdown.clone(), stats.clone());
+        let thread =
+            std::thread::spawn(move || serve_with(listener, s, Arc::new(Echo), f, limits, st));
         Server {
             addr,
             secret,
+            stats,
             shutdown,
             thread: Some(thread),
         }
@@ -83,6 +93,14 @@ impl Server {
         s.set_read_timeout(Some(TIMEOUT)).expect("set timeout");
         s
     }
+
+    /// A raw connection from the local address `from` (any 127.x.y.z works on
+    /// loopback), so tests can play peers at several addresses.
+    pub fn raw_from(&self, from: std::net::Ipv4Addr) -> TcpStream {
+        let s = connect_from(from, self.addr);
+        s.set_read_timeout(Some(TIMEOUT)).expect("set timeout");
+        s
+    }
 }
 
 impl Drop for Server {
@@ -96,6 +114,51 @@ impl Drop for Server {
             }
         }
     }
+}
+
+/// Connects to `to` from the IPv4 address `from`.
+pub fn connect_from(from: std::net::Ipv4Addr, to: SocketAddr) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(to) = to else {
+        panic!("IPv4 only");
+    };
+    let sin = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor this function owns; the addresses are
+    // valid sockaddr_in structs on the stack.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(fd);
+        let a = sin(from, 0);
+        let r = libc::bind(fd, &a as *const _ as *const libc::sockaddr, len);
+        assert_eq!(r, 0, "bind {from}: {}", io::Error::last_os_error());
+        let b = sin(*to.ip(), to.port());
+        let r = libc::connect(fd, &b as *const _ as *const libc::sockaddr, len);
+        assert_eq!(r, 0, "connect from {from}: {}", io::Error::last_os_error());
+        stream
+    }
+}
+
+/// Whether the server has closed `s` (EOF or reset seen without waiting long).
+pub fn is_closed(s: &mut TcpStream) -> bool {
+    s.set_nonblocking(true).expect("nonblocking");
+    let mut b = [0u8; 1];
+    let r = match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+        Err(_) => true,
+    };
+    s.set_nonblocking(false).expect("blocking");
+    r
 }
 
 /// A request frame from root, without bulk data.

@@ -1,0 +1,474 @@
+//! The acceptor: one thread accepts every connection and drives its handshake (Hello,
+//! challenge, Auth) over nonblocking sockets with readiness polling, so that a peer
+//! that has not proved it knows the cluster secret costs no thread, and counts toward
+//! no limit a real client needs.
+//!
+//! Unauthenticated connections are bounded twice: in all (`max_unauth`) and per IP
+//! address (`max_unauth_per_addr`). A new connection that finds a budget full closes
+//! the *oldest* connection in it, never itself: a real client authenticates within one
+//! round trip of connecting, so it is always among the newest, while a flood of silent
+//! or trickling connections only displaces itself, also when it comes from the real
+//! client's own address. Each connection must finish the whole handshake within
+//! `handshake_deadline` of being accepted, however it spreads its bytes.
+//!
+//! A connection that authenticates leaves the acceptor for a thread of its own
+//! (`server::start_connection`).
+
+use crate::auth::{random_nonce, Secret};
+use crate::limits::{LISTEN_BACKLOG, MAX_HANDSHAKE_BODY_BYTES};
+use crate::server::{refuse, send_reply, start_connection, Reply, Shared};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use stripefs_wire::{
+    decode_request, encode_response, Envelope, ErrorCode, FrameError, Header, Opcode, Request,
+    Response, WireError, HEADER_LEN,
+};
+
+const LISTENER: Token = Token(usize::MAX);
+/// How often the acceptor logs what its budgets did (evictions, expiries), at most.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// Where a connection is in its handshake.
+enum Stage {
+    Hello,
+    Auth {
+        nonce_c: [u8; 32],
+        nonce_s: [u8; 32],
+    },
+}
+
+struct Pending {
+    stream: TcpStream,
+    peer: SocketAddr,
+    since: Instant,
+    /// Bytes received and not yet consumed (at most one handshake frame).
+    buf: Vec<u8>,
+    stage: Stage,
+}
+
+/// What a step of a handshake came to.
+enum Step {
+    /// Waiting for more bytes.
+    Wait,
+    /// Refused or gone; the reason, for the log (already logged when `None`).
+    Close(Option<String>),
+    /// Auth with a good proof arrived, request id given: hand the connection over.
+    Authenticated(u64),
+}
+
+/// Why a frame of the handshake is refused, with the answer it gets.
+enum Refusal {
+    Frame(u64, Option<Opcode>, FrameError),
+    Auth(u64, Opcode, String),
+}
+
+pub(crate) struct Acceptor {
+    poll: Poll,
+    listener: TcpListener,
+    secret: Secret,
+    shared: Arc<Shared>,
+    pending: HashMap<u64, Pending>,
+    /// Ids of pending connections, oldest first (ids increase with acceptance).
+    order: BTreeSet<u64>,
+    by_addr: HashMap<IpAddr, BTreeSet<u64>>,
+    next_id: u64,
+    /// Accepting stopped at a lack of file descriptors: try again without an event.
+    accept_again: bool,
+    logged: (Instant, u64, u64),
+}
+
+impl Acceptor {
+    pub fn new(
+        listener: std::net::TcpListener,
+        secret: Secret,
+        shared: Arc<Shared>,
+    ) -> io::Result<Acceptor> {
+        listener.set_nonblocking(true)?;
+        // A deeper queue than std's 128: bursts wait for the acceptor instead of having
+        // their SYNs dropped (a client then waits a second to retry).
+        // SAFETY: listen on a valid listening socket only changes its backlog.
+        unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) };
+        let mut listener = TcpListener::from_std(listener);
+        let poll = Poll::new()?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        Ok(Acceptor {
+            poll,
+            listener,
+            secret,
+            shared,
+            pending: HashMap::new(),
+            order: BTreeSet::new(),
+            by_addr: HashMap::new(),
+            next_id: 0,
+            accept_again: false,
+            logged: (Instant::now(), 0, 0),
+        })
+    }
+
+    /// Runs until the shutdown flag is set; pending handshakes are dropped then.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(1024);
+        while !self.shared.shutdown.load(Ordering::Relaxed) {
+            let wait = self.next_wake();
+            match self.poll.poll(&mut events, Some(wait)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            let mut accept = std::mem::take(&mut self.accept_again);
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => accept = true,
+                    Token(id) => self.advance(id as u64),
+                }
+            }
+            if accept {
+                self.accept_all();
+            }
+            self.expire();
+            self.log_summary(false);
+        }
+        self.log_summary(true);
+        Ok(())
+    }
+
+    /// Until the oldest handshake's deadline, or the shutdown poll.
+    fn next_wake(&self) -> Duration {
+        let limits = &self.shared.limits;
+        let mut wait = limits.idle_poll;
+        if self.accept_again {
+            wait = Duration::from_millis(10);
+        }
+        if let Some(p) = self.order.first().and_then(|id| self.pending.get(id)) {
+            let left =
+                (p.since + limits.handshake_deadline).saturating_duration_since(Instant::now());
+            wait = wait.min(left + Duration::from_millis(1));
+        }
+        wait
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    // Out of descriptors: free the oldest handshake's, or wait a little.
+                    match self.order.first().copied() {
+                        Some(oldest) => self.evict(oldest),
+                        None => {
+                            tracing::warn!("accept failed: {e}");
+                            self.accept_again = true;
+                            return;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    self.accept_again = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Takes a new connection into the handshake, closing the oldest of its address or
+    /// of all if a budget is full.
+    fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr) {
+        let limits = &self.shared.limits;
+        let ip = peer.ip();
+        let of_addr = self.by_addr.get(&ip).map_or(0, |s| s.len());
+        if of_addr >= limits.max_unauth_per_addr {
+            let oldest = *self.by_addr[&ip]
+                .first()
+                .expect("a full budget has members");
+            self.evict(oldest);
+        }
+        if self.order.len() >= self.shared.limits.max_unauth {
+            let oldest = *self.order.first().expect("a full budget has members");
+            self.evict(oldest);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let _ = stream.set_nodelay(true);
+        let token = Token(usize::try_from(id).expect("ids fit in a usize"));
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut stream, token, Interest::READABLE)
+        {
+            tracing::warn!("cannot watch the connection from {peer}: {e}");
+            return;
+        }
+        let p = Pending {
+            stream,
+            peer,
+            since: Instant::now(),
+            buf: Vec::new(),
+            stage: Stage::Hello,
+        };
+        self.pending.insert(id, p);
+        self.order.insert(id);
+        self.by_addr.entry(ip).or_default().insert(id);
+        self.count();
+        // Bytes that came with the connection raise no edge of their own: look now.
+        self.advance(id);
+    }
+
+    fn count(&self) {
+        let n = self.order.len();
+        self.shared.stats.pending.store(n, Ordering::Relaxed);
+    }
+
+    /// Removes a pending connection from every index; the caller closes or hands it on.
+    fn take(&mut self, id: u64) -> Option<Pending> {
+        let mut p = self.pending.remove(&id)?;
+        self.order.remove(&id);
+        let ip = p.peer.ip();
+        if let Some(set) = self.by_addr.get_mut(&ip) {
+            set.remove(&id);
+            if set.is_empty() {
+                self.by_addr.remove(&ip);
+            }
+        }
+        let _ = self.poll.registry().deregister(&mut p.stream);
+        self.count();
+        Some(p)
+    }
+
+    fn evict(&mut self, id: u64) {
+        if let Some(p) = self.take(id) {
+            self.shared.stats.evicted.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("closed the handshake of {} to admit a newer one", p.peer);
+        }
+    }
+
+    /// Closes the handshakes past their deadline (the oldest are first).
+    fn expire(&mut self) {
+        let deadline = self.shared.limits.handshake_deadline;
+        while let Some(&id) = self.order.first() {
+            if self.pending[&id].since.elapsed() < deadline {
+                return;
+            }
+            if let Some(p) = self.take(id) {
+                self.shared
+                    .stats
+                    .handshake_expired
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    "connection from {}: no handshake within {deadline:?}; closed",
+                    p.peer
+                );
+            }
+        }
+    }
+
+    /// Logs, at most every [`SUMMARY_EVERY`], how many handshakes the budgets closed:
+    /// one line for a flood, not one per connection.
+    fn log_summary(&mut self, now: bool) {
+        if !now && self.logged.0.elapsed() < SUMMARY_EVERY {
+            return;
+        }
+        let st = &self.shared.stats;
+        let evicted = st.evicted.load(Ordering::Relaxed);
+        let expired = st.handshake_expired.load(Ordering::Relaxed);
+        let (de, dx) = (evicted - self.logged.1, expired - self.logged.2);
+        if de + dx > 0 {
+            tracing::warn!(
+                "unauthenticated connections: {de} closed to admit newer ones (budget full), \
+                 {dx} closed for not authenticating within {:?}; {} in handshake now",
+                self.shared.limits.handshake_deadline,
+                self.order.len()
+            );
+        }
+        self.logged = (Instant::now(), evicted, expired);
+    }
+
+    /// Reads what a connection sent and answers it, as far as it goes.
+    fn advance(&mut self, id: u64) {
+        let Some(p) = self.pending.get_mut(&id) else {
+            return; // evicted earlier in this round of events
+        };
+        match p.advance(&self.secret) {
+            Step::Wait => {}
+            Step::Close(why) => {
+                if let Some(p) = self.take(id) {
+                    if let Some(why) = why {
+                        tracing::info!("connection from {} closed: {why}", p.peer);
+                    }
+                }
+            }
+            Step::Authenticated(auth_id) => {
+                if let Some(p) = self.take(id) {
+                    // SAFETY: the descriptor moves from the mio stream to the std one.
+                    let std = unsafe { std::net::TcpStream::from_raw_fd(p.stream.into_raw_fd()) };
+                    start_connection(std, p.peer, auth_id, &self.shared);
+                }
+            }
+        }
+    }
+}
+
+impl Pending {
+    fn advance(&mut self, secret: &Secret) -> Step {
+        loop {
+            match self.parse() {
+                Err(r) => return self.refuse(r),
+                Ok(Some((h, env))) => match self.answer(secret, h, env) {
+                    Step::Wait => continue,
+                    other => return other,
+                },
+                Ok(None) => {}
+            }
+            let mut chunk = [0u8; 2048];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return self.closed_early(),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Step::Close(Some(e.to_string())),
+            }
+        }
+    }
+
+    /// The next whole handshake frame in the buffer, if there is one. Only small Hello
+    /// and Auth frames are read, so that an unauthenticated peer cannot make the server
+    /// allocate large buffers.
+    fn parse(&mut self) -> Result<Option<(Header, Envelope)>, Refusal> {
+        if self.buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let h = Header::decode(&self.buf[..HEADER_LEN]).map_err(|f| Refusal::Frame(0, None, f))?;
+        let op = Opcode::from_u16(h.opcode);
+        let handshake_op = matches!(op, Some(Opcode::Hello | Opcode::Auth));
+        if !handshake_op || h.data_len != 0 || h.body_len > MAX_HANDSHAKE_BODY_BYTES {
+            let op = op.unwrap_or(Opcode::Hello);
+            let why = if handshake_op {
+                format!("oversized {} frame", op.name())
+            } else {
+                format!("{} before authenticating: not Hello or Auth", op.name())
+            };
+            return Err(Refusal::Auth(h.request_id, op, why));
+        }
+        let end = HEADER_LEN + h.body_len as usize;
+        if self.buf.len() < end {
+            return Ok(None);
+        }
+        let env = decode_request(&h, &self.buf[HEADER_LEN..end])
+            .map_err(|f| Refusal::Frame(h.request_id, op, f))?;
+        self.buf.drain(..end);
+        if !self.buf.is_empty() {
+            // A client waits for each answer of the handshake before it sends again.
+            let why = format!(
+                "sent more after {} before its answer",
+                env.req.opcode().name()
+            );
+            return Err(Refusal::Auth(h.request_id, env.req.opcode(), why));
+        }
+        Ok(Some((h, env)))
+    }
+
+    /// Answers one handshake frame.
+    fn answer(&mut self, secret: &Secret, h: Header, env: Envelope) -> Step {
+        match (&self.stage, env.req) {
+            (Stage::Hello, Request::Hello { nonce: nonce_c }) => {
+                let nonce_s = random_nonce();
+                let proof = secret.server_proof(&nonce_c, &nonce_s);
+                let challenge = Ok(Response::Challenge {
+                    nonce: nonce_s,
+                    proof,
+                });
+                let frame = encode_response(h.request_id, Opcode::Hello, &challenge, 0);
+                // A fresh socket's send buffer takes a frame this small at once; a peer
+                // whose buffer is full is not reading and is dropped.
+                match self.stream.write(&frame) {
+                    Ok(n) if n == frame.len() => {}
+                    Ok(_) => return Step::Close(Some("does not read its challenge".into())),
+                    Err(e) => return Step::Close(Some(e.to_string())),
+                }
+                self.stage = Stage::Auth { nonce_c, nonce_s };
+                Step::Wait
+            }
+            (Stage::Auth { nonce_c, nonce_s }, Request::Auth { proof }) => {
+                if secret.verify_client_proof(nonce_s, nonce_c, &proof) {
+                    Step::Authenticated(h.request_id)
+                } else {
+                    self.refuse(Refusal::Auth(
+                        h.request_id,
+                        Opcode::Auth,
+                        "wrong cluster secret".into(),
+                    ))
+                }
+            }
+            (Stage::Hello, req) => self.refuse(Refusal::Auth(
+                h.request_id,
+                req.opcode(),
+                "first message was not Hello".into(),
+            )),
+            (Stage::Auth { .. }, req) => self.refuse(Refusal::Auth(
+                h.request_id,
+                req.opcode(),
+                "second message was not Auth".into(),
+            )),
+        }
+    }
+
+    /// The peer closed before finishing the handshake.
+    fn closed_early(&mut self) -> Step {
+        if !self.buf.is_empty() {
+            let need = if self.buf.len() < HEADER_LEN {
+                HEADER_LEN
+            } else {
+                let h = Header::decode(&self.buf[..HEADER_LEN]).ok();
+                HEADER_LEN + h.map_or(0, |h| h.body_len as usize)
+            };
+            let f = FrameError::Truncated {
+                got: self.buf.len(),
+                need,
+            };
+            return self.refuse(Refusal::Frame(0, None, f));
+        }
+        match self.stage {
+            Stage::Hello => Step::Close(Some("closed before Hello".into())),
+            // A client that does not know the cluster secret hangs up here, after
+            // checking our proof; say so, since its side of the story is elsewhere.
+            Stage::Auth { .. } => {
+                tracing::warn!(
+                    "connection from {}: no Auth after the challenge (wrong cluster secret?): \
+                     connection closed by peer",
+                    self.peer
+                );
+                Step::Close(None)
+            }
+        }
+    }
+
+    /// Answers a refused frame (best effort: the socket is nonblocking) and closes.
+    fn refuse(&mut self, r: Refusal) -> Step {
+        match r {
+            Refusal::Frame(id, op, f) => {
+                let why = refuse(&mut self.stream, self.peer, id, op, &f);
+                Step::Close(Some(why))
+            }
+            Refusal::Auth(id, op, why) => {
+                tracing::warn!("authentication of {} failed: {why}", self.peer);
+                let err = WireError::new(
+                    ErrorCode::AuthFailed,
+                    format!("authentication failed: {why}"),
+                );
+                let _ = send_reply(&mut self.stream, id, op, Reply::err(err));
+                Step::Close(Some(format!("authentication failed: {why}")))
+            }
+        }
+    }
+}

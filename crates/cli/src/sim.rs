@@ -39,6 +39,9 @@ pub struct SimArgs {
     /// shortened reproduction prints them.
     #[arg(long, value_delimiter = ',', value_name = "I,J,...")]
     keep: Option<Vec<usize>>,
+    /// Re-runs spent shortening each failing plan (0: report the full plan).
+    #[arg(long, default_value_t = 200)]
+    shrink_runs: usize,
     /// Print the report as JSON on stdout (or write it to FILE with --json-file).
     #[arg(long)]
     json: bool,
@@ -76,6 +79,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         })?),
     };
     let mut opts = Options {
+        shrink_runs: a.shrink_runs,
         canary,
         without: a.without.clone(),
         clients: a.clients,

@@ -27,6 +27,18 @@ use std::time::Duration;
 use stripefs_rpc::limits::LEASE_RENEWALS;
 use stripefs_wire::{Attr, Cred, ErrorCode, InodeId, Request, Response, WireError};
 
+/// Attempts of one reclaiming Open that fails in transport.
+const RECLAIM_TRIES: u32 = 3;
+
+/// Errors that say nothing about the inode: the request or its answer was lost, or the
+/// server was briefly unable.
+fn transient(e: &WireError) -> bool {
+    matches!(
+        e.code,
+        ErrorCode::Timeout | ErrorCode::Unreachable | ErrorCode::Busy | ErrorCode::ConnectionClosed
+    )
+}
+
 /// Shortest wait between renewal attempts after a failure.
 const RETRY_MIN: Duration = Duration::from_millis(20);
 
@@ -149,6 +161,18 @@ impl Inner {
         }
     }
 
+    /// One reclaiming Open, tried again after a transient failure (a lost answer, a
+    /// timeout): a reclaim is not lost for a dropped message.
+    fn reclaim(&self, req: Request) -> Result<(), WireError> {
+        let mut tries = 0;
+        loop {
+            match self.meta_call(&Cred::root(), req.clone()) {
+                Err(e) if transient(&e) && tries < RECLAIM_TRIES => tries += 1,
+                r => return r.map(|_| ()),
+            }
+        }
+    }
+
     /// After the server ended session `old`: opens a new session and opens again under
     /// it every inode this client has open. Inodes that cannot be opened again are
     /// marked lost on their handles. Does nothing if another thread did it already.
@@ -170,9 +194,17 @@ impl Inner {
                     read: false,
                     write: false,
                 };
-                if let Err(e) = self.meta_call(&Cred::root(), req) {
-                    lost.push((ino, e));
-                    break;
+                match self.reclaim(req) {
+                    Ok(()) => {}
+                    // Gone for good (purged while the session was lapsed).
+                    Err(e) if !transient(&e) => {
+                        lost.push((ino, e));
+                        break;
+                    }
+                    // The server or the way to it failed: nothing is known lost. The new
+                    // session is abandoned (its lease releases what it holds) and the
+                    // next call tries again from the start.
+                    Err(e) => return Err(e),
                 }
             }
         }

@@ -83,6 +83,9 @@ use writer::{Answer, Job, Writer};
 pub const MAX_OPEN_INODES: usize = 1 << 20;
 
 /// State shared by the service, the writer and the purge thread.
+/// Longest a read waits for the database to be opened again after a failed checkpoint.
+const REOPEN_WAIT: Duration = Duration::from_secs(2);
+
 pub(crate) struct Core {
     /// The store of record; replaced by a fresh handle after a failed checkpoint (redb
     /// refuses every call after an I/O error until reopened).
@@ -113,6 +116,10 @@ pub(crate) struct Core {
     /// Checkpoints of the log into `db`.
     pub checkpoints: AtomicU64,
     pub tuning: Tuning,
+    /// Set while the grace period after the start runs (see opens.rs `grace`); it ends
+    /// at `grace_end` on the clock's monotonic time.
+    in_grace: AtomicBool,
+    grace_end: Duration,
     pub writer: Writer,
 }
 
@@ -167,6 +174,28 @@ impl Core {
     /// for every holder).
     pub fn db(&self) -> Arc<Database> {
         self.db.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The store of record and a read transaction on it. Right after a failed checkpoint,
+    /// until the database is opened again (`reopen_db`), redb refuses reads with
+    /// "previous I/O error": such a read waits for the reopen (briefly) instead of
+    /// failing, so that reads keep working while the disk is full.
+    pub fn read_txn(&self) -> Result<(Arc<Database>, redb::ReadTransaction), WireError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let db = self.db();
+            match db.begin_read() {
+                Ok(txn) => return Ok((db, txn)),
+                Err(redb::TransactionError::Storage(redb::StorageError::PreviousIo))
+                    if waited < REOPEN_WAIT =>
+                {
+                    drop(db);
+                    std::thread::sleep(Duration::from_millis(2));
+                    waited += Duration::from_millis(2);
+                }
+                Err(e) => return Err(store::io("starting a read", e)),
+            }
+        }
     }
 
     /// Replaces the database handle with a fresh one (after redb saw an I/O error, it
@@ -229,11 +258,8 @@ impl Core {
         f: impl FnOnce(&View) -> Result<T, WireError>,
     ) -> Result<T, WireError> {
         let layers = self.layers();
-        let db = self.db();
         // Begun under the lock (see overlay.rs).
-        let txn = db
-            .begin_read()
-            .map_err(|e| store::io("starting a read", e))?;
+        let (_db, txn) = self.read_txn()?;
         let rd = Rd::open(&txn)?;
         f(&View::new(&layers, &rd))
     }
@@ -306,21 +332,35 @@ impl MetaService {
         tuning: Tuning,
     ) -> Result<Arc<MetaService>, String> {
         stripefs_rpc::config::check_lease(cluster.lease_ms)?;
-        let db = disk.open_db(path)?;
+        // redb asserts on some damage it finds while opening a file: a damaged database
+        // is an error that names it, not a crash.
+        let db = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| disk.open_db(path)))
+            .unwrap_or_else(|p| {
+                let what = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                Err(format!(
+                    "metadata database {} is damaged ({what}); see `stripefs meta-log check`",
+                    path.display()
+                ))
+            })?;
         let placement = Placement {
             data_servers: cluster.data.len() as u32,
             defaults: cluster.defaults,
         };
         let fail = |e: WireError| format!("metadata database {}: {e}", path.display());
         let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
-        init(&db, clock.now_ns(), placement, last).map_err(fail)?;
+        let earlier = init(&db, clock.now_ns(), last).map_err(fail)?;
         let wal = wal::Wal::open(disk.as_ref(), path, last).map_err(fail)?;
+        let grace_end = clock.monotonic() + Duration::from_millis(cluster.lease_ms);
         let core = Arc::new(Core {
             db: RwLock::new(Arc::new(db)),
             disk,
             layers: RwLock::new(Layers::default()),
             path: path.to_path_buf(),
-            opens: Opens::new(Duration::from_millis(cluster.lease_ms)),
+            opens: Opens::new(Duration::from_millis(cluster.lease_ms), earlier),
             clock,
             placement,
             halted: AtomicBool::new(false),
@@ -336,6 +376,8 @@ impl MetaService {
             committed_ops: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
             tuning,
+            in_grace: AtomicBool::new(earlier.is_some()),
+            grace_end,
             writer: Writer::new(),
         });
         Writer::start(&core, wal)?;
@@ -376,6 +418,35 @@ impl MetaService {
     /// [`Tuning::background`]).
     pub fn sweep_once(&self) {
         sweep_overdue(&self.core);
+    }
+
+    /// Ends the grace period after the start once a lease has passed: orphans no client
+    /// reclaimed are reaped (their objects purged).
+    fn end_grace_if_due(&self) {
+        if self.core.clock.monotonic() < self.core.grace_end
+            || !self.core.in_grace.swap(false, Ordering::SeqCst)
+        {
+            return;
+        }
+        self.core.opens.lock().grace = false;
+        let orphans = match self.core.with_view(|v| v.stack().orphans()) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!("end of the grace period: cannot list orphans: {e}");
+                return;
+            }
+        };
+        if !orphans.is_empty() {
+            tracing::info!(
+                "grace period over: reaping {} orphans no client reclaimed",
+                orphans.len()
+            );
+        }
+        for ino in orphans {
+            if let Err(e) = self.submit(Job::Reap(ino)) {
+                tracing::warn!("reaping orphan inode {ino}: {e}");
+            }
+        }
     }
 
     /// Client sessions open now.
@@ -604,10 +675,7 @@ impl MetaService {
         // delete" between our check and our count (see opens.rs). The layers are locked
         // first, as the writer does.
         let layers = self.core.layers();
-        let db = self.core.db();
-        let txn = db
-            .begin_read()
-            .map_err(|e| store::io("starting a read", e))?;
+        let (_db, txn) = self.core.read_txn()?;
         let rd = Rd::open(&txn)?;
         let view = View::new(&layers, &rd);
         let mut st = self.core.opens.lock();
@@ -624,7 +692,10 @@ impl MetaService {
         if check {
             check_open(cred, ino, &inode, read, write)?;
         }
-        if inode.nlink == 0 && !st.is_open(ino) {
+        // An orphan can be opened again only by a client reclaiming its open after a
+        // restart, within the grace period; it is reaped at its last close.
+        let reclaim = inode.nlink == 0 && !st.is_open(ino);
+        if reclaim && !st.may_be_reclaimed(ino) {
             return Err(gone());
         }
         if st.open.len() >= MAX_OPEN_INODES && !st.open.contains_key(&ino) {
@@ -634,12 +705,12 @@ impl MetaService {
             ));
         }
         st.sessions.get(session, Instant::now())?.inodes.insert(ino);
-        *st.open
-            .entry(ino)
-            .or_default()
-            .sessions
-            .entry(session)
-            .or_default() += 1;
+        let entry = st.open.entry(ino).or_default();
+        *entry.sessions.entry(session).or_default() += 1;
+        if reclaim {
+            // Reaped at the last close, as if unlinked while open.
+            entry.unlinked = true;
+        }
         Ok(Response::Attr(inode.attr(ino)))
     }
 
@@ -732,6 +803,9 @@ fn check_open(
 impl Service for MetaService {
     fn handle(&self, _conn: &ConnInfo, env: Envelope, _data: &[u8]) -> Reply {
         self.core.requests.fetch_add(1, Ordering::Relaxed);
+        if self.core.in_grace.load(Ordering::Relaxed) {
+            self.end_grace_if_due();
+        }
         let answer = self.dispatch(env);
         if answer.is_err() {
             self.core.errors.fetch_add(1, Ordering::Relaxed);
@@ -836,12 +910,19 @@ fn recover(disk: &dyn MetaDisk, db: &Database, path: &Path) -> Result<u64, WireE
 
 /// Creates the root on first use; purges orphans left by the last run (no file is open
 /// after a restart).
-fn init(db: &Database, now_ns: i64, placement: Placement, last: u64) -> Result<(), WireError> {
+/// Creates the root of a new database; returns the first inode number this start will
+/// give, or `None` for a new database (no client of an earlier start can exist).
+fn init(db: &Database, now_ns: i64, last: u64) -> Result<Option<u64>, WireError> {
     let layers = Layers::default();
     let txn = db.begin_read().map_err(|e| store::io("starting init", e))?;
     let rd = Rd::open(&txn)?;
     let mut w = Wr::new(View::new(&layers, &rd));
-    if w.inode(InodeId::ROOT.0)?.is_none() {
+    let earlier = if w.inode(InodeId::ROOT.0)?.is_some() {
+        Some(w.counter(store::META_NEXT_INO)?)
+    } else {
+        None
+    };
+    if earlier.is_none() {
         let root = Inode {
             ftype: FileType::Dir,
             mode: 0o755,
@@ -862,33 +943,12 @@ fn init(db: &Database, now_ns: i64, placement: Placement, last: u64) -> Result<(
         w.set_counter(store::META_NEXT_INO, 2)?;
         w.set_counter(store::META_DIRS, 1)?;
     }
-    reap_orphans(&mut w, now_ns, placement)?;
-    if w.delta.is_empty() {
-        return Ok(());
+    // Orphans (unlinked while open) are kept: their clients reclaim them within the
+    // grace period, and those nobody reclaims are reaped when it ends.
+    if !w.delta.is_empty() {
+        store::commit_gen(db, &w.delta, last)?;
     }
-    store::commit_gen(db, &w.delta, last)
-}
-
-fn reap_orphans(w: &mut Wr, now_ns: i64, placement: Placement) -> Result<(), WireError> {
-    let orphans = w.stack().orphans()?;
-    // No client is connected before start: nothing is open.
-    let opens = Opens::new(Duration::from_secs(1));
-    let root = Cred::root();
-    let mut ctx = ops::Ctx {
-        w,
-        cred: &root,
-        now_ns,
-        placement,
-        opens: &opens,
-        purged: false,
-    };
-    for ino in orphans {
-        match ctx.w.inode(ino)? {
-            Some(inode) if inode.nlink == 0 => ops::remove::delete_inode(&mut ctx, ino, &inode)?,
-            _ => ctx.w.set_orphan(ino, false)?,
-        }
-    }
-    Ok(())
+    Ok(earlier)
 }
 
 /// Binds cfg.listen_addr(Role::Meta), opens cfg.db (error if None), serves until

@@ -25,6 +25,21 @@ pub struct State {
     /// Inodes deleted by batches applied but not yet durable.
     pub dying: Dying,
     pub sessions: Sessions,
+    /// The grace period after a start (one lease): clients of the server's previous life
+    /// reclaim their opens, so an inode whose last link goes away is kept as an orphan
+    /// even when nobody is known to have it open, and orphans can be opened again.
+    /// Orphans nobody reclaimed are reaped when it ends. Only inodes of an earlier
+    /// start (numbers below `grace_below`) can be open in an old session.
+    pub grace: bool,
+    pub grace_below: u64,
+}
+
+impl State {
+    /// `ino` may be held open by a client of the server's previous life that has not
+    /// reclaimed it yet.
+    pub fn may_be_reclaimed(&self, ino: u64) -> bool {
+        self.grace && ino < self.grace_below
+    }
 }
 
 /// Inodes deleted by batches in flight, with the batch that deletes each.
@@ -80,12 +95,16 @@ impl State {
 pub struct Opens(Mutex<State>);
 
 impl Opens {
-    /// An empty table whose sessions live `lease` without renewal.
-    pub fn new(lease: Duration) -> Opens {
+    /// An empty table whose sessions live `lease` without renewal; `earlier`: the first
+    /// inode number of this start when the server had an earlier one (a grace period
+    /// then runs, see `State::grace`).
+    pub fn new(lease: Duration, earlier: Option<u64>) -> Opens {
         Opens(Mutex::new(State {
             open: HashMap::new(),
             dying: Dying::default(),
             sessions: Sessions::new(lease),
+            grace: earlier.is_some(),
+            grace_below: earlier.unwrap_or(0),
         }))
     }
 

@@ -36,7 +36,7 @@
 
 use crate::ops::{self, remove, Ctx};
 use crate::overlay::{Gen, View, Wr};
-use crate::store::{commit_gen, io, is_fatal, Rd};
+use crate::store::{commit_gen, is_fatal, Rd};
 use crate::wal::{self, Wal};
 use crate::{Core, Tuning};
 use std::collections::{HashMap, VecDeque};
@@ -326,8 +326,7 @@ impl Log {
         let delta = {
             let layers = core.layers();
             // Begun under the lock, so no checkpoint can drop a layer this view misses.
-            let db = core.db();
-            let txn = db.begin_read().map_err(|e| io("starting a read", e))?;
+            let (_db, txn) = core.read_txn()?;
             let rd = Rd::open(&txn)?;
             let mut w = Wr::new(View::new(&layers, &rd));
             core.opens.lock().dying.batch = id;

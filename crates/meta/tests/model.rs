@@ -29,6 +29,12 @@ struct Model {
     nodes: HashMap<u64, Node>,
     open: HashMap<u64, u32>,
     purged_files: u64,
+    /// Highest inode number given so far.
+    max_ino: u64,
+    /// After a restart, inodes below this are of the server's previous life: while the
+    /// grace period runs (the whole test), one whose last link goes away is kept as an
+    /// orphan, since an old client might still reclaim it.
+    grace_below: u64,
 }
 
 type Res = Result<Option<u64>, ErrorCode>;
@@ -72,6 +78,7 @@ impl Model {
         self.nodes[&p].children.get(n).copied()
     }
     fn add(&mut self, p: u64, n: &str, ino: u64, ftype: FileType) {
+        self.max_ino = self.max_ino.max(ino);
         let parent = if ftype == FileType::Dir { p } else { 0 };
         let nlink = if ftype == FileType::Dir { 2 } else { 1 };
         self.nodes.insert(
@@ -103,20 +110,16 @@ impl Model {
     fn drop_link(&mut self, ino: u64) {
         let node = self.nodes.get_mut(&ino).unwrap();
         node.nlink -= 1;
-        if node.nlink == 0 && !self.open.contains_key(&ino) {
+        if node.nlink == 0 && !self.open.contains_key(&ino) && ino >= self.grace_below {
             self.delete(ino);
         }
     }
-    /// After a restart nothing is open, and unlinked files that were open are gone.
+    /// After a restart nothing is open; unlinked files that were open stay orphans for
+    /// the grace period (longer than the test), as do files of the previous life that
+    /// lose their last link during it.
     fn restart(&mut self) {
         self.open.clear();
-        let orphans: Vec<u64> = (self.nodes.iter())
-            .filter(|(_, n)| n.nlink == 0)
-            .map(|(i, _)| *i)
-            .collect();
-        for ino in orphans {
-            self.delete(ino);
-        }
+        self.grace_below = self.max_ino + 1;
     }
     fn delete(&mut self, ino: u64) {
         let n = self.nodes.remove(&ino).unwrap();

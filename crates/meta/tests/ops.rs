@@ -267,7 +267,7 @@ fn unlink_while_open_then_close_purges() {
 }
 
 #[test]
-fn orphans_are_purged_on_restart() {
+fn orphans_are_kept_for_the_grace_period_after_a_restart_then_purged() {
     let mut fs = Fs::new();
     let r = Cred::root();
     let f = fs.create(&r, ROOT, "f", 0o644).unwrap();
@@ -279,10 +279,46 @@ fn orphans_are_purged_on_restart() {
     })
     .unwrap();
     fs.unlink(&r, ROOT, "f").unwrap();
+    // A short lease, so that the grace period after the restart ends soon.
+    fs.cluster.lease_ms = 300;
     fs.reopen();
-    assert_eq!(code(fs.getattr(f.ino.0)), ErrorCode::StaleHandle);
+    // The client of the previous life may still reclaim it: kept, and it can be
+    // opened again (in a new session).
+    assert_eq!(fs.getattr(f.ino.0).unwrap().nlink, 0);
     let rep = fs.check();
-    assert_eq!((rep.orphans, rep.purge_pending), (0, 1));
+    assert_eq!((rep.orphans, rep.purge_pending), (1, 0));
+    fs.root(Request::Open {
+        ino: f.ino,
+        session: fs.sess(2),
+        read: true,
+        write: false,
+    })
+    .unwrap();
+    // Reclaimed: its last close purges it, as before the restart.
+    fs.root(Request::Close {
+        ino: f.ino,
+        session: fs.sess(2),
+    })
+    .unwrap();
+    assert_eq!(code(fs.getattr(f.ino.0)), ErrorCode::StaleHandle);
+    // An orphan nobody reclaims goes when the grace period ends.
+    let g = fs.create(&r, ROOT, "g", 0o644).unwrap();
+    fs.root(Request::Open {
+        ino: g.ino,
+        session: fs.sess(3),
+        read: true,
+        write: false,
+    })
+    .unwrap();
+    fs.unlink(&r, ROOT, "g").unwrap();
+    fs.reopen();
+    assert_eq!(fs.getattr(g.ino.0).unwrap().nlink, 0);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // The next request ends the grace period; the reap is committed with the next batch.
+    fs.mkdir(&r, ROOT, "after-grace", 0o755).unwrap();
+    let rep = fs.check();
+    assert_eq!(rep.orphans, 0, "{rep:?}");
+    assert_eq!(code(fs.getattr(g.ino.0)), ErrorCode::StaleHandle);
 }
 
 #[test]

@@ -211,7 +211,24 @@ pub fn run_seeds(
                 }
                 let seed = first + i;
                 let steps = plan(seed, opts);
-                match run::run(seed, &steps, opts, &stats) {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run::run(seed, &steps, opts, &stats)
+                }))
+                .unwrap_or_else(|p| {
+                    let what = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    Ok(run::Outcome {
+                        ops: 0,
+                        violation: Some(Violation {
+                            step: 0,
+                            message: format!("a panic in the simulated cluster: {what}"),
+                        }),
+                    })
+                });
+                match r {
                     Ok(out) => {
                         ops.fetch_add(out.ops, Ordering::Relaxed);
                         if let Some(v) = out.violation {
@@ -268,9 +285,12 @@ pub fn shrink(seed: u64, steps: &[Step], v: &Violation, opts: &Options) -> (Vec<
     let scratch = Arc::new(Stats::default());
     let fails = |keep: &[usize]| -> Option<String> {
         let candidate: Vec<Step> = keep.iter().map(|&i| steps[i]).collect();
-        match run::run(seed, &candidate, opts, &scratch) {
-            Ok(o) => o.violation.map(|v| v.message),
-            Err(_) => None,
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run::run(seed, &candidate, opts, &scratch)
+        })) {
+            Ok(Ok(o)) => o.violation.map(|v| v.message),
+            Ok(Err(_)) => None,
+            Err(_) => Some("a panic in the simulated cluster".into()),
         }
     };
     let mut chunk = best.len().div_ceil(2).max(1);

@@ -267,6 +267,8 @@ pub fn run(seed: u64, steps: &[Step], opts: &Options, stats: &Stats) -> Result<O
     );
     let mut clients = Vec::new();
     let mut endpoints = Vec::new();
+    // Clients connect before the faults start.
+    net.set_clean(true);
     for c in 0..opts.clients {
         let end = net.endpoint(c as u8);
         endpoints.push(end.clone());
@@ -275,6 +277,7 @@ pub fn run(seed: u64, steps: &[Step], opts: &Options, stats: &Stats) -> Result<O
             .with_cred(Cred::root());
         clients.push(client);
     }
+    net.set_clean(false);
     let mut sim = Sim {
         seed,
         opts,

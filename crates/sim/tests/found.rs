@@ -93,3 +93,53 @@ fn fsynced_bytes_survive_a_power_cut_of_a_fresh_server() {
         );
     }
 }
+
+/// A file unlinked while open was deleted at the metadata server's restart (its opens
+/// live in memory), and an unlink after the restart deleted a file the client still had
+/// open: the handle then failed and the bytes were gone. Now orphans are kept for a grace
+/// period (one lease) in which clients reclaim their opens.
+#[test]
+fn an_open_file_survives_a_metadata_server_restart_around_its_unlink() {
+    for restart_first in [false, true] {
+        let restart = if restart_first {
+            Step::CrashMeta
+        } else {
+            Step::PowerCutMeta
+        };
+        let unlink = Step::Unlink { client: 1, pick: 0 };
+        let (a, b) = if restart_first {
+            (restart, unlink)
+        } else {
+            (unlink, restart)
+        };
+        holds(
+            3,
+            &[
+                Step::Create {
+                    client: 0,
+                    dir: 0,
+                    name: 0,
+                },
+                Step::Write {
+                    pick: 0,
+                    offset: 0,
+                    len: 30_000,
+                },
+                Step::Fsync { pick: 0 },
+                a,
+                b,
+                Step::SetLen {
+                    pick: 0,
+                    size: 50_000,
+                },
+                Step::Write {
+                    pick: 0,
+                    offset: 60_000,
+                    len: 1_000,
+                },
+                Step::Fsync { pick: 0 },
+                Step::Close { pick: 0 },
+            ],
+        );
+    }
+}

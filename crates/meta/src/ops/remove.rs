@@ -27,6 +27,13 @@ pub fn drop_link(ctx: &mut Ctx, ino: u64, mut inode: Inode) -> Result<(), WireEr
         ctx.w.put_inode(ino, &inode)?;
         return ctx.w.set_orphan(ino, true);
     }
+    if st.may_be_reclaimed(ino) {
+        // A client of the server's previous life may hold it open and not have
+        // reclaimed it yet: kept until the grace period ends (see opens.rs).
+        drop(st);
+        ctx.w.put_inode(ino, &inode)?;
+        return ctx.w.set_orphan(ino, true);
+    }
     st.dying.insert(ino);
     drop(st);
     delete_inode(ctx, ino, &inode)

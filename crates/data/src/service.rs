@@ -168,6 +168,17 @@ impl DataService {
                         root.display()
                     )
                 })?;
+                // Objects an earlier run of this server created and never fsynced may
+                // still have their names only in the page cache (the process died, the
+                // machine did not): that run's duty to sync them died with it, so
+                // they are made durable now, before a client's fsync relies on them.
+                store.sync_dir(&dir).map_err(|e| {
+                    format!(
+                        "cannot sync directory {} on target {}: {e}",
+                        dir.display(),
+                        root.display()
+                    )
+                })?;
             }
             // The fan-out directories' names, the objects directory's and those of every
             // directory above (`create_dir_all` may have made them) survive a power cut

@@ -408,8 +408,23 @@ impl DataService {
                 .lock(fid.0, t as u32, new_len / BLOCK, u64::MAX, Mode::Exclusive);
             // Growing a missing object needs nothing: it reads as zeros anyway.
             if let Some(obj) = self.object(t, fid, false)? {
+                let c = self.ctx(t, fid);
+                let old_len = obj
+                    .data
+                    .size_bytes()
+                    .map_err(|e| c.io("reading the object length", &e))?;
                 self.mark_resized(t, fid);
-                object::truncate(&self.ctx(t, fid), &obj, new_len)?;
+                object::truncate(&c, &obj, new_len)?;
+                if new_len < old_len {
+                    // The metadata server records the new size durably once we answer;
+                    // a cut lost in a power cut would let a later extension show the
+                    // cut bytes again instead of zeros. So a cut is durable first (found
+                    // by the simulator, seed 1100).
+                    obj.data
+                        .sync_all()
+                        .and_then(|()| obj.crcs.sync_all())
+                        .map_err(|e| c.io("making the cut durable", &e))?;
+                }
             }
         }
         Ok(Response::Done)

@@ -124,6 +124,17 @@ impl MFile {
         }
     }
 
+    /// A truncation to `size` was acknowledged: data servers make a cut durable before
+    /// they answer, so the cut bytes never come back, even after a power cut.
+    pub fn cut_durable(&mut self, size: u64) {
+        for i in size..self.max_bytes() {
+            let i = i as usize;
+            if self.last[i] == 0 {
+                self.durable[i] = bit(0);
+            }
+        }
+    }
+
     /// The size is known to be exactly `size` (a successful truncate, or an observation).
     pub fn size_is(&mut self, size: u64) {
         self.size_lo = size;

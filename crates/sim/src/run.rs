@@ -752,6 +752,8 @@ impl Sim<'_> {
         match r {
             Ok(()) => {
                 self.handles[h].pending.push(p);
+                self.files[file].confirm(&p);
+                self.files[file].cut_durable(size);
                 Ok(())
             }
             // As for a write: an earlier write's error may be the one reported.
@@ -785,6 +787,7 @@ impl Sim<'_> {
                         gen: 0,
                     }],
                 );
+                self.files[file].cut_durable(size);
                 Ok(())
             }
             Err(e) if e.code == ErrorCode::NoSpace || transport_error(&e) => Ok(()),

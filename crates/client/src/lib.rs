@@ -235,7 +235,9 @@ impl Client {
             data,
             open: Mutex::new(HashMap::new()),
         });
-        session::Session::start_renewer(&inner)?;
+        if via.as_ref().map_or(true, |v| v.renews_in_background()) {
+            session::Session::start_renewer(&inner)?;
+        }
         Ok(Client {
             inner,
             cred: process_cred(),

@@ -96,6 +96,12 @@ pub trait Transport: Send + Sync + 'static {
     fn io_workers(&self) -> Option<usize> {
         None
     }
+
+    /// Whether the client renews its session on a background thread in real time
+    /// (a simulator whose time is virtual keeps its runs repeatable without it).
+    fn renews_in_background(&self) -> bool {
+        true
+    }
 }
 
 pub(crate) struct ServerPool {

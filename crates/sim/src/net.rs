@@ -276,6 +276,13 @@ impl Endpoint {
 }
 
 impl Transport for Endpoint {
+    fn renews_in_background(&self) -> bool {
+        // Sessions outlive every run (30 s leases against well under a second of
+        // simulated time); a renewal thread on real time would only add requests at
+        // moments that depend on the machine's load.
+        false
+    }
+
     fn io_workers(&self) -> Option<usize> {
         // One I/O thread: a client's requests go out in the order it made them, so a
         // seed's run repeats exactly.

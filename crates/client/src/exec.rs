@@ -227,8 +227,13 @@ fn worker(shared: &Shared) {
         let mut st = lock(&shared.state);
         st.busy[job.server] -= 1;
         let waiting = st.queue.iter().any(|j| j.server == job.server);
+        // Only `wait_idle` waits on `done`, and only for the pool to empty: a wake-up
+        // (a system call) per job on the I/O path would be wasted.
+        let idle = st.queue.is_empty() && st.busy.iter().all(|&b| b == 0);
         drop(st);
-        shared.done.notify_all();
+        if idle {
+            shared.done.notify_all();
+        }
         if waiting {
             // This worker takes one of them next; others may have become runnable for
             // idle workers too, since our server now has a free slot.

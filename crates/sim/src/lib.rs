@@ -215,11 +215,7 @@ pub fn run_seeds(
                     run::run(seed, &steps, opts, &stats)
                 }))
                 .unwrap_or_else(|p| {
-                    let what = p
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a panic".into());
+                    let what = panic_text(p.as_ref());
                     Ok(run::Outcome {
                         ops: 0,
                         violation: Some(Violation {
@@ -275,6 +271,14 @@ pub fn run_seeds(
     }
 }
 
+/// What a caught panic said.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
 /// Shortens a failing plan: cuts it after the failing step, then drops chunks of steps
 /// (halves, quarters, ... single steps) as long as the run still fails. Returns the
 /// indices of the steps kept and what the shortened plan shows.
@@ -290,7 +294,10 @@ pub fn shrink(seed: u64, steps: &[Step], v: &Violation, opts: &Options) -> (Vec<
         })) {
             Ok(Ok(o)) => o.violation.map(|v| v.message),
             Ok(Err(_)) => None,
-            Err(_) => Some("a panic in the simulated cluster".into()),
+            Err(p) => Some(format!(
+                "a panic in the simulated cluster: {}",
+                panic_text(p.as_ref())
+            )),
         }
     };
     let mut chunk = best.len().div_ceil(2).max(1);

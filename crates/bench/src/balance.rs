@@ -225,6 +225,7 @@ fn on_server(server: u32) -> LayoutHint {
         stripe_size_bytes: None,
         stripe_count: Some(1),
         start_server: Some(server),
+        ..LayoutHint::default()
     }
 }
 

@@ -1,20 +1,27 @@
-//! `stripefs bench io`: mpi-io-test (seed 003).
+//! `stripefs bench io`: mpi-io-test (seed 003) and IOR's segmented/strided shape.
 //!
-//! N clients run at once, each with its own connections. Each writes a contiguous block of
-//! `--block` bytes in `--xfer` transfers to its own region of one shared file (or to a
-//! file of its own with `--file-per-process`), then fsyncs. Then, after the page cache is
-//! dropped (as root), each client reads back the block another client wrote and verifies
-//! every byte. The same pattern, sizes, fsyncs and cache drops run on a local directory
-//! with `--baseline DIR`, in the same run, as the reference.
+//! N clients run at once, each with its own connections. Each makes `--segments`
+//! transfers of `--xfer` bytes (any byte count: 47008 is as good as 1M), then fsyncs.
+//! Client r's k-th transfer goes to offset `r * block + k * xfer` of one shared file
+//! (a contiguous block of `block = segments * xfer` bytes per client), to `k * xfer` of a
+//! file of its own with `--file-per-process`, or with `--interleaved` to
+//! `(k * clients + r) * xfer` of one shared file, the clients' transfers interleaved.
+//! Then, after the page cache is dropped (as root), each client reads back the transfers
+//! another client wrote and verifies every byte. The same pattern, sizes, fsyncs and cache
+//! drops run on a local directory with `--baseline DIR`, in the same run, as the
+//! reference, and with `--mount DIR` through a FUSE mount of the same cluster with plain
+//! system calls, one process per client.
 
 use crate::pattern::Pattern;
 use crate::util::{drop_caches, free_bytes, mib_s, pct, progress, write_json};
+use crate::worker::{Done, Spec, Workers};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use stripefs_client::{Client, OpenOptions};
@@ -24,24 +31,47 @@ use stripefs_wire::LayoutHint;
 
 /// Most clients one run starts.
 pub const MAX_CLIENTS: u32 = 1024;
+/// Largest transfer.
+pub const MAX_XFER: u64 = 64 << 20;
+/// Block per client when neither `--block` nor `--segments` is given.
+pub const DEFAULT_BLOCK: u64 = 64 << 20;
 
 #[derive(Args, Clone, Debug)]
 pub struct IoArgs {
     /// Cluster description file.
     #[arg(long, env = "STRIPEFS_CLUSTER")]
     pub cluster: PathBuf,
+    /// The clients' host id (default: `host` in the cluster file, else the hostname):
+    /// which emulated host of `cluster up --hosts` they run on.
+    #[arg(long, env = "STRIPEFS_HOST")]
+    pub host: Option<String>,
     /// Number of concurrent clients (threads, each with its own client and connections).
     #[arg(long, default_value_t = 4)]
     pub clients: u32,
-    /// Bytes each client writes and reads.
-    #[arg(long, default_value = "64M", value_parser = parse_size)]
-    pub block: u64,
-    /// Bytes per write or read call.
+    /// Bytes each client writes and reads (default 64M; a multiple of --xfer). With
+    /// --segments it must equal segments x xfer, or be left out.
+    #[arg(long, value_parser = parse_size)]
+    pub block: Option<u64>,
+    /// Bytes per write or read call: any byte count up to 64M (47008, 4096, 1M, ...).
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     pub xfer: u64,
+    /// Transfers each client makes: its block is segments x xfer bytes (default: --block
+    /// / --xfer).
+    #[arg(long)]
+    pub segments: Option<u64>,
+    /// Interleave the clients' transfers in one shared file: client r's k-th transfer
+    /// goes to offset (k * clients + r) * xfer (IOR's segmented shape). Without it each
+    /// client writes a contiguous block (or its own file with --file-per-process).
+    #[arg(long, conflicts_with = "file_per_process")]
+    pub interleaved: bool,
     /// One file per client instead of one shared file.
     #[arg(long)]
     pub file_per_process: bool,
+    /// Also run the same pattern through this FUSE mount of the same cluster
+    /// (`stripefs mount DIR`) with plain system calls (pwrite, pread, fsync), one process
+    /// per client, right after the native run; reported as `mount_*` beside it.
+    #[arg(long)]
+    pub mount: Option<PathBuf>,
     /// Stripe size of the test file(s) (default: the cluster's).
     #[arg(long, value_parser = parse_size)]
     pub stripe_size: Option<u64>,
@@ -87,36 +117,145 @@ trait Backend: Sync {
     fn open(&self, rank: u32, file: u32, write: bool) -> Result<Box<dyn Handle>>;
 }
 
-fn validate(a: &IoArgs) -> Result<()> {
+/// Where every transfer of a run goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    pub clients: u32,
+    /// Bytes per transfer.
+    pub xfer: u64,
+    /// Transfers per client.
+    pub segments: u64,
+    pub interleaved: bool,
+    pub file_per_process: bool,
+}
+
+impl Shape {
+    /// Bytes each client writes (and reads).
+    pub fn block(&self) -> u64 {
+        self.segments * self.xfer
+    }
+
+    /// Test files of the run.
+    pub fn files(&self) -> u32 {
+        if self.file_per_process {
+            self.clients
+        } else {
+            1
+        }
+    }
+
+    /// The file and offset of client `owner`'s `k`-th transfer.
+    pub fn transfer(&self, owner: u32, k: u64) -> (u32, u64) {
+        if self.file_per_process {
+            (owner, k * self.xfer)
+        } else if self.interleaved {
+            (0, (k * self.clients as u64 + owner as u64) * self.xfer)
+        } else {
+            (0, owner as u64 * self.block() + k * self.xfer)
+        }
+    }
+
+    /// The range holding all of client `owner`'s transfers, when they are contiguous.
+    fn contiguous(&self, owner: u32) -> Option<(u64, u64)> {
+        (!self.interleaved).then(|| (self.transfer(owner, 0).1, self.block()))
+    }
+}
+
+/// Checks the arguments and works out the shape: `--block` and `--segments` say the same
+/// thing (block = segments x xfer), so either may be given, or both when they agree.
+pub fn shape(a: &IoArgs) -> Result<Shape> {
     if a.clients == 0 || a.clients > MAX_CLIENTS {
         bail!("--clients must be between 1 and {MAX_CLIENTS}");
     }
-    if a.xfer == 0 || a.xfer % 4096 != 0 || a.xfer > 64 << 20 {
-        bail!("--xfer must be a multiple of 4K up to 64M");
+    if a.xfer == 0 || a.xfer > MAX_XFER {
+        bail!("--xfer must be between 1 byte and 64M, not {}", a.xfer);
     }
-    if a.block < a.xfer || a.block % a.xfer != 0 {
-        bail!("--block must be a positive multiple of --xfer");
+    if a.interleaved && a.file_per_process {
+        bail!("--interleaved interleaves the clients in one shared file; it cannot go with --file-per-process");
     }
-    Ok(())
+    let segments = match (a.block, a.segments) {
+        (_, Some(0)) => bail!("--segments must be at least 1"),
+        (Some(b), Some(s)) => {
+            if s.checked_mul(a.xfer) != Some(b) {
+                bail!(
+                    "--block {b} contradicts --segments {s} x --xfer {} (block = segments x xfer): give one of them",
+                    a.xfer
+                );
+            }
+            s
+        }
+        (None, Some(s)) => s,
+        (Some(b), None) => {
+            if b < a.xfer || b % a.xfer != 0 {
+                bail!(
+                    "--block {b} must be a positive multiple of --xfer {}",
+                    a.xfer
+                );
+            }
+            b / a.xfer
+        }
+        (None, None) => {
+            if DEFAULT_BLOCK % a.xfer != 0 {
+                bail!(
+                    "--xfer {} does not divide the default --block 64M: give --segments N (block = N x xfer) or a --block that is a multiple of it",
+                    a.xfer
+                );
+            }
+            DEFAULT_BLOCK / a.xfer
+        }
+    };
+    let total = segments
+        .checked_mul(a.xfer)
+        .and_then(|b| b.checked_mul(a.clients as u64))
+        .filter(|t| *t <= 1 << 50);
+    if total.is_none() {
+        bail!(
+            "--segments {segments} x --xfer {} x --clients {} is too large",
+            a.xfer,
+            a.clients
+        );
+    }
+    Ok(Shape {
+        clients: a.clients,
+        xfer: a.xfer,
+        segments,
+        interleaved: a.interleaved,
+        file_per_process: a.file_per_process,
+    })
 }
 
 /// Runs the benchmark and prints its table; returns the JSON object it reports.
 pub fn run(a: IoArgs) -> Result<serde_json::Value> {
-    validate(&a)?;
-    let cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
+    let sh = shape(&a)?;
+    let mut cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
+    cluster
+        .set_client_host(a.host.as_deref())
+        .map_err(|e| anyhow!(e))?;
     let seed = crate::util::seed();
     let pattern = Arc::new(Pattern::new(seed, a.xfer as usize));
-    let files = if a.file_per_process { a.clients } else { 1 };
-    let remote = Remote::prepare(&cluster, &a, files)?;
+    let files = sh.files();
+    let remote = Remote::prepare(&cluster, &a, files, "file")?;
     let ceiling = remote.ceiling_mib_s()?;
-    let ours = run_pattern(&remote, &a, &pattern, "stripefs")?;
+    let ours = run_pattern(&remote, &sh, &pattern, "stripefs");
     if !a.keep {
         remote.cleanup();
     }
+    let ours = ours?;
+    let mount = match &a.mount {
+        Some(dir) => {
+            let files = Remote::prepare(&cluster, &a, files, "mount-file")?;
+            let r = run_mount(&files, dir, &sh, seed);
+            if !a.keep {
+                files.cleanup();
+            }
+            Some(r?)
+        }
+        None => None,
+    };
     let baseline = match &a.baseline {
         Some(dir) => {
-            let local = Local::prepare(dir, files, a.clients as u64 * a.block)?;
-            let r = run_pattern(&local, &a, &pattern, "baseline");
+            let local = Local::prepare(dir, files, a.clients as u64 * sh.block())?;
+            let r = run_pattern(&local, &sh, &pattern, "baseline");
             local.cleanup();
             Some(r?)
         }
@@ -125,11 +264,15 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
     let report = json!({
         "benchmark": "io",
         "clients": a.clients,
-        "block_bytes": a.block,
-        "xfer_bytes": a.xfer,
+        "block_bytes": sh.block(),
+        "xfer_bytes": sh.xfer,
+        "segments": sh.segments,
+        "interleaved": sh.interleaved,
         "file_per_process": a.file_per_process,
         "stripe_size_bytes": remote.stripe_size,
         "stripe_count": remote.stripe_count,
+        "servers": remote.servers,
+        "host": cluster.client_host(),
         "seed": seed,
         "write_mib_s": ours.write_mib_s,
         "read_mib_s": ours.read_mib_s,
@@ -138,25 +281,48 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
         "verified": true,
         "caches_dropped": ours.caches_dropped,
         "ceiling_mib_s": ceiling,
+        "mount": a.mount.as_ref().map(|d| d.display().to_string()),
+        "mount_write_mib_s": mount.map(|m| m.write_mib_s),
+        "mount_read_mib_s": mount.map(|m| m.read_mib_s),
+        "mount_write_s": mount.map(|m| m.write_s),
+        "mount_read_s": mount.map(|m| m.read_s),
+        "mount_caches_dropped": mount.map(|m| m.caches_dropped),
         "baseline_dir": a.baseline.as_ref().map(|d| d.display().to_string()),
         "baseline_write_mib_s": baseline.map(|b| b.write_mib_s),
         "baseline_read_mib_s": baseline.map(|b| b.read_mib_s),
     });
-    print_table(&a, &remote, &ours, ceiling, baseline.as_ref());
+    print_table(
+        &sh,
+        &remote,
+        &ours,
+        mount.as_ref(),
+        ceiling,
+        baseline.as_ref(),
+    );
     if let Some(p) = &a.json {
         write_json(p, &report)?;
     }
     Ok(report)
 }
 
-fn print_table(a: &IoArgs, r: &Remote, ours: &Phases, ceiling: Option<f64>, base: Option<&Phases>) {
+fn print_table(
+    sh: &Shape,
+    r: &Remote,
+    ours: &Phases,
+    mount: Option<&Phases>,
+    ceiling: Option<f64>,
+    base: Option<&Phases>,
+) {
     println!(
-        "bench io: {} clients x {} blocks in {} transfers, {}, stripe {} x {}",
-        a.clients,
-        format_size(a.block),
-        format_size(a.xfer),
-        if a.file_per_process {
+        "bench io: {} clients x {} transfers of {} ({} each), {}, stripe {} x {}",
+        sh.clients,
+        sh.segments,
+        format_size(sh.xfer),
+        format_size(sh.block()),
+        if sh.file_per_process {
             "file per process"
+        } else if sh.interleaved {
+            "one shared file, interleaved"
         } else {
             "one shared file"
         },
@@ -164,16 +330,21 @@ fn print_table(a: &IoArgs, r: &Remote, ours: &Phases, ceiling: Option<f64>, base
         r.stripe_count
     );
     println!(
-        "{:<6} {:>14} {:>12} {:>10} {:>16} {:>11}",
-        "phase", "stripefs MiB/s", "ceiling", "% ceiling", "baseline MiB/s", "% baseline"
+        "{:<12} {:>14} {:>12} {:>10} {:>16} {:>11}",
+        "phase", "MiB/s", "ceiling", "% ceiling", "baseline MiB/s", "% baseline"
     );
     let ceil = ceiling.map(|c| format!("{c:.0}")).unwrap_or("-".into());
-    for (name, v, b) in [
+    let mut rows = vec![
         ("write", ours.write_mib_s, base.map(|b| b.write_mib_s)),
         ("read", ours.read_mib_s, base.map(|b| b.read_mib_s)),
-    ] {
+    ];
+    if let Some(m) = mount {
+        rows.push(("mount write", m.write_mib_s, base.map(|b| b.write_mib_s)));
+        rows.push(("mount read", m.read_mib_s, base.map(|b| b.read_mib_s)));
+    }
+    for (name, v, b) in rows {
         println!(
-            "{:<6} {:>14.0} {:>12} {:>10} {:>16} {:>11}",
+            "{:<12} {:>14.0} {:>12} {:>10} {:>16} {:>11}",
             name,
             v,
             ceil,
@@ -193,14 +364,14 @@ fn print_table(a: &IoArgs, r: &Remote, ours: &Phases, ceiling: Option<f64>, base
 }
 
 /// Writes, fsyncs, drops caches, reads back and verifies; returns the timings.
-fn run_pattern(b: &dyn Backend, a: &IoArgs, pattern: &Arc<Pattern>, label: &str) -> Result<Phases> {
-    let total = a.clients as u64 * a.block;
+fn run_pattern(b: &dyn Backend, sh: &Shape, pattern: &Arc<Pattern>, label: &str) -> Result<Phases> {
+    let total = sh.clients as u64 * sh.block();
     let pb = progress(total, &format!("{label} w"));
-    let write_s = phase(b, a, pattern, true, &pb)?;
+    let write_s = phase(b, sh, pattern, true, &pb)?;
     pb.finish_and_clear();
     let caches_dropped = drop_caches();
     let pb = progress(total, &format!("{label} r"));
-    let read_s = phase(b, a, pattern, false, &pb)?;
+    let read_s = phase(b, sh, pattern, false, &pb)?;
     pb.finish_and_clear();
     Ok(Phases {
         write_mib_s: mib_s(total, write_s),
@@ -215,52 +386,55 @@ fn run_pattern(b: &dyn Backend, a: &IoArgs, pattern: &Arc<Pattern>, label: &str)
 /// last finish (opens, fsyncs and closes included).
 fn phase(
     b: &dyn Backend,
-    a: &IoArgs,
+    sh: &Shape,
     pattern: &Arc<Pattern>,
     write: bool,
     pb: &ProgressBar,
 ) -> Result<f64> {
-    let (secs, _) = crate::util::run_clients(a.clients, |rank| {
-        // In the read phase each client reads the block its neighbour wrote.
-        let owner = if write { rank } else { (rank + 1) % a.clients };
-        client_phase(b, a, pattern, owner, write, pb)
+    let (secs, _) = crate::util::run_clients(sh.clients, |rank| {
+        client_phase(b, sh, pattern, reader_of(sh, rank, write), write, pb)
     })?;
     Ok(secs)
 }
 
+/// Whose transfers client `rank` handles: its own when writing; when reading, those
+/// its neighbour wrote.
+fn reader_of(sh: &Shape, rank: u32, write: bool) -> u32 {
+    if write {
+        rank
+    } else {
+        (rank + 1) % sh.clients
+    }
+}
+
+/// Writes (or reads back and verifies) all transfers of client `owner`.
 fn client_phase(
     b: &dyn Backend,
-    a: &IoArgs,
+    sh: &Shape,
     pattern: &Pattern,
     owner: u32,
     write: bool,
     pb: &ProgressBar,
 ) -> Result<()> {
-    let file = if a.file_per_process { owner } else { 0 };
-    let region = if a.file_per_process {
-        0
-    } else {
-        owner as u64 * a.block
-    };
-    let mut buf = vec![0u8; a.xfer as usize];
+    let (file, _) = sh.transfer(owner, 0);
+    let mut buf = vec![0u8; sh.xfer as usize];
     let start = Instant::now();
     let mut h = b.open(owner, file, write)?;
-    if !write {
-        h.advise_sequential(region, a.block);
+    if let (false, Some((off, len))) = (write, sh.contiguous(owner)) {
+        h.advise_sequential(off, len);
     }
-    let mut off = region;
-    while off < region + a.block {
+    for k in 0..sh.segments {
+        let (_, off) = sh.transfer(owner, k);
         if write {
             pattern.fill(off, &mut buf);
             h.write_at(off, &buf)?;
         } else {
             h.read_at(off, &mut buf)?;
             pattern.verify(off, &buf).map_err(|bad| {
-                anyhow!("verification failed: wrong data at offset {bad} of file {file}")
+                anyhow!("verification failed: wrong data in the 4 KiB block at offset {bad} of file {file} (transfer at {off})")
             })?;
         }
-        pb.inc(a.xfer);
-        off += a.xfer;
+        pb.inc(sh.xfer);
     }
     let sync_start = Instant::now();
     if write {
@@ -278,10 +452,105 @@ fn client_phase(
     Ok(())
 }
 
+/// The job of one client process of the `--mount` run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MountSpec {
+    pub rank: u32,
+    pub shape: Shape,
+    pub seed: u64,
+    /// The test files: `{dir}/{prefix}{file}`.
+    pub dir: PathBuf,
+    pub prefix: String,
+}
+
+/// Runs the pattern through the mount at `mount`, one process per client; the files
+/// were created (with the run's layout) by `files`, natively.
+fn run_mount(files: &Remote, mount: &Path, sh: &Shape, seed: u64) -> Result<Phases> {
+    let rel = files.dir.trim_start_matches('/');
+    let dir = mount.join(rel);
+    let first = dir.join(format!("{}0", files.prefix));
+    if let Err(e) = std::fs::metadata(&first) {
+        bail!(
+            "--mount {}: {} (created through the cluster) is not there ({e}); is it a stripefs mount of this cluster?",
+            mount.display(),
+            first.display()
+        );
+    }
+    let specs: Vec<Spec> = (0..sh.clients)
+        .map(|rank| {
+            Spec::Io(MountSpec {
+                rank,
+                shape: *sh,
+                seed,
+                dir: dir.clone(),
+                prefix: files.prefix.clone(),
+            })
+        })
+        .collect();
+    let mut workers = Workers::start(&specs)?;
+    let total = sh.clients as u64 * sh.block();
+    let (write_s, w) = workers.phase("write")?;
+    check_bytes(&w, sh, "write")?;
+    let caches_dropped = drop_caches();
+    let (read_s, r) = workers.phase("read")?;
+    check_bytes(&r, sh, "read")?;
+    Ok(Phases {
+        write_mib_s: mib_s(total, write_s),
+        read_mib_s: mib_s(total, read_s),
+        write_s,
+        read_s,
+        caches_dropped,
+    })
+}
+
+fn check_bytes(done: &[Done], sh: &Shape, what: &str) -> Result<()> {
+    for (rank, d) in done.iter().enumerate() {
+        if d.bytes != sh.block() {
+            bail!(
+                "client process {rank} reports {} bytes in the {what} phase, not {}",
+                d.bytes,
+                sh.block()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One phase (`write` or `read`) of one client process through the mount.
+pub fn mount_phase(s: &MountSpec, phase: &str) -> Result<Done> {
+    let write = match phase {
+        "write" => true,
+        "read" => false,
+        _ => bail!("unknown io phase {phase:?}"),
+    };
+    let files = Local {
+        dir: s.dir.clone(),
+        prefix: s.prefix.clone(),
+        files: s.shape.files(),
+    };
+    let pattern = Pattern::new(s.seed, s.shape.xfer as usize);
+    let owner = reader_of(&s.shape, s.rank, write);
+    client_phase(
+        &files,
+        &s.shape,
+        &pattern,
+        owner,
+        write,
+        &ProgressBar::hidden(),
+    )?;
+    Ok(Done {
+        ops: s.shape.segments,
+        bytes: s.shape.block(),
+        busy_s: 0.0,
+    })
+}
+
 /// The pattern on stripefs: one client (own connections) per rank.
 struct Remote {
     cluster: ClusterConfig,
     dir: String,
+    /// The test files are `{dir}/{prefix}{n}`.
+    prefix: String,
     files: u32,
     stripe_size: u32,
     stripe_count: u32,
@@ -290,7 +559,7 @@ struct Remote {
 }
 
 impl Remote {
-    fn prepare(cluster: &ClusterConfig, a: &IoArgs, files: u32) -> Result<Remote> {
+    fn prepare(cluster: &ClusterConfig, a: &IoArgs, files: u32, prefix: &str) -> Result<Remote> {
         let admin = Client::connect(cluster)?;
         let dir = a.path.trim_end_matches('/').to_string();
         if admin.stat(&dir).is_err() {
@@ -301,15 +570,15 @@ impl Remote {
         let hint = LayoutHint {
             stripe_size_bytes: a.stripe_size.map(|s| s as u32),
             stripe_count: a.stripe_count,
-            start_server: None,
+            ..LayoutHint::default()
         };
         let mut servers = std::collections::BTreeSet::new();
         let (mut ss, mut sc) = (0, 0);
         for f in 0..files {
-            let path = format!("{dir}/file{f}");
+            let path = format!("{dir}/{prefix}{f}");
             let _ = admin.unlink(&path);
             let opts = OpenOptions {
-                layout: hint,
+                layout: hint.clone(),
                 ..OpenOptions::create_new(0o644)
             };
             let file = admin
@@ -328,6 +597,7 @@ impl Remote {
         Ok(Remote {
             cluster: cluster.clone(),
             dir,
+            prefix: prefix.to_string(),
             files,
             stripe_size: ss,
             stripe_count: sc,
@@ -354,7 +624,9 @@ impl Remote {
 
     fn cleanup(&self) {
         for f in 0..self.files {
-            let _ = self.admin.unlink(&format!("{}/file{f}", self.dir));
+            let _ = self
+                .admin
+                .unlink(&format!("{}/{}{f}", self.dir, self.prefix));
         }
     }
 }
@@ -400,7 +672,7 @@ impl Backend for Remote {
     fn open(&self, _rank: u32, file: u32, write: bool) -> Result<Box<dyn Handle>> {
         // A client of its own per rank and phase: its own connections, no shared caches.
         let client = Client::connect(&self.cluster)?;
-        let path = format!("{}/file{file}", self.dir);
+        let path = format!("{}/{}{file}", self.dir, self.prefix);
         let opts = if write {
             OpenOptions::write_only()
         } else {
@@ -413,9 +685,11 @@ impl Backend for Remote {
     }
 }
 
-/// The same pattern on a local directory.
+/// The same pattern on a local directory (the baseline), or on a mounted one (each
+/// client process of `--mount`): plain system calls on `{dir}/{prefix}{n}`.
 struct Local {
     dir: PathBuf,
+    prefix: String,
     files: u32,
 }
 
@@ -433,6 +707,7 @@ impl Local {
         }
         let l = Local {
             dir: dir.to_path_buf(),
+            prefix: "stripefs-baseline-".into(),
             files,
         };
         for f in 0..files {
@@ -442,7 +717,7 @@ impl Local {
     }
 
     fn path(&self, file: u32) -> PathBuf {
-        self.dir.join(format!("stripefs-baseline-{file}"))
+        self.dir.join(format!("{}{file}", self.prefix))
     }
 
     fn cleanup(&self) {
@@ -477,7 +752,7 @@ impl Handle for LocalHandle {
         };
     }
     fn close(self: Box<Self>) -> Result<()> {
-        Ok(())
+        crate::worker::close_file(self.0)
     }
 }
 
@@ -486,7 +761,93 @@ impl Backend for Local {
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(write)
-            .open(self.path(file))?;
+            .open(self.path(file))
+            .with_context(|| format!("cannot open {}", self.path(file).display()))?;
         Ok(Box::new(LocalHandle(f)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<IoArgs> {
+        let mut argv: Vec<String> = vec!["--cluster".into(), "c.toml".into()];
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        crate::util::parse_args::<IoArgs>(&argv)
+    }
+
+    fn shape_of(extra: &[&str]) -> Result<Shape> {
+        shape(&args(extra)?)
+    }
+
+    #[test]
+    fn interleaved_offsets_cover_the_file_once() {
+        let sh = shape_of(&[
+            "--clients",
+            "3",
+            "--xfer",
+            "47008",
+            "--segments",
+            "20",
+            "--interleaved",
+        ])
+        .unwrap();
+        assert_eq!((sh.segments, sh.block(), sh.files()), (20, 20 * 47008, 1));
+        assert_eq!(sh.transfer(0, 0), (0, 0));
+        assert_eq!(sh.transfer(1, 0), (0, 47008));
+        assert_eq!(sh.transfer(2, 0), (0, 2 * 47008));
+        assert_eq!(sh.transfer(0, 1), (0, 3 * 47008));
+        assert_eq!(sh.transfer(2, 19), (0, (19 * 3 + 2) * 47008));
+        let mut offs: Vec<u64> = (0..3)
+            .flat_map(|r| (0..20).map(move |k| sh.transfer(r, k).1))
+            .collect();
+        offs.sort_unstable();
+        let want: Vec<u64> = (0..60).map(|i| i * 47008).collect();
+        assert_eq!(offs, want, "every transfer slot once, no gap, no overlap");
+        assert_eq!(sh.contiguous(1), None);
+    }
+
+    #[test]
+    fn contiguous_and_file_per_process_layouts() {
+        let sh = shape_of(&["--clients", "2", "--xfer", "1000", "--block", "5000"]).unwrap();
+        assert_eq!(sh.segments, 5);
+        assert_eq!(sh.transfer(1, 0), (0, 5000));
+        assert_eq!(sh.transfer(1, 4), (0, 9000));
+        assert_eq!(sh.contiguous(1), Some((5000, 5000)));
+        let fpp = shape_of(&[
+            "--clients",
+            "2",
+            "--xfer",
+            "3",
+            "--segments",
+            "7",
+            "--file-per-process",
+        ])
+        .unwrap();
+        assert_eq!((fpp.block(), fpp.files()), (21, 2));
+        assert_eq!(fpp.transfer(1, 2), (1, 6));
+        // Today's defaults: 64M blocks of 1M transfers; suffixes still work.
+        let d = shape_of(&[]).unwrap();
+        assert_eq!((d.xfer, d.segments), (1 << 20, 64));
+        let k = shape_of(&["--xfer", "256K", "--block", "1M"]).unwrap();
+        assert_eq!((k.xfer, k.segments), (256 << 10, 4));
+    }
+
+    #[test]
+    fn block_and_segments_must_agree() {
+        let ok = shape_of(&["--xfer", "47008", "--segments", "2", "--block", "94016"]).unwrap();
+        assert_eq!(ok.block(), 94016);
+        let err = |extra: &[&str]| format!("{:#}", shape_of(extra).unwrap_err());
+        assert!(
+            err(&["--xfer", "47008", "--segments", "2", "--block", "1M"])
+                .contains("contradicts --segments")
+        );
+        assert!(err(&["--xfer", "47008"]).contains("does not divide the default --block"));
+        assert!(err(&["--xfer", "1000", "--block", "1500"]).contains("multiple of --xfer"));
+        assert!(err(&["--segments", "0"]).contains("--segments must be at least 1"));
+        assert!(err(&["--xfer", "0"]).contains("--xfer must be between"));
+        assert!(err(&["--xfer", "65M"]).contains("--xfer must be between"));
+        assert!(err(&["--interleaved", "--file-per-process"]).contains("cannot be used with"));
     }
 }

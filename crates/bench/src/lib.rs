@@ -6,18 +6,22 @@
 //! same access pattern on a local directory), because the machines we run on are shared
 //! and noisy; each benchmark measures and reports that reference beside its own figure.
 
+#![recursion_limit = "256"]
+
 pub mod balance;
 pub mod demo;
 pub mod disk;
 pub mod io;
 pub mod md;
 mod pattern;
+pub mod plan;
 pub mod plot;
 pub mod report;
 pub mod scan;
 pub mod sweep;
 pub mod transpose;
 mod util;
+pub mod worker;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -26,10 +30,11 @@ use std::path::PathBuf;
 #[derive(Subcommand)]
 pub enum BenchCmd {
     /// mpi-io-test: N clients each write a contiguous block of one shared file (or one file
-    /// each), fsync, then read back another client's block and verify it.
+    /// each, or interleaved transfers of any size), fsync, then read back another
+    /// client's transfers and verify them; natively and with --mount through a mount.
     Io(io::IoArgs),
     /// mpi-md-test and mdtest-easy: collective create/open/resize, then per-client and
-    /// shared-directory create, stat and remove rates.
+    /// shared-directory create (+ write), stat, (read) and remove rates.
     Md(md::MdArgs),
     /// Disk/Net balance: producer-consumer pairs copying files within a server and
     /// between servers, for every mix of pairs and several file sizes.
@@ -43,6 +48,9 @@ pub enum BenchCmd {
     Transpose(transpose::TransposeArgs),
     /// Repeat `bench io` over values of one parameter; JSON array and a plot.
     Sweep(sweep::SweepArgs),
+    /// One client process of a `--mount` run (started by `bench io` and `bench md`).
+    #[command(hide = true)]
+    ClientWorker(worker::WorkerArgs),
 }
 
 pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
@@ -54,5 +62,6 @@ pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
         BenchCmd::Scan(a) => scan::run(a).map(|_| ()),
         BenchCmd::Transpose(a) => transpose::run(a).map(|_| ()),
         BenchCmd::Sweep(a) => sweep::run(a, exe).map(|_| ()),
+        BenchCmd::ClientWorker(a) => worker::serve(a),
     }
 }

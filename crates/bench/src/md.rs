@@ -11,17 +11,27 @@
 //! it before answering. The same-run references are the same create/stat/remove pattern
 //! on a local directory (`--baseline DIR`) and the latency of one small local
 //! write + fdatasync, the floor of any durable create.
+//!
+//! With `--file-bytes N` each create also writes N bytes (before the close), and after
+//! the stat phase every file is opened, read back whole and verified, then closed (the
+//! read phase). `--shared-dir` runs only the shared-directory arrangement. With `--mount
+//! DIR` the same phases run again through a FUSE mount of the same cluster, with plain
+//! system calls, one process per client (see `worker.rs` for how they are timed).
 
+use crate::pattern::Pattern;
 use crate::util::{join_all, progress_ops, write_json};
+use crate::worker::{Done, Spec, Workers};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::ProgressBar;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 use stripefs_client::{Client, InodeId, OpenOptions};
+use stripefs_rpc::units::parse_size;
 use stripefs_rpc::ClusterConfig;
 
 /// Most clients one run starts.
@@ -30,6 +40,8 @@ pub const MAX_CLIENTS: u32 = 1024;
 pub const MAX_FILES: u32 = 1_000_000;
 /// Most repetitions of the collective operations.
 pub const MAX_ITERATIONS: u32 = 100_000;
+/// Largest `--file-bytes`.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// Small writes + fdatasync timed for the local sync latency reference.
 pub const FSYNC_SAMPLES: u32 = 200;
 
@@ -54,6 +66,21 @@ pub struct MdArgs {
     /// reference (the local fsync latency is measured there too).
     #[arg(long)]
     pub baseline: Option<PathBuf>,
+    /// Bytes written into each file at create (before its close); after the stat phase
+    /// every file is read back whole and verified (a read phase). 0: empty files, no
+    /// read phase.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub file_bytes: u64,
+    /// Only the shared-directory arrangement: all clients create, stat, [read] and
+    /// remove their files in one directory (without it: first a directory per client,
+    /// then one shared directory). The baseline follows the same arrangement.
+    #[arg(long)]
+    pub shared_dir: bool,
+    /// Also run the same file phases through this FUSE mount of the same cluster
+    /// (`stripefs mount DIR`) with plain system calls, one process per client, after the
+    /// native run; reported as `mount_*` beside it.
+    #[arg(long)]
+    pub mount: Option<PathBuf>,
     /// Write the figures as one JSON object to FILE.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -67,11 +94,13 @@ pub struct Rate {
     pub latency_s: f64,
 }
 
-/// Create, stat and remove rates of one directory arrangement.
+/// Create, stat, read (with `--file-bytes`) and remove rates of one directory
+/// arrangement.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Trio {
     pub create: Rate,
     pub stat: Rate,
+    pub read: Option<Rate>,
     pub remove: Rate,
 }
 
@@ -93,6 +122,9 @@ fn validate(a: &MdArgs) -> Result<()> {
     if a.iterations == 0 || a.iterations > MAX_ITERATIONS {
         bail!("--iterations must be between 1 and {MAX_ITERATIONS}");
     }
+    if a.file_bytes > MAX_FILE_BYTES {
+        bail!("--file-bytes must be at most 64M, not {}", a.file_bytes);
+    }
     Ok(())
 }
 
@@ -101,21 +133,35 @@ pub fn run(a: MdArgs) -> Result<serde_json::Value> {
     validate(&a)?;
     let cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
     let admin = Client::connect(&cluster)?;
-    let run_dir = prepare(&admin, &a)?;
+    let seed = crate::util::seed();
+    let content = Content::new(&a, seed);
+    let run_dir = prepare(&admin, &a, seed)?;
     let clients = (0..a.clients)
         .map(|_| Client::connect(&cluster))
         .collect::<Result<Vec<_>, _>>()?;
-    let result = measure(&admin, &clients, &a, &run_dir);
+    let result = measure(&admin, &clients, &a, &run_dir, &content).and_then(|m| {
+        let mount = match &a.mount {
+            Some(dir) => Some(mount_measure(&admin, &a, &run_dir, dir, seed)?),
+            None => None,
+        };
+        Ok((m, mount))
+    });
     remove_tree(&admin, &run_dir);
-    let (coll, own, shared) = result?;
+    let ((coll, own, shared), mount) = result?;
     let sync_dir = a.baseline.clone().unwrap_or_else(std::env::temp_dir);
     let fsync_s = local_fsync_s(&sync_dir)?;
     let base = match &a.baseline {
-        Some(dir) => Some(local_pattern(dir, &a)?),
+        Some(dir) => Some(local_pattern(dir, &a, &content)?),
         None => None,
     };
-    let report = report_json(&a, &coll, &own, &shared, base.as_ref(), fsync_s);
-    print_table(&a, &coll, &own, &shared, base.as_ref(), fsync_s);
+    let m = Measured {
+        coll,
+        own,
+        shared,
+        mount,
+    };
+    let report = report_json(&a, &m, base.as_ref(), fsync_s);
+    print_table(&a, &m, base.as_ref(), fsync_s);
     if let Some(p) = &a.json {
         write_json(p, &report)?;
     }
@@ -125,33 +171,96 @@ pub fn run(a: MdArgs) -> Result<serde_json::Value> {
 /// One client's (start, end) of the collective create, open and resize of one round.
 type Spans3 = [(Instant, Instant); 3];
 
-type Measured = ([Collective; 3], Trio, Trio);
+/// Everything one run measured.
+struct Measured {
+    coll: [Collective; 3],
+    /// A directory per client (not with `--shared-dir`).
+    own: Option<Trio>,
+    shared: Trio,
+    /// Through the mount: (own directories, shared directory).
+    mount: Option<(Option<Trio>, Trio)>,
+}
 
-fn measure(admin: &Client, clients: &[Client], a: &MdArgs, run_dir: &str) -> Result<Measured> {
+fn measure(
+    admin: &Client,
+    clients: &[Client],
+    a: &MdArgs,
+    run_dir: &str,
+    content: &Content,
+) -> Result<([Collective; 3], Option<Trio>, Trio)> {
     let dir_ino = admin.stat(run_dir)?.ino;
     let coll = collective(clients, a, run_dir, dir_ino)?;
-    let own_dirs = (0..a.clients)
-        .map(|r| Ok(admin.mkdir(&format!("{run_dir}/rank{r}"), 0o755)?.ino))
-        .collect::<Result<Vec<InodeId>>>()?;
-    let own = trio(clients, a, &own_dirs, "own dir")?;
+    let own = if a.shared_dir {
+        None
+    } else {
+        let own_dirs = (0..a.clients)
+            .map(|r| Ok(admin.mkdir(&format!("{run_dir}/rank{r}"), 0o755)?.ino))
+            .collect::<Result<Vec<InodeId>>>()?;
+        Some(trio(clients, a, &own_dirs, "own dir", content)?)
+    };
     let shared_ino = admin.mkdir(&format!("{run_dir}/shared"), 0o755)?.ino;
     let shared_dirs = vec![shared_ino; a.clients as usize];
-    let shared = trio(clients, a, &shared_dirs, "shared")?;
+    let shared = trio(clients, a, &shared_dirs, "shared", content)?;
     Ok((coll, own, shared))
 }
 
+/// The bytes of the files: file `i` of client `rank` holds the pattern at a file offset
+/// of its own, so that a file holding another file's bytes is caught.
+pub struct Content {
+    pattern: Pattern,
+    files: u32,
+    bytes: u64,
+}
+
+impl Content {
+    fn new(a: &MdArgs, seed: u64) -> Content {
+        Content::of(seed, a.files, a.file_bytes)
+    }
+
+    fn of(seed: u64, files: u32, bytes: u64) -> Content {
+        Content {
+            pattern: Pattern::new(seed, bytes as usize),
+            files,
+            bytes,
+        }
+    }
+
+    /// Where in the pattern file `i` of client `rank` starts.
+    pub fn offset(&self, rank: u32, i: u32) -> u64 {
+        (rank as u64 * self.files as u64 + i as u64) * self.bytes
+    }
+
+    fn fill(&self, rank: u32, i: u32) -> Vec<u8> {
+        let mut buf = vec![0u8; self.bytes as usize];
+        self.pattern.fill(self.offset(rank, i), &mut buf);
+        buf
+    }
+
+    fn check(&self, rank: u32, i: u32, what: &dyn std::fmt::Display, buf: &[u8]) -> Result<()> {
+        if buf.len() as u64 != self.bytes {
+            bail!("{what}: read {} bytes, not {}", buf.len(), self.bytes);
+        }
+        self.pattern
+            .verify(self.offset(rank, i), buf)
+            .map_err(|bad| {
+                let at = bad.saturating_sub(self.offset(rank, i));
+                anyhow!("{what}: verification failed: wrong data near byte {at}")
+            })
+    }
+}
+
+fn file_name(rank: u32, i: u32) -> String {
+    format!("f{rank}.{i}")
+}
+
 /// Creates the test directory and a fresh run directory inside it.
-fn prepare(admin: &Client, a: &MdArgs) -> Result<String> {
+fn prepare(admin: &Client, a: &MdArgs, seed: u64) -> Result<String> {
     let dir = a.path.trim_end_matches('/');
     let dir = if dir.is_empty() { "/" } else { dir };
     admin
         .mkdir_all(dir, 0o755)
         .with_context(|| format!("cannot create {dir}"))?;
-    let run_dir = format!(
-        "{}/run-{:x}",
-        dir.trim_end_matches('/'),
-        crate::util::seed()
-    );
+    let run_dir = format!("{}/run-{seed:x}", dir.trim_end_matches('/'));
     admin
         .mkdir(&run_dir, 0o755)
         .with_context(|| format!("cannot create {run_dir}"))?;
@@ -344,23 +453,71 @@ fn summarize(per_client: &[Vec<Spans3>], op: usize) -> Collective {
 
 // ---- per-client files (mdtest-easy) ----
 
-/// Create, stat and remove of `--files` files per client, client `r` in `dirs[r]`.
-fn trio(clients: &[Client], a: &MdArgs, dirs: &[InodeId], label: &str) -> Result<Trio> {
-    let create = files_phase(clients, a, dirs, &format!("{label} create"), |c, d, n| {
-        c.create_at(d, n, &OpenOptions::create_new(0o644))?
-            .close()?;
+/// Create (+ write), stat, read (with `--file-bytes`) and remove of `--files` files per
+/// client, client `r` in `dirs[r]`.
+fn trio(
+    clients: &[Client],
+    a: &MdArgs,
+    dirs: &[InodeId],
+    label: &str,
+    content: &Content,
+) -> Result<Trio> {
+    let create = files_phase(
+        clients,
+        a,
+        dirs,
+        &format!("{label} create"),
+        |c, d, r, i| {
+            let name = file_name(r, i);
+            let f = c.create_at(d, &name, &OpenOptions::create_new(0o644))?;
+            if content.bytes > 0 {
+                f.write_at(0, &content.fill(r, i))?;
+            }
+            f.close()?;
+            Ok(())
+        },
+    )?;
+    let stat = files_phase(clients, a, dirs, &format!("{label} stat"), |c, d, r, i| {
+        c.lookup(d, &file_name(r, i))?;
         Ok(())
     })?;
-    let stat = files_phase(clients, a, dirs, &format!("{label} stat"), |c, d, n| {
-        c.lookup(d, n)?;
-        Ok(())
-    })?;
-    let remove = files_phase(clients, a, dirs, &format!("{label} remove"), |c, d, n| {
-        Ok(c.unlink_at(d, n).map(|_| ())?)
-    })?;
+    let read = if content.bytes > 0 {
+        Some(files_phase(
+            clients,
+            a,
+            dirs,
+            &format!("{label} read"),
+            |c, d, r, i| {
+                let name = file_name(r, i);
+                let attr = c.lookup(d, &name)?;
+                let f = c.open_ino(attr.ino, &OpenOptions::read_only())?;
+                let mut buf = vec![0u8; content.bytes as usize + 1];
+                let mut got = 0;
+                while got < buf.len() {
+                    let n = f.read_at(got as u64, &mut buf[got..])?;
+                    if n == 0 {
+                        break;
+                    }
+                    got += n;
+                }
+                f.close()?;
+                content.check(r, i, &name, &buf[..got])
+            },
+        )?)
+    } else {
+        None
+    };
+    let remove = files_phase(
+        clients,
+        a,
+        dirs,
+        &format!("{label} remove"),
+        |c, d, r, i| Ok(c.unlink_at(d, &file_name(r, i)).map(|_| ())?),
+    )?;
     Ok(Trio {
         create,
         stat,
+        read,
         remove,
     })
 }
@@ -371,7 +528,7 @@ fn files_phase(
     a: &MdArgs,
     dirs: &[InodeId],
     label: &str,
-    op: impl Fn(&Client, InodeId, &str) -> Result<()> + Sync,
+    op: impl Fn(&Client, InodeId, u32, u32) -> Result<()> + Sync,
 ) -> Result<Rate> {
     let n = clients.len();
     let barrier = Barrier::new(n);
@@ -384,7 +541,7 @@ fn files_phase(
                 let (barrier, pb, op, dir) = (&barrier, &pb, &op, dirs[rank]);
                 s.spawn(move || {
                     barrier.wait();
-                    timed_ops(a.files, pb, |i| op(c, dir, &format!("f{rank}.{i}")))
+                    timed_ops(a.files, pb, |i| op(c, dir, rank as u32, i))
                 })
             })
             .collect();
@@ -453,45 +610,80 @@ pub fn local_fsync_s(dir: &Path) -> Result<f64> {
     Ok(t0.elapsed().as_secs_f64() / FSYNC_SAMPLES as f64)
 }
 
-/// The create (+ close), stat and remove pattern on a local directory, one
-/// subdirectory per client.
-fn local_pattern(dir: &Path, a: &MdArgs) -> Result<Trio> {
+/// The create (+ write + close), stat, [read] and remove pattern on a local directory:
+/// one subdirectory per client, or one for all with `--shared-dir`.
+fn local_pattern(dir: &Path, a: &MdArgs, content: &Content) -> Result<Trio> {
     let top = dir.join(format!("stripefs-md-{:x}", crate::util::seed()));
     let dirs = (0..a.clients)
         .map(|r| {
-            let d = top.join(format!("rank{r}"));
+            let d = if a.shared_dir {
+                top.join("shared")
+            } else {
+                top.join(format!("rank{r}"))
+            };
             std::fs::create_dir_all(&d)
                 .with_context(|| format!("cannot create {}", d.display()))?;
             Ok(d)
         })
         .collect::<Result<Vec<_>>>()?;
-    let r = local_trio(&dirs, a);
+    let r = local_trio(&dirs, a, content);
     let _ = std::fs::remove_dir_all(&top);
     r
 }
 
-fn local_trio(dirs: &[PathBuf], a: &MdArgs) -> Result<Trio> {
-    let create = local_phase(dirs, a, "local create", |p| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(p)
-            .map(drop)
-    })?;
-    let stat = local_phase(dirs, a, "local stat", |p| std::fs::metadata(p).map(drop))?;
-    let remove = local_phase(dirs, a, "local remove", |p| std::fs::remove_file(p))?;
+fn local_trio(dirs: &[PathBuf], a: &MdArgs, content: &Content) -> Result<Trio> {
+    let phase = |name: &str| {
+        local_phase(dirs, a, &format!("local {name}"), |p, r, i| {
+            fs_op(name, p, r, i, content)
+        })
+    };
     Ok(Trio {
-        create,
-        stat,
-        remove,
+        create: phase("create")?,
+        stat: phase("stat")?,
+        read: if content.bytes > 0 {
+            Some(phase("read")?)
+        } else {
+            None
+        },
+        remove: phase("remove")?,
     })
+}
+
+/// One file operation of phase `phase` with plain system calls (the local baseline and
+/// the client processes of `--mount`).
+fn fs_op(phase: &str, p: &Path, rank: u32, i: u32, content: &Content) -> Result<()> {
+    use std::io::{Read, Write};
+    let what = || format!("{phase} {}", p.display());
+    match phase {
+        "create" => {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(p)
+                .with_context(what)?;
+            if content.bytes > 0 {
+                f.write_all(&content.fill(rank, i)).with_context(what)?;
+            }
+            crate::worker::close_file(f).with_context(what)
+        }
+        "stat" => std::fs::metadata(p).map(drop).with_context(what),
+        "read" => {
+            let mut f = std::fs::File::open(p).with_context(what)?;
+            let mut buf = Vec::with_capacity(content.bytes as usize + 1);
+            f.read_to_end(&mut buf).with_context(what)?;
+            crate::worker::close_file(f).with_context(what)?;
+            content.check(rank, i, &p.display(), &buf)
+        }
+        "remove" => std::fs::remove_file(p).with_context(what),
+        _ => bail!("unknown md phase {phase:?}"),
+    }
 }
 
 fn local_phase(
     dirs: &[PathBuf],
     a: &MdArgs,
     label: &str,
-    op: impl Fn(&Path) -> std::io::Result<()> + Sync,
+    op: impl Fn(&Path, u32, u32) -> Result<()> + Sync,
 ) -> Result<Rate> {
     let barrier = Barrier::new(dirs.len());
     let pb = progress_ops(dirs.len() as u64 * a.files as u64, label);
@@ -504,8 +696,7 @@ fn local_phase(
                 s.spawn(move || {
                     barrier.wait();
                     timed_ops(a.files, pb, |i| {
-                        let p = dir.join(format!("f{rank}.{i}"));
-                        op(&p).with_context(|| format!("{label} {}", p.display()))
+                        op(&dir.join(file_name(rank as u32, i)), rank as u32, i)
                     })
                 })
             })
@@ -516,33 +707,147 @@ fn local_phase(
     rate_of(results)
 }
 
+// ---- through a mount, one process per client ----
+
+/// The job of one client process of `--mount`: its files are `{dir}/f{rank}.{i}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MountSpec {
+    pub rank: u32,
+    pub dir: PathBuf,
+    pub files: u32,
+    pub file_bytes: u64,
+    pub seed: u64,
+}
+
+/// One phase (create, stat, read or remove) of one client process, on all its files.
+pub fn mount_phase(s: &MountSpec, phase: &str) -> Result<Done> {
+    let content = Content::of(s.seed, s.files, s.file_bytes);
+    for i in 0..s.files {
+        let p = s.dir.join(file_name(s.rank, i));
+        fs_op(phase, &p, s.rank, i, &content)?;
+    }
+    let read = matches!(phase, "create" | "read");
+    Ok(Done {
+        ops: s.files as u64,
+        bytes: if read {
+            s.files as u64 * s.file_bytes
+        } else {
+            0
+        },
+        busy_s: 0.0,
+    })
+}
+
+/// The file phases through the mount at `mount`: directories per client (unless
+/// `--shared-dir`), then one shared directory, made natively in the run directory.
+fn mount_measure(
+    admin: &Client,
+    a: &MdArgs,
+    run_dir: &str,
+    mount: &Path,
+    seed: u64,
+) -> Result<(Option<Trio>, Trio)> {
+    let own = if a.shared_dir {
+        None
+    } else {
+        let names: Vec<String> = (0..a.clients).map(|r| format!("mount-rank{r}")).collect();
+        Some(mount_trio(admin, a, run_dir, mount, &names, seed)?)
+    };
+    let names = vec!["mount-shared".to_string(); a.clients as usize];
+    let shared = mount_trio(admin, a, run_dir, mount, &names, seed)?;
+    Ok((own, shared))
+}
+
+fn mount_trio(
+    admin: &Client,
+    a: &MdArgs,
+    run_dir: &str,
+    mount: &Path,
+    names: &[String],
+    seed: u64,
+) -> Result<Trio> {
+    let mut specs = Vec::with_capacity(names.len());
+    for (rank, name) in names.iter().enumerate() {
+        let path = format!("{run_dir}/{name}");
+        if admin.stat(&path).is_err() {
+            admin
+                .mkdir(&path, 0o755)
+                .with_context(|| format!("cannot create {path}"))?;
+        }
+        let dir = mount.join(path.trim_start_matches('/'));
+        if let Err(e) = std::fs::metadata(&dir) {
+            bail!(
+                "--mount {}: {} (made through the cluster) is not there ({e}); is it a stripefs mount of this cluster?",
+                mount.display(),
+                dir.display()
+            );
+        }
+        specs.push(Spec::Md(MountSpec {
+            rank: rank as u32,
+            dir,
+            files: a.files,
+            file_bytes: a.file_bytes,
+            seed,
+        }));
+    }
+    let mut workers = Workers::start(&specs)?;
+    let mut phase = |name: &str| -> Result<Rate> {
+        let (secs, done) = workers.phase(name)?;
+        Ok(rate_of_done(secs, &done))
+    };
+    Ok(Trio {
+        create: phase("create")?,
+        stat: phase("stat")?,
+        read: if a.file_bytes > 0 {
+            Some(phase("read")?)
+        } else {
+            None
+        },
+        remove: phase("remove")?,
+    })
+}
+
+/// All processes' operations over the phase's wall time (common start to last finish);
+/// latency is the mean of each process's busy time per operation.
+fn rate_of_done(secs: f64, done: &[Done]) -> Rate {
+    let ops: u64 = done.iter().map(|d| d.ops).sum();
+    let busy: f64 = done.iter().map(|d| d.busy_s).sum();
+    Rate {
+        ops_s: ops as f64 / secs.max(1e-9),
+        latency_s: busy / ops.max(1) as f64,
+    }
+}
+
 // ---- output ----
 
-fn report_json(
-    a: &MdArgs,
-    coll: &[Collective; 3],
-    own: &Trio,
-    shared: &Trio,
-    base: Option<&Trio>,
-    fsync_s: f64,
-) -> serde_json::Value {
-    let [cc, co, cr] = coll;
+fn report_json(a: &MdArgs, m: &Measured, base: Option<&Trio>, fsync_s: f64) -> serde_json::Value {
+    let [cc, co, cr] = &m.coll;
+    let (own, shared) = (m.own.as_ref(), &m.shared);
+    let mown = m.mount.as_ref().and_then(|(o, _)| o.as_ref());
+    let mshared = m.mount.as_ref().map(|(_, s)| s);
     json!({
         "benchmark": "md",
         "clients": a.clients,
         "files_per_client": a.files,
         "iterations": a.iterations,
-        "create_ops_s": own.create.ops_s,
-        "stat_ops_s": own.stat.ops_s,
-        "remove_ops_s": own.remove.ops_s,
-        "create_latency_s": own.create.latency_s,
-        "stat_latency_s": own.stat.latency_s,
-        "remove_latency_s": own.remove.latency_s,
+        "file_bytes": a.file_bytes,
+        "shared_dir": a.shared_dir,
+        "verified": (a.file_bytes > 0).then_some(true),
+        "create_ops_s": own.map(|t| t.create.ops_s),
+        "stat_ops_s": own.map(|t| t.stat.ops_s),
+        "read_ops_s": own.and_then(|t| t.read).map(|r| r.ops_s),
+        "remove_ops_s": own.map(|t| t.remove.ops_s),
+        "create_latency_s": own.map(|t| t.create.latency_s),
+        "stat_latency_s": own.map(|t| t.stat.latency_s),
+        "read_latency_s": own.and_then(|t| t.read).map(|r| r.latency_s),
+        "remove_latency_s": own.map(|t| t.remove.latency_s),
         "shared_dir_create_ops_s": shared.create.ops_s,
         "shared_dir_stat_ops_s": shared.stat.ops_s,
+        "shared_dir_read_ops_s": shared.read.map(|r| r.ops_s),
         "shared_dir_remove_ops_s": shared.remove.ops_s,
         "shared_dir_create_latency_s": shared.create.latency_s,
         "shared_dir_stat_latency_s": shared.stat.latency_s,
+        "shared_dir_read_latency_s": shared.read.map(|r| r.latency_s),
         "shared_dir_remove_latency_s": shared.remove.latency_s,
         "collective_create_s": cc.mean_s,
         "collective_open_s": co.mean_s,
@@ -554,9 +859,19 @@ fn report_json(
         "collective_open_latency_s": co.client_latency_s,
         "collective_resize_latency_s": cr.client_latency_s,
         "local_fsync_s": fsync_s,
+        "mount": a.mount.as_ref().map(|d| d.display().to_string()),
+        "mount_create_ops_s": mown.map(|t| t.create.ops_s),
+        "mount_stat_ops_s": mown.map(|t| t.stat.ops_s),
+        "mount_read_ops_s": mown.and_then(|t| t.read).map(|r| r.ops_s),
+        "mount_remove_ops_s": mown.map(|t| t.remove.ops_s),
+        "mount_shared_dir_create_ops_s": mshared.map(|t| t.create.ops_s),
+        "mount_shared_dir_stat_ops_s": mshared.map(|t| t.stat.ops_s),
+        "mount_shared_dir_read_ops_s": mshared.and_then(|t| t.read).map(|r| r.ops_s),
+        "mount_shared_dir_remove_ops_s": mshared.map(|t| t.remove.ops_s),
         "baseline_dir": a.baseline.as_ref().map(|d| d.display().to_string()),
         "baseline_create_ops_s": base.map(|b| b.create.ops_s),
         "baseline_stat_ops_s": base.map(|b| b.stat.ops_s),
+        "baseline_read_ops_s": base.and_then(|b| b.read).map(|r| r.ops_s),
         "baseline_remove_ops_s": base.map(|b| b.remove.ops_s),
     })
 }
@@ -569,33 +884,49 @@ fn per_s(secs: f64) -> f64 {
     }
 }
 
-fn print_table(
-    a: &MdArgs,
-    coll: &[Collective; 3],
-    own: &Trio,
-    shared: &Trio,
-    base: Option<&Trio>,
-    fsync_s: f64,
-) {
+fn print_table(a: &MdArgs, m: &Measured, base: Option<&Trio>, fsync_s: f64) {
     println!(
-        "bench md: {} clients x {} files, {} collective rounds",
-        a.clients, a.files, a.iterations
+        "bench md: {} clients x {} files of {} bytes{}, {} collective rounds",
+        a.clients,
+        a.files,
+        a.file_bytes,
+        if a.shared_dir {
+            ", shared directory only"
+        } else {
+            ""
+        },
+        a.iterations
     );
     println!(
-        "{:<18} {:>12} {:>11} {:>12} {:>13}",
+        "{:<20} {:>12} {:>11} {:>12} {:>13}",
         "operation", "ops/s", "mean ms", "baseline/s", "% baseline"
     );
-    let rows = [
-        ("create", own.create, base.map(|b| b.create.ops_s)),
-        ("stat", own.stat, base.map(|b| b.stat.ops_s)),
-        ("remove", own.remove, base.map(|b| b.remove.ops_s)),
-        ("shared create", shared.create, None),
-        ("shared stat", shared.stat, None),
-        ("shared remove", shared.remove, None),
-    ];
+    // The baseline runs the arrangement of --shared-dir, else a directory per client.
+    let base_of = |own: bool| base.filter(|_| own != a.shared_dir);
+    let mut rows = Vec::new();
+    let mut add = |prefix: &str, t: Option<&Trio>, b: Option<&Trio>| {
+        let Some(t) = t else { return };
+        let mut ops = vec![
+            ("create", t.create, b.map(|b| b.create.ops_s)),
+            ("stat", t.stat, b.map(|b| b.stat.ops_s)),
+        ];
+        if let Some(r) = t.read {
+            ops.push(("read", r, b.and_then(|b| b.read).map(|r| r.ops_s)));
+        }
+        ops.push(("remove", t.remove, b.map(|b| b.remove.ops_s)));
+        for (op, r, b) in ops {
+            rows.push((format!("{prefix}{op}"), r, b));
+        }
+    };
+    add("", m.own.as_ref(), base_of(true));
+    add("shared ", Some(&m.shared), base_of(false));
+    if let Some((own, shared)) = &m.mount {
+        add("mount ", own.as_ref(), base_of(true));
+        add("mount shared ", Some(shared), base_of(false));
+    }
     for (name, r, b) in rows {
         println!(
-            "{:<18} {:>12.0} {:>11.3} {:>12} {:>13}",
+            "{:<20} {:>12.0} {:>11.3} {:>12} {:>13}",
             name,
             r.ops_s,
             r.latency_s * 1e3,
@@ -605,10 +936,10 @@ fn print_table(
     }
     for (name, c) in ["collective create", "collective open", "collective resize"]
         .iter()
-        .zip(coll)
+        .zip(&m.coll)
     {
         println!(
-            "{:<18} {:>12.0} {:>11.3}   (wall ms per collective op {:.3})",
+            "{:<20} {:>12.0} {:>11.3}   (wall ms per collective op {:.3})",
             name,
             per_s(c.mean_s),
             c.client_latency_s * 1e3,
@@ -618,6 +949,35 @@ fn print_table(
     println!(
         "local fsync (small write + fdatasync): {:.3} ms; durable creates per local sync time: {:.2}",
         fsync_s * 1e3,
-        own.create.ops_s * fsync_s
+        m.own.as_ref().unwrap_or(&m.shared).create.ops_s * fsync_s
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file holds bytes of its own: another file's bytes, a short file or a flipped
+    /// byte fail verification; odd sizes work.
+    #[test]
+    fn small_file_contents_are_distinct_and_verified() {
+        let c = Content::of(42, 2500, 3901);
+        assert_eq!(c.offset(0, 1), 3901);
+        assert_eq!(c.offset(1, 0), 2500 * 3901);
+        let mine = c.fill(3, 17);
+        assert_eq!(mine.len(), 3901);
+        assert!(c.check(3, 17, &"f3.17", &mine).is_ok());
+        assert!(
+            c.check(3, 18, &"f3.18", &mine).is_err(),
+            "neighbour's bytes"
+        );
+        assert!(
+            c.check(2, 17, &"f2.17", &mine).is_err(),
+            "another client's file"
+        );
+        assert!(c.check(3, 17, &"f3.17", &mine[..3900]).is_err(), "short");
+        let mut bad = mine.clone();
+        bad[3900] ^= 1;
+        assert!(c.check(3, 17, &"f3.17", &bad).is_err(), "last byte flipped");
+    }
 }

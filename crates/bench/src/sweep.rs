@@ -345,7 +345,7 @@ mod tests {
         let p = &points(&a).unwrap()[1];
         let io: IoArgs = parse_args(&io_argv(&a, p, None)).unwrap();
         assert_eq!(io.clients, 8);
-        assert_eq!(io.block, 8 << 20);
+        assert_eq!(io.block, Some(8 << 20));
         assert!(io.json.is_none());
         assert_eq!(io.cluster, PathBuf::from("c.toml"));
     }

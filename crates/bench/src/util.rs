@@ -152,9 +152,12 @@ impl ClusterGuard {
             servers,
             targets,
             throttle_bytes_s,
+            hosts: None,
+            host_net_bytes_s: None,
             defaults: stripefs_rpc::Defaults::default(),
             host: "127.0.0.1".into(),
             exe: exe.to_path_buf(),
+            no_zero_copy: false,
         })
         .with_context(|| format!("cannot start a cluster in {}", guard.dir.display()))?;
         guard.cluster_file = up.cluster_file;

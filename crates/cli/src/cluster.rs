@@ -46,6 +46,19 @@ pub struct UpArgs {
     /// Address the servers listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
+    /// Data servers copy read replies through memory instead of sending them from their
+    /// files with sendfile (zero-copy, the default); for comparison.
+    #[arg(long)]
+    no_zero_copy: bool,
+    /// Emulate K hosts: data server i runs as host `host{i % K}`, the metadata server as
+    /// host0 (written into cluster.toml); clients pick theirs with --host.
+    #[arg(long)]
+    hosts: Option<u32>,
+    /// Emulate each host's network interface (needs --hosts): the bytes a host's data
+    /// servers exchange with clients on other hosts are limited to RATE per direction
+    /// (e.g. 40MiB), shared equally by the host's data servers; same-host bytes are free.
+    #[arg(long, value_parser = parse_rate)]
+    host_net: Option<u64>,
 }
 
 #[derive(Args)]
@@ -82,24 +95,43 @@ fn up(a: UpArgs) -> Result<()> {
         servers,
         targets: a.targets.unwrap_or(1),
         throttle_bytes_s: a.throttle,
+        hosts: a.hosts,
+        host_net_bytes_s: a.host_net,
         defaults: Defaults {
             stripe_size_bytes: a.stripe_size as u32,
             stripe_count: a.stripe_count,
         },
         host: a.host,
         exe: crate::exe(),
+        no_zero_copy: a.no_zero_copy,
     };
     let up = stripefs_launch::up(&opts)?;
     let differs = |asked: Option<u32>, has: u32| asked.is_some_and(|a| a != has);
-    if up.restarted && (differs(a.servers, up.data_servers) || differs(a.targets, up.targets)) {
+    let hosts_differ = (a.hosts.is_some() && a.hosts != up.hosts)
+        || (a.host_net.is_some() && a.host_net != up.host_net_bytes_s);
+    if up.restarted
+        && (differs(a.servers, up.data_servers) || differs(a.targets, up.targets) || hosts_differ)
+    {
         eprintln!(
-            "note: {} holds a cluster of {} data servers x {} targets; restarted it as it was",
+            "note: {} holds a cluster of {} data servers x {} targets{}; restarted it as it was",
             up.cluster_file
                 .parent()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             up.data_servers,
-            up.targets
+            up.targets,
+            match (up.hosts, up.host_net_bytes_s) {
+                (Some(k), Some(r)) => format!(" on {k} hosts, network {}/s", format_size(r)),
+                (Some(k), None) => format!(" on {k} hosts"),
+                _ => String::new(),
+            }
+        );
+    }
+    if a.no_zero_copy && up.already_running > 0 {
+        eprintln!(
+            "note: {} servers were already running and keep their read path; \
+             `cluster down` first for --no-zero-copy to apply to them",
+            up.already_running
         );
     }
     let verb = if up.restarted { "restarted" } else { "started" };
@@ -113,6 +145,15 @@ fn up(a: UpArgs) -> Result<()> {
         }
     );
     println!("  cluster file: {}", up.cluster_file.display());
+    if let Some(k) = up.hosts {
+        println!(
+            "  hosts:        {k} emulated (host0..host{}), network {}",
+            k - 1,
+            up.host_net_bytes_s
+                .map(|r| format!("{}/s per host and direction", format_size(r)))
+                .unwrap_or_else(|| "not limited".into())
+        );
+    }
     if let Some(first) = up.servers.first() {
         if let Some(logs) = first.log.parent() {
             println!("  logs:         {}/{{meta,data0..}}.log", logs.display());
@@ -147,8 +188,11 @@ fn status(a: StatusArgs) -> Result<()> {
     let cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
     let timeout = Duration::from_millis(cluster.timeout_ms.min(5000));
     let mut servers = vec![meta_status(&cluster, timeout)];
+    servers[0]["host"] = json!(cluster.meta_host);
     for d in &cluster.data {
-        servers.push(data_status(&cluster, &d.addr, timeout));
+        let mut v = data_status(&cluster, &d.addr, timeout);
+        v["host"] = json!(d.host);
+        servers.push(v);
     }
     if a.json {
         println!(
@@ -158,8 +202,8 @@ fn status(a: StatusArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:<22} {:<8} {:>12} {:>10} {:>12}",
-        "ROLE", "ADDRESS", "HEALTH", "USED", "REQUESTS", "ERRORS"
+        "{:<5} {:<22} {:<10} {:<8} {:>12} {:>10} {:>12}",
+        "ROLE", "ADDRESS", "HOST", "HEALTH", "USED", "REQUESTS", "ERRORS"
     );
     for s in &servers {
         let used = s["bytes_used"]
@@ -167,9 +211,10 @@ fn status(a: StatusArgs) -> Result<()> {
             .map(format_size)
             .unwrap_or("-".into());
         println!(
-            "{:<5} {:<22} {:<8} {:>12} {:>10} {:>12}",
+            "{:<5} {:<22} {:<10} {:<8} {:>12} {:>10} {:>12}",
             s["role"].as_str().unwrap_or("?"),
             s["addr"].as_str().unwrap_or("?"),
+            s["host"].as_str().unwrap_or("-"),
             if s["healthy"].as_bool() == Some(true) {
                 "ok"
             } else {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use stripefs_client::{Client, OpenOptions};
 use stripefs_rpc::units::{format_size, parse_size};
 use stripefs_rpc::ClusterConfig;
-use stripefs_wire::{Attr, ErrorCode, FileType, LayoutHint};
+use stripefs_wire::{Attr, ErrorCode, FileType, LayoutHint, Policy};
 
 /// Bytes moved per call by put and get; several stripes, so that all servers work at once.
 const COPY_CHUNK_BYTES: usize = 8 << 20;
@@ -20,6 +20,11 @@ pub struct ClusterArg {
     /// Cluster description file (default: $STRIPEFS_CLUSTER).
     #[arg(long, env = "STRIPEFS_CLUSTER", global = true)]
     cluster: Option<PathBuf>,
+    /// This client's host id (default: `host` in the cluster file, else the hostname);
+    /// data servers on other hosts count its bytes against their host network, and the
+    /// local layout places new files on this host's data servers.
+    #[arg(long, env = "STRIPEFS_HOST", global = true)]
+    host: Option<String>,
 }
 
 impl ClusterArg {
@@ -27,7 +32,9 @@ impl ClusterArg {
         let path = self.cluster.as_ref().ok_or_else(|| {
             anyhow!("no cluster given: pass --cluster FILE or set STRIPEFS_CLUSTER (cluster up prints it)")
         })?;
-        let cfg = ClusterConfig::load(path).map_err(|e| anyhow!(e))?;
+        let mut cfg = ClusterConfig::load(path).map_err(|e| anyhow!(e))?;
+        cfg.set_client_host(self.host.as_deref())
+            .map_err(|e| anyhow!(e))?;
         Ok(Client::connect(&cfg)?)
     }
 }
@@ -122,8 +129,48 @@ pub struct SetstripeArgs {
     /// Stripe count (0 = all data servers).
     #[arg(long)]
     count: Option<u32>,
+    /// The data servers of the stripes, in this order (ids as in `cluster status`, e.g.
+    /// 2,0,1); the stripe count is their number.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    servers: Option<Vec<u32>>,
+    /// Placement policy: `local` puts a new file on the data servers of the creating
+    /// client's host first (stripe count 1 unless --count), `spread` over all servers
+    /// from a rotating start (the default).
+    #[arg(long, value_parser = parse_policy)]
+    layout: Option<Policy>,
     #[command(flatten)]
     c: ClusterArg,
+}
+
+fn parse_policy(s: &str) -> Result<Policy, String> {
+    Policy::parse(s).ok_or_else(|| format!("unknown layout {s:?}: use local or spread"))
+}
+
+/// Checks `--servers` against `--count`, itself and the cluster's `n` data servers.
+fn check_servers(list: &[u32], count: Option<u32>, policy: Option<Policy>, n: usize) -> Result<()> {
+    for (i, s) in list.iter().enumerate() {
+        if *s as usize >= n {
+            bail!(
+                "--servers: data server {s} does not exist: the cluster has {n} data servers (ids 0 to {})",
+                n.saturating_sub(1)
+            );
+        }
+        if list[..i].contains(s) {
+            bail!("--servers: data server {s} is named twice");
+        }
+    }
+    if let Some(c) = count {
+        if c as usize != list.len() {
+            bail!(
+                "--count {c} but --servers names {} servers: give one or make them agree",
+                list.len()
+            );
+        }
+    }
+    if policy == Some(Policy::Local) {
+        bail!("--servers fixes the servers: it cannot be combined with --layout local");
+    }
+    Ok(())
 }
 
 fn hint(size: Option<u64>, count: Option<u32>) -> Result<LayoutHint> {
@@ -137,7 +184,7 @@ fn hint(size: Option<u64>, count: Option<u32>) -> Result<LayoutHint> {
     Ok(LayoutHint {
         stripe_size_bytes,
         stripe_count: count,
-        start_server: None,
+        ..LayoutHint::default()
     })
 }
 
@@ -562,11 +609,16 @@ pub fn mv(a: MvArgs) -> Result<()> {
 }
 
 pub fn setstripe(a: SetstripeArgs) -> Result<()> {
-    if a.size.is_none() && a.count.is_none() {
-        bail!("give --size and/or --count");
+    if a.size.is_none() && a.count.is_none() && a.servers.is_none() && a.layout.is_none() {
+        bail!("give --size, --count, --servers and/or --layout");
     }
     let client = a.c.connect()?;
-    let h = hint(a.size, a.count)?;
+    let mut h = hint(a.size, a.count)?;
+    if let Some(list) = &a.servers {
+        check_servers(list, a.count, a.layout, client.cluster().data.len())?;
+    }
+    h.servers = a.servers.clone();
+    h.policy = a.layout;
     match client.lstat(&a.path) {
         Ok(_) => client.set_stripe(&a.path, h).map(|_| ()),
         Err(e) if e.code == ErrorCode::NotFound => {
@@ -597,7 +649,7 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
         (None, FileType::Dir) => (
             at.dir_layout.stripe_size_bytes.map(u64::from),
             at.dir_layout.stripe_count,
-            None,
+            at.dir_layout.servers.clone(),
         ),
         _ => (None, None, None),
     };
@@ -608,6 +660,7 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
             "stripe_size": size,
             "stripe_count": count,
             "servers": servers,
+            "layout": at.dir_layout.policy.map(|p| p.name()),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -629,7 +682,10 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
     }
     if let Some(s) = servers {
         let list: Vec<String> = s.iter().map(|x| x.to_string()).collect();
-        println!("  servers:      {}", list.join(" "));
+        println!("  servers:      {}{dflt}", list.join(" "));
+    }
+    if let Some(p) = at.dir_layout.policy {
+        println!("  layout:       {}{dflt}", p.name());
     }
     Ok(())
 }

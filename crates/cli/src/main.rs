@@ -68,6 +68,10 @@ enum Cmd {
     Bench(stripefs_bench::BenchCmd),
     /// The main job: start a throwaway local cluster, run the headline benchmarks, stop it.
     Demo(stripefs_bench::demo::DemoArgs),
+    /// Capacity planning with seed 002's bus model (READ2): the peak stream rate of a
+    /// streaming application on given node rates, relayed through servers and direct, and
+    /// which resource binds; --measured puts a bench run's figures beside it.
+    Plan(stripefs_bench::plan::PlanArgs),
     /// Whole-cluster simulator: servers and clients in one process under injected faults
     /// (crashes, power cuts, ENOSPC, lost/duplicated/reordered messages, partitions),
     /// checked against what the file system promised. Exit status 1 on a violation.
@@ -96,6 +100,7 @@ fn main() {
         Cmd::Fsck(a) => fsck::run(a),
         Cmd::Bench(b) => stripefs_bench::run(b, exe()),
         Cmd::Demo(a) => stripefs_bench::demo::run(a, exe()),
+        Cmd::Plan(a) => stripefs_bench::plan::run(a).map(|_| ()),
         Cmd::Sim(a) => sim::run(a),
         Cmd::MetaLog(c) => metalog::run(c),
     };

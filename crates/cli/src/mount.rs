@@ -21,6 +21,9 @@ pub struct MountArgs {
     /// Cluster description file (default: $STRIPEFS_CLUSTER).
     #[arg(long, env = "STRIPEFS_CLUSTER")]
     cluster: Option<PathBuf>,
+    /// This client's host id (default: `host` in the cluster file, else the hostname).
+    #[arg(long, env = "STRIPEFS_HOST")]
+    host: Option<String>,
     /// Stay in the foreground (Ctrl-C or SIGTERM unmounts).
     #[arg(long)]
     foreground: bool,
@@ -87,6 +90,9 @@ fn daemonize(a: MountArgs) -> Result<()> {
         .current_dir("/");
     if let Some(log) = &a.log {
         cmd.arg("--log").arg(std::path::absolute(log)?);
+    }
+    if let Some(host) = &a.host {
+        cmd.arg("--host").arg(host);
     }
     for (on, flag) in [(a.dev, "--dev"), (a.suid, "--suid")] {
         if on {
@@ -166,7 +172,9 @@ fn serve(a: MountArgs) -> Result<()> {
 
 fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
     let path = cluster_path(a)?;
-    let cfg = ClusterConfig::load(&path).map_err(|e| anyhow!(e))?;
+    let mut cfg = ClusterConfig::load(&path).map_err(|e| anyhow!(e))?;
+    cfg.set_client_host(a.host.as_deref())
+        .map_err(|e| anyhow!(e))?;
     let client = Client::connect(&cfg).map_err(|e| anyhow!("{e}"))?;
     let opts = stripefs_fuse::MountOptions {
         dev: a.dev,

@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// `scrub_rate` of the config file; default 8MiB.
     #[arg(long, value_parser = stripefs_rpc::parse_rate_or_off)]
     scrub_rate: Option<u64>,
+    /// A data server copies read replies through memory instead of sending them from
+    /// its files with sendfile (overrides `zero_copy` of the config file; for comparison).
+    #[arg(long)]
+    no_zero_copy: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -39,6 +43,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let mut cfg = stripefs_rpc::ServerConfig::load(&a.config).map_err(|e| anyhow!(e))?;
     if a.scrub_rate.is_some() {
         cfg.scrub_rate_bytes_s = a.scrub_rate;
+    }
+    if a.no_zero_copy {
+        cfg.zero_copy = false;
     }
     let shutdown = Arc::new(AtomicBool::new(false));
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.

@@ -5,42 +5,12 @@
 
 mod common;
 use common::*;
-use serde_json::Value;
 
 /// Targets per server and their rate, so that every ceiling is known: 4 x 2 x 200 MiB/s.
 const THROTTLE: &str = "200MiB";
 
 fn cluster() -> Cluster {
     Cluster::up(4, 2, &["--throttle", THROTTLE])
-}
-
-fn json_of(c: &Cluster, args: &[&str]) -> Value {
-    let out = tempfile::tempdir().unwrap();
-    let path = out.path().join("r.json");
-    let mut all = args.to_vec();
-    let p = path.display().to_string();
-    all.extend(["--json", &p]);
-    c.ok(&all);
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-fn positive(r: &Value, key: &str) -> f64 {
-    let v = r[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} missing: {r}"));
-    assert!(v > 0.0, "{key} is not positive: {r}");
-    v
-}
-
-fn refused(c: &Cluster, args: &[&str], why: &str) {
-    let out = c.run(args);
-    assert!(
-        !out.status.success(),
-        "{args:?} should fail: {}",
-        text(&out)
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains(why), "{args:?}: expected {why:?} in: {err}");
 }
 
 #[test]

@@ -20,9 +20,12 @@ fn cluster() -> ClusterConfig {
         meta_addr: "127.0.0.1:1".into(),
         data: vec![DataServerEntry {
             addr: "127.0.0.1:1".into(),
+            host: None,
         }],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,
+        host: None,
+        meta_host: None,
     }
 }
 
@@ -33,6 +36,7 @@ fn open(db: &Path) -> Result<std::sync::Arc<MetaService>, String> {
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: std::net::SocketAddr::from(([127, 0, 0, 1], 9)),
+        host: None,
     };
     let env = Envelope {
         cred: Cred::root(),

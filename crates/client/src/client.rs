@@ -180,7 +180,7 @@ impl Client {
             name: name.into(),
             mode: opts.mode,
             exclusive: opts.exclusive,
-            layout: opts.layout,
+            layout: opts.layout.clone(),
             session,
             read: opts.read,
             write: opts.write,

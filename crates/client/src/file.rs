@@ -7,7 +7,7 @@ use std::sync::Arc;
 use stripefs_wire::{Attr, Cred, ErrorCode, InodeId, Layout, LayoutHint, WireError};
 
 /// How to open a file, as with `std::fs::OpenOptions`. The default opens for reading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenOptions {
     pub read: bool,
     pub write: bool,

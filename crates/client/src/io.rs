@@ -10,9 +10,12 @@
 //! pending chunks. Data returned to a caller has passed its block CRC check.
 
 use crate::chunk::{Chunk, Geometry};
-use crate::exec::{promise, Completion};
+use crate::exec::{promise, Completion, Promise};
 use crate::pool::ServerPool;
-use crate::{Inner, MAX_FILE_BYTES, READAHEAD_BASE_BYTES, READAHEAD_MAX_BYTES};
+use crate::{
+    Inner, GATHER_BELOW_BYTES, GATHER_MAX_BYTES, GATHER_MAX_EXTENTS, MAX_FILE_BYTES,
+    READAHEAD_BASE_BYTES, READAHEAD_MAX_BYTES,
+};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -24,13 +27,26 @@ use stripefs_wire::{
     Response, SetAttrs, WireError, BLOCK_BYTES,
 };
 
-/// One queued or running write request.
+/// One queued or running write request, or the gathered small writes of one place
+/// not yet sent (`gather` names the place).
 struct Pending {
     /// Global span the chunk lies in (an over-estimate, see `Geometry::global_span`).
     lo: u64,
     hi: u64,
     bytes: u64,
     done: Completion<()>,
+    gather: Option<u32>,
+}
+
+/// Small writes to one place, gathered into one list write (see `GATHER_BELOW_BYTES`).
+/// Its `Pending` entry is in the queue from the first extent on, so that readers and
+/// overlapping writers see it; whoever would wait for it sends it first (`send_gathers`).
+struct Gather {
+    cred: Cred,
+    /// Extents in the order written: (local offset, bytes).
+    extents: Vec<(u64, Vec<u8>)>,
+    bytes: u64,
+    promise: Promise<()>,
 }
 
 /// A request of a read: the chunk, the local offset its buffer starts at (a cell may
@@ -64,6 +80,8 @@ struct State {
     ra_window: u64,
     /// Readahead stops here when the reader declared its range (`advise_sequential`).
     ra_limit: Option<u64>,
+    /// Gathered small writes per place, not yet sent.
+    gathers: HashMap<u32, Gather>,
 }
 
 pub(crate) struct InodeIo {
@@ -187,6 +205,7 @@ impl InodeIo {
                 cell_bytes_held: 0,
                 ra_window: 0,
                 ra_limit: None,
+                gathers: HashMap::new(),
             }),
         })
     }
@@ -221,7 +240,38 @@ impl InodeIo {
 
     // ---- waiting on pending writes ----
 
+    /// Sends the gathered writes of the places `which` picks (by their pending span).
+    fn send_gathers(&self, which: impl Fn(&Pending) -> bool) {
+        let taken: Vec<(u32, Gather)> = {
+            let mut st = lock(&self.state);
+            let places: Vec<u32> = st
+                .pending
+                .iter()
+                .filter(|p| p.gather.is_some() && which(p))
+                .filter_map(|p| p.gather)
+                .collect();
+            let taken: Vec<(u32, Gather)> = places
+                .into_iter()
+                .filter_map(|pl| st.gathers.remove(&pl).map(|g| (pl, g)))
+                .collect();
+            // The entries stay in `pending` (their completions are the promises'); they
+            // are no longer gathers once sent.
+            for p in st.pending.iter_mut() {
+                if p.gather
+                    .is_some_and(|pl| taken.iter().any(|(t, _)| *t == pl))
+                {
+                    p.gather = None;
+                }
+            }
+            taken
+        };
+        for (place, g) in taken {
+            self.submit_gather(place, g);
+        }
+    }
+
     fn wait_overlapping(&self, lo: u64, hi: u64) {
+        self.send_gathers(|p| overlaps((p.lo, p.hi), lo, hi));
         loop {
             let c = {
                 let mut st = lock(&self.state);
@@ -251,6 +301,8 @@ impl InodeIo {
                 }
                 st.pending.front().expect("bytes in flight").done.clone()
             };
+            // What would be waited for may be gathered, not sent: send everything.
+            self.send_gathers(|_| true);
             let _ = c.wait();
         }
     }
@@ -339,6 +391,15 @@ impl InodeIo {
             let bytes = self.gather(&chunk, offset, data);
             self.wait_room(chunk.len, window);
             let (lo, hi) = self.geo.global_span(chunk.place, chunk.local, chunk.len);
+            if chunk.len < GATHER_BELOW_BYTES {
+                self.gather_write(cred, chunk, bytes, lo, hi);
+                queued += chunk.len;
+                continue;
+            }
+            // A large chunk goes out alone; what is gathered for its place goes first,
+            // so that the server sees the place's writes in order.
+            let place = chunk.place;
+            self.send_gathers(|p| p.gather == Some(place));
             let done = self.submit_write(cred, chunk, bytes);
             let mut st = lock(&self.state);
             // Under the same lock as the push: no cell overlapping a pending write stays
@@ -350,6 +411,7 @@ impl InodeIo {
                 hi,
                 bytes: chunk.len,
                 done,
+                gather: None,
             });
             st.inflight_bytes += chunk.len;
             queued += chunk.len;
@@ -360,6 +422,126 @@ impl InodeIo {
             "write chunks add up to the write"
         );
         self.take_latched()
+    }
+
+    /// Adds a small chunk to its place's gathered writes (sending them first if it would
+    /// not fit, or was gathered under other credentials), and sends them once full.
+    fn gather_write(&self, cred: &Cred, chunk: Chunk, bytes: Vec<u8>, lo: u64, hi: u64) {
+        let place = chunk.place;
+        let mut st = lock(&self.state);
+        let full = st.gathers.get(&place).is_some_and(|g| {
+            g.bytes + chunk.len > GATHER_MAX_BYTES
+                || g.extents.len() >= GATHER_MAX_EXTENTS
+                || g.cred != *cred
+        });
+        if full {
+            drop(st);
+            self.send_gathers(|p| p.gather == Some(place));
+            st = lock(&self.state);
+        }
+        st.drop_cells(|c| !overlaps(c.span, lo, hi));
+        st.inflight_bytes += chunk.len;
+        let send = if let Some(g) = st.gathers.get_mut(&place) {
+            match g.extents.last_mut() {
+                Some((at, b)) if *at + b.len() as u64 == chunk.local => b.extend_from_slice(&bytes),
+                _ => g.extents.push((chunk.local, bytes)),
+            }
+            g.bytes += chunk.len;
+            let send = g.bytes >= GATHER_MAX_BYTES || g.extents.len() >= GATHER_MAX_EXTENTS;
+            let p = st
+                .pending
+                .iter_mut()
+                .find(|p| p.gather == Some(place))
+                .expect("a gather has its pending entry");
+            p.lo = p.lo.min(lo);
+            p.hi = p.hi.max(hi);
+            p.bytes += chunk.len;
+            send
+        } else {
+            let (promise, done) = promise();
+            st.gathers.insert(
+                place,
+                Gather {
+                    cred: cred.clone(),
+                    extents: vec![(chunk.local, bytes)],
+                    bytes: chunk.len,
+                    promise,
+                },
+            );
+            st.pending.push_back(Pending {
+                lo,
+                hi,
+                bytes: chunk.len,
+                done,
+                gather: Some(place),
+            });
+            false
+        };
+        drop(st);
+        if send {
+            self.send_gathers(|p| p.gather == Some(place));
+        }
+    }
+
+    /// Sends one place's gathered writes: one Write if they are one extent, else one
+    /// WriteList; the gather's promise reports the outcome.
+    fn submit_gather(&self, place: u32, g: Gather) {
+        let pool = self.pool(place).clone();
+        let (fid, unit) = (self.ino, self.geo.unit());
+        let what = self.describe();
+        let boots = self.boots.clone();
+        let Gather {
+            cred,
+            extents,
+            bytes,
+            promise,
+        } = g;
+        self.inner
+            .exec
+            .submit(self.places[place as usize], move || {
+                let first = extents[0].0;
+                let mut crcs = Vec::new();
+                let mut data = Vec::with_capacity(bytes as usize);
+                for (at, b) in &extents {
+                    crcs.extend(piece_crcs(*at, b));
+                    data.extend_from_slice(b);
+                }
+                let n = extents.len();
+                let req = if n == 1 {
+                    Request::Write {
+                        fid,
+                        unit,
+                        offset: first,
+                        crcs,
+                    }
+                } else {
+                    Request::WriteList {
+                        fid,
+                        unit,
+                        extents: extents
+                            .iter()
+                            .map(|(at, b)| (*at, b.len() as u32))
+                            .collect(),
+                        crcs,
+                    }
+                };
+                let r = pool
+                    .call(&cred, req, &data, &mut [])
+                    .and_then(|(resp, _)| match resp {
+                        Response::Written { boot_id } => note_boot(&boots, place, boot_id, &pool),
+                        other => Err(unexpected(&pool, "Write", &other)),
+                    });
+                promise.fulfil(r.map_err(|e| {
+                    context(
+                        e,
+                        format!(
+                            "writing {bytes} bytes of {what} in {n} extents from local offset \
+                         {first} to {}",
+                            pool.name()
+                        ),
+                    )
+                }));
+            });
     }
 
     /// Copies the bytes of `chunk` out of a caller's buffer that starts at `offset`.

@@ -64,6 +64,13 @@ pub const MAX_META_CONNS: usize = 16;
 pub const MAX_QUEUED_JOBS: usize = 4096;
 /// Target size of one data request; requests are cut at multiples of the stripe unit.
 pub const CHUNK_TARGET_BYTES: u64 = 1 << 20;
+/// Write chunks smaller than this are gathered per data server into list writes
+/// (WriteList) instead of going out one request each.
+pub const GATHER_BELOW_BYTES: u64 = 128 << 10;
+/// A server's gathered writes go out once they hold this many bytes ...
+pub const GATHER_MAX_BYTES: u64 = 1 << 20;
+/// ... or this many extents (at most `stripefs_wire::MAX_LIST_EXTENTS`).
+pub const GATHER_MAX_EXTENTS: usize = 256;
 /// Default write-behind window of a handle.
 pub const DEFAULT_WRITE_WINDOW_BYTES: u64 = 64 << 20;
 /// Largest write-behind window a handle may ask for.
@@ -194,9 +201,11 @@ impl Client {
         via: Option<Arc<dyn pool::Transport>>,
     ) -> Result<Client, WireError> {
         let timeout = Duration::from_millis(cluster.timeout_ms);
+        let host = cluster.client_host();
+        stripefs_wire::validate_host(&host)?;
         let over = |p: ServerPool| match &via {
             Some(v) => p.over(v.clone()),
-            None => p,
+            None => p.with_host(Some(host.clone())),
         };
         let meta = over(ServerPool::new(
             None,

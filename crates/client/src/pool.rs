@@ -113,9 +113,30 @@ pub(crate) struct ServerPool {
     secret: Secret,
     timeout: Duration,
     max_conns: usize,
+    /// The client's host, announced on every new connection (`ClientHost`).
+    host: Option<String>,
     shared: Arc<Shared>,
     /// Started on the first deferred request.
     flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Connects, authenticates and, if the client has a host id, announces it
+/// (`ClientHost`), so that the server counts the connection's bytes as that host's and
+/// the metadata server places local layouts there.
+fn dial(
+    addr: &str,
+    secret: &Secret,
+    timeout: Duration,
+    host: Option<&str>,
+) -> Result<Conn, WireError> {
+    let mut c = Conn::connect(addr, secret, timeout)?;
+    if let Some(host) = host {
+        let req = Request::ClientHost {
+            host: host.to_string(),
+        };
+        c.call(&Cred::root(), req, &[], &mut [])?;
+    }
+    Ok(c)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,6 +144,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ServerPool {
+    /// The pool announces `host` on each connection it makes.
+    pub fn with_host(mut self, host: Option<String>) -> ServerPool {
+        self.host = host;
+        self
+    }
+
     pub fn new(
         id: Option<ServerId>,
         addr: &str,
@@ -138,6 +165,7 @@ impl ServerPool {
             secret: secret.clone(),
             timeout,
             max_conns,
+            host: None,
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     idle: Vec::new(),
@@ -272,7 +300,8 @@ impl ServerPool {
             let shared = self.shared.clone();
             let (addr, secret, timeout) = (self.addr.clone(), self.secret.clone(), self.timeout);
             let max_conns = self.max_conns;
-            let connect = move || Conn::connect(&addr, &secret, timeout);
+            let host = self.host.clone();
+            let connect = move || dial(&addr, &secret, timeout, host.as_deref());
             let thread = std::thread::Builder::new()
                 .name("stripefs-flush".into())
                 .spawn(move || flusher(&shared, max_conns, &connect))
@@ -337,7 +366,7 @@ impl ServerPool {
                 .unwrap_or_else(|p| p.into_inner());
         }
         drop(st);
-        match Conn::connect(&self.addr, &self.secret, self.timeout) {
+        match dial(&self.addr, &self.secret, self.timeout, self.host.as_deref()) {
             Ok(c) => Ok((c, false)),
             Err(e) => {
                 lock(&self.shared.state).open -= 1;

@@ -19,7 +19,7 @@
 //! exactly those of the opens the old session had.
 
 use crate::Inner;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::thread::JoinHandle;
@@ -45,8 +45,9 @@ const RETRY_MIN: Duration = Duration::from_millis(20);
 pub(crate) struct Session {
     /// The current session id; write-locked only while re-establishing.
     id: RwLock<u64>,
-    /// Opens this client counts under the current session, per inode.
-    opens: Mutex<HashMap<InodeId, u32>>,
+    /// Opens this client counts under the current session, per inode (ordered: a
+    /// reclaim sends its Opens in inode order, the same on every run).
+    opens: Mutex<BTreeMap<InodeId, u32>>,
     lease_ms: AtomicU64,
     stop: Arc<(Mutex<bool>, Condvar)>,
     renewer: Mutex<Option<JoinHandle<()>>>,
@@ -70,7 +71,7 @@ impl Session {
         let (id, lease_ms) = session_open(meta)?;
         Ok(Session {
             id: RwLock::new(id),
-            opens: Mutex::new(HashMap::new()),
+            opens: Mutex::new(BTreeMap::new()),
             lease_ms: AtomicU64::new(lease_ms),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             renewer: Mutex::new(None),

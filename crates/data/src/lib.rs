@@ -20,6 +20,7 @@
 
 mod cache;
 mod clock;
+mod hostnet;
 mod locks;
 mod memstore;
 mod object;
@@ -32,6 +33,7 @@ mod tests;
 
 pub use cache::MAX_OPEN_OBJECTS;
 pub use clock::{Clock, SystemClock, VirtualClock};
+pub use hostnet::HostNet;
 pub use locks::LOCK_STRIPES;
 pub use memstore::{MemStore, SECTOR_BYTES};
 pub use service::{DataService, Options, DEFAULT_SCRUB_RATE_BYTES_S};
@@ -61,7 +63,19 @@ use stripefs_wire::{Role, ServerId};
 pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Result<(), String> {
     let id = cfg.data_id()?;
     let addr = cfg.listen_addr(Role::Data)?;
-    let service = DataService::open(ServerId(id), &cfg.targets, cfg.throttle_bytes_s)?;
+    let service = DataService::open_with(
+        ServerId(id),
+        &cfg.targets,
+        Options {
+            throttle_bytes_s: cfg.throttle_bytes_s,
+            no_zero_copy: !cfg.zero_copy,
+            ..Options::default()
+        },
+    )?;
+    let host = cfg.host_id(Role::Data)?;
+    if let Some(rate) = cfg.host_net_bytes_s {
+        service.set_host_net(host.clone(), rate)?;
+    }
     raise_open_file_limit();
     let scrub_rate = cfg.scrub_rate_bytes_s.unwrap_or(DEFAULT_SCRUB_RATE_BYTES_S);
     let listener = std::net::TcpListener::bind(&addr)
@@ -72,9 +86,12 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         .map(|t| t.display().to_string())
         .collect();
     tracing::info!(
-        "data server {id} listening on {addr}, targets {targets:?}, throttle {:?} bytes/s per \
-         target, scrub {scrub_rate} bytes/s, boot id {:016x}",
+        "data server {id} on host {host} listening on {addr}, targets {targets:?}, throttle \
+         {:?} bytes/s per target, host network {:?} bytes/s per direction, scrub \
+         {scrub_rate} bytes/s, zero-copy reads {}, boot id {:016x}",
         cfg.throttle_bytes_s,
+        cfg.host_net_bytes_s,
+        if cfg.zero_copy { "on" } else { "off" },
         service.boot_id()
     );
     let scrubber = service.start_scrubber(scrub_rate, shutdown.clone());

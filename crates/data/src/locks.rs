@@ -5,7 +5,7 @@
 //! ranges currently locked in its objects. Waiting is on a condition variable per stripe.
 //! Never sleep in the throttle while holding a range.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Number of independent stripes of the lock table.
 pub const LOCK_STRIPES: usize = 64;
@@ -42,12 +42,13 @@ struct Stripe {
 }
 
 pub struct RangeLocks {
-    stripes: Vec<Stripe>,
+    stripes: Vec<Arc<Stripe>>,
 }
 
-/// A locked block range; unlocks on drop.
-pub struct RangeGuard<'a> {
-    stripe: &'a Stripe,
+/// A locked block range; unlocks on drop. It owns its share of the table, so that a
+/// reply sent from the stored bytes (zero-copy) can keep the range until it is sent.
+pub struct RangeGuard {
+    stripe: Arc<Stripe>,
     held: Held,
 }
 
@@ -60,9 +61,11 @@ impl RangeLocks {
     pub fn new() -> RangeLocks {
         RangeLocks {
             stripes: (0..LOCK_STRIPES)
-                .map(|_| Stripe {
-                    held: Mutex::new(Vec::new()),
-                    freed: Condvar::new(),
+                .map(|_| {
+                    Arc::new(Stripe {
+                        held: Mutex::new(Vec::new()),
+                        freed: Condvar::new(),
+                    })
                 })
                 .collect(),
         }
@@ -70,7 +73,7 @@ impl RangeLocks {
 
     /// Locks blocks `[start, end)` of object (`fid`, `target`), waiting for conflicting
     /// holders to finish.
-    pub fn lock(&self, fid: u64, target: u32, start: u64, end: u64, mode: Mode) -> RangeGuard<'_> {
+    pub fn lock(&self, fid: u64, target: u32, start: u64, end: u64, mode: Mode) -> RangeGuard {
         assert!(start < end, "empty block range {start}..{end}");
         let hash = fid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ target as u64;
         let stripe = &self.stripes[(hash >> 32) as usize % LOCK_STRIPES];
@@ -86,7 +89,11 @@ impl RangeLocks {
             held = stripe.freed.wait(held).unwrap_or_else(|p| p.into_inner());
         }
         held.push(want);
-        RangeGuard { stripe, held: want }
+        drop(held);
+        RangeGuard {
+            stripe: stripe.clone(),
+            held: want,
+        }
     }
 }
 
@@ -96,7 +103,7 @@ impl Default for RangeLocks {
     }
 }
 
-impl Drop for RangeGuard<'_> {
+impl Drop for RangeGuard {
     fn drop(&mut self) {
         let mut held = lock(&self.stripe.held);
         let at = held.iter().position(|h| *h == self.held);

@@ -23,6 +23,7 @@ use crate::cache::Object;
 use crate::Canary;
 use std::io;
 use std::path::Path;
+use stripefs_rpc::Part;
 use stripefs_wire::{crc32c, ErrorCode, InodeId, ServerId, WireError, BLOCK_BYTES};
 
 pub const BLOCK: u64 = BLOCK_BYTES as u64;
@@ -413,6 +414,96 @@ pub fn read(
         }
     }
     Ok(())
+}
+
+/// Plans a read of `crcs.len()` blocks at `off` to be sent from where the bytes lie
+/// (zero-copy): the parts, in order, are runs of written blocks in the data file and
+/// runs of zeros (holes, and written blocks past the data file's end, which their CRC
+/// covers as zero padding); `crcs` gets the stored CRCs. `None` if the data file has no
+/// descriptor (an in-memory store): the caller copies with [`read`] instead. The caller
+/// holds the blocks' range lock until the parts are sent.
+pub fn read_parts(
+    c: &Ctx,
+    obj: &Object,
+    off: u64,
+    crcs: &mut [u32],
+    zero_crc: u32,
+) -> Result<Option<Vec<Part>>, WireError> {
+    assert!(off % BLOCK == 0);
+    let Some(fd) = obj.data.raw_fd() else {
+        return Ok(None);
+    };
+    let mut entries = vec![0u8; crcs.len() * ENTRY_BYTES as usize];
+    let first = off / BLOCK;
+    let got = obj
+        .crcs
+        .read_at(&mut entries, first * ENTRY_BYTES)
+        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
+    entries[got..].fill(0);
+    let size = obj
+        .data
+        .size_bytes()
+        .map_err(|e| c.io("reading the object length", &e))?;
+    let mut parts: Vec<Part> = Vec::new();
+    let mut push = |p: Part| {
+        if p.is_empty() {
+            return;
+        }
+        match (parts.last_mut(), &p) {
+            (Some(Part::Zeros(n)), Part::Zeros(m)) => *n += m,
+            (
+                Some(Part::File {
+                    offset: o, len: l, ..
+                }),
+                Part::File { offset, len, .. },
+            ) if *o + *l == *offset => *l += len,
+            _ => parts.push(p),
+        }
+    };
+    for (i, (entry, crc)) in entries
+        .chunks(ENTRY_BYTES as usize)
+        .zip(crcs.iter_mut())
+        .enumerate()
+    {
+        let at = off + i as u64 * BLOCK;
+        match decode_entry(entry) {
+            Some(stored) => {
+                *crc = stored;
+                let in_file = size.saturating_sub(at).min(BLOCK);
+                push(Part::File {
+                    fd,
+                    offset: at,
+                    len: in_file,
+                });
+                push(Part::Zeros(BLOCK - in_file));
+            }
+            None => {
+                *crc = zero_crc;
+                push(Part::Zeros(BLOCK));
+            }
+        }
+    }
+    debug_assert_eq!(
+        parts.iter().map(Part::len).sum::<u64>(),
+        crcs.len() as u64 * BLOCK
+    );
+    // sendfile reads a cold file through a pipe of 64 KiB, so its readahead starts
+    // small; a copying read asks for the whole range at once. Ask for it here too, so
+    // the disk sees one large read (a hint: its failure changes nothing).
+    for p in &parts {
+        if let Part::File { fd, offset, len } = *p {
+            // SAFETY: fd is the open data file; the call only reads its arguments.
+            unsafe {
+                libc::posix_fadvise(
+                    fd,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+        }
+    }
+    Ok(Some(parts))
 }
 
 /// Checks `n` blocks from `first` against their stored checksums; returns each written

@@ -2,7 +2,7 @@
 
 use crate::cache::{Key, Object, ObjectCache};
 use crate::clock::{Clock, SystemClock};
-use crate::locks::{Mode, RangeLocks};
+use crate::locks::{Mode, RangeGuard, RangeLocks};
 use crate::object::{self, Ctx, BLOCK};
 use crate::store::{FsStore, Storage};
 use crate::throttle::Throttle;
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stripefs_layout::Stripe;
-use stripefs_rpc::{ConnInfo, Payload, Reply, Service};
+use stripefs_rpc::{ConnInfo, Part, Payload, Reply, Service};
 use stripefs_wire::{
     padded_block_crc, pieces, Counters, Damage, ErrorCode, InodeId, Request, Response, Role,
     ServerId, TargetStatus, WireError, BLOCK_BYTES, MAX_DATA_BYTES, SCRUB_REQUEST_BYTES,
@@ -77,6 +77,9 @@ pub struct Options {
     pub boot_id: Option<u64>,
     /// A known-broken rule to follow instead (tests and the simulator only).
     pub canary: Option<Canary>,
+    /// Copy read replies through memory instead of sending them from the files
+    /// (`sendfile`); for comparison (`--no-zero-copy`).
+    pub no_zero_copy: bool,
 }
 
 /// A data server: the pieces of files on this server, striped over its targets.
@@ -84,7 +87,7 @@ pub struct DataService {
     id: ServerId,
     targets: Vec<Target>,
     store: Arc<dyn Storage>,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
     cache: ObjectCache,
     locks: RangeLocks,
     stats: Stats,
@@ -94,6 +97,8 @@ pub struct DataService {
     /// the next fsync of the object syncs it. Kept here, not on the cached handle, so
     /// that a handle evicted before the fsync does not take the duty with it.
     new_names: Mutex<HashSet<Key>>,
+    /// Read replies go out from the files with `sendfile` (see `read_zero_copy`).
+    zero_copy: bool,
     /// Objects whose length or allocation changed (truncate, punch, allocate) since
     /// their last fsync, which therefore syncs them with `sync_all`: fdatasync need not
     /// make a cut length durable. Kept here for the same reason as `new_names`.
@@ -102,6 +107,8 @@ pub struct DataService {
     /// fsync knows the server restarted and the write may be lost.
     boot_id: u64,
     canary: Option<Canary>,
+    /// The emulated host link, if any (`hostnet.rs`).
+    pub(crate) host_net: std::sync::OnceLock<crate::hostnet::HostNet>,
 }
 
 impl DataService {
@@ -110,6 +117,22 @@ impl DataService {
         id: ServerId,
         targets: &[PathBuf],
         throttle_bytes_s: Option<u64>,
+    ) -> Result<Arc<DataService>, String> {
+        DataService::open_with(
+            id,
+            targets,
+            Options {
+                throttle_bytes_s,
+                ..Options::default()
+            },
+        )
+    }
+
+    /// Opens a data server on the real file system with all options.
+    pub fn open_with(
+        id: ServerId,
+        targets: &[PathBuf],
+        opts: Options,
     ) -> Result<Arc<DataService>, String> {
         let mut canonical: Vec<PathBuf> = Vec::with_capacity(targets.len());
         for t in targets {
@@ -124,7 +147,7 @@ impl DataService {
             canonical.push(c);
         }
         let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-        DataService::with_store(id, targets, throttle_bytes_s, Arc::new(FsStore), clock)
+        DataService::build(id, targets, Arc::new(FsStore), clock, opts)
     }
 
     /// Opens a data server on any storage and clock (tests use in-memory ones).
@@ -211,6 +234,8 @@ impl DataService {
             resized: Mutex::new(HashSet::new()),
             boot_id: opts.boot_id.unwrap_or_else(rand::random),
             canary: opts.canary,
+            zero_copy: !opts.no_zero_copy,
+            host_net: std::sync::OnceLock::new(),
         }))
     }
 
@@ -327,6 +352,55 @@ impl DataService {
         verify_transit(conn, fid, offset, crcs, data)?;
         let stripe = self.stripe(unit)?;
         self.throttle(&stripe, offset, data.len() as u64);
+        self.write_verified(&stripe, fid, offset, crcs, data)?;
+        Ok(Response::Written {
+            boot_id: self.boot_id,
+        })
+    }
+
+    /// A list write: every extent's checksums are checked before anything is written,
+    /// then the extents are written in order, each as a Write would be. A failure
+    /// part-way leaves the earlier extents written (the client counts the whole request
+    /// as failed: old or new bytes in it, as for a failed Write).
+    fn write_list(
+        &self,
+        conn: &ConnInfo,
+        fid: InodeId,
+        unit: u32,
+        extents: &[(u64, u32)],
+        crcs: &[u32],
+        data: &[u8],
+    ) -> Result<Response, WireError> {
+        let stripe = self.stripe(unit)?;
+        let (mut at, mut c) = (0usize, 0usize);
+        let mut spans = Vec::with_capacity(extents.len());
+        for &(offset, len) in extents {
+            let n = pieces(offset, len as usize).count();
+            let (bytes, sums) = (&data[at..at + len as usize], &crcs[c..c + n]);
+            verify_transit(conn, fid, offset, sums, bytes)?;
+            spans.push((offset, bytes, sums));
+            at += len as usize;
+            c += n;
+        }
+        assert_eq!((at, c), (data.len(), crcs.len()), "validated by the wire");
+        for (offset, bytes, sums) in spans {
+            self.throttle(&stripe, offset, bytes.len() as u64);
+            self.write_verified(&stripe, fid, offset, sums, bytes)?;
+        }
+        Ok(Response::Written {
+            boot_id: self.boot_id,
+        })
+    }
+
+    /// Writes checked bytes at `offset` of the local byte space, unit by unit.
+    fn write_verified(
+        &self,
+        stripe: &Stripe,
+        fid: InodeId,
+        offset: u64,
+        crcs: &[u32],
+        data: &[u8],
+    ) -> Result<(), WireError> {
         let mut next_crc = 0;
         for p in stripe.split(offset, data.len() as u64) {
             assert_eq!(p.global % BLOCK, p.local % BLOCK, "units are whole blocks");
@@ -352,9 +426,7 @@ impl DataService {
         self.stats
             .bytes_written
             .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(Response::Written {
-            boot_id: self.boot_id,
-        })
+        Ok(())
     }
 
     fn vanished(&self, t: usize, fid: InodeId) -> WireError {
@@ -397,6 +469,68 @@ impl DataService {
             .bytes_read
             .fetch_add(len as u64, Ordering::Relaxed);
         Ok((crcs, out))
+    }
+
+    /// A read answered from where the bytes lie: runs of the data files are sent with
+    /// `sendfile`, holes from a zero page, the stored CRCs as they are; the block ranges
+    /// stay locked (shared) and the objects open until the reply is sent. Objects
+    /// without descriptors (in-memory stores) are copied as by [`DataService::read`].
+    fn read_zero_copy(
+        &self,
+        fid: InodeId,
+        unit: u32,
+        offset: u64,
+        len: u32,
+    ) -> Result<(Vec<u32>, Payload), WireError> {
+        let stripe = self.stripe(unit)?;
+        self.throttle(&stripe, offset, len as u64);
+        let mut crcs = vec![self.zero_crc; (len / BLOCK_BYTES) as usize];
+        let mut parts = Vec::new();
+        let mut hold: Vec<(RangeGuard, Option<Arc<Object>>)> = Vec::new();
+        let mut planned = 0u64;
+        for p in stripe.split(offset, len as u64) {
+            let t = p.place as usize;
+            let (first, end) = (p.local / BLOCK, (p.local + p.len) / BLOCK);
+            let g = self.locks.lock(fid.0, p.place, first, end, Mode::Shared);
+            let at = (p.global - offset) as usize;
+            assert_eq!(at as u64, planned, "pieces of a read come in order");
+            planned += p.len;
+            let obj = self.object(t, fid, false)?;
+            let c =
+                &mut crcs[at / BLOCK_BYTES as usize..(at + p.len as usize) / BLOCK_BYTES as usize];
+            match &obj {
+                // A missing object reads as zeros; `crcs` already holds the hole CRC.
+                None => parts.push(Part::Zeros(p.len)),
+                Some(o) => {
+                    match object::read_parts(&self.ctx(t, fid), o, p.local, c, self.zero_crc)? {
+                        Some(ps) => parts.extend(ps),
+                        None => {
+                            let mut buf = vec![0u8; p.len as usize];
+                            object::read(
+                                &self.ctx(t, fid),
+                                o,
+                                p.local,
+                                &mut buf,
+                                c,
+                                self.zero_crc,
+                            )?;
+                            parts.push(Part::Bytes(buf));
+                        }
+                    }
+                }
+            }
+            hold.push((g, obj));
+        }
+        self.stats
+            .bytes_read
+            .fetch_add(len as u64, Ordering::Relaxed);
+        Ok((
+            crcs,
+            Payload::Parts {
+                parts,
+                hold: Box::new(hold),
+            },
+        ))
     }
 
     fn truncate(&self, fid: InodeId, unit: u32, local_size: u64) -> Result<Response, WireError> {
@@ -871,16 +1005,28 @@ impl DataService {
                 offset,
                 crcs,
             } => self.write(conn, fid, unit, offset, &crcs, data),
+            Request::WriteList {
+                fid,
+                unit,
+                extents,
+                crcs,
+            } => self.write_list(conn, fid, unit, &extents, &crcs, data),
             Request::Read {
                 fid,
                 unit,
                 offset,
                 len,
             } => {
-                return match self.read(fid, unit, offset, len) {
-                    Ok((crcs, bytes)) => Reply {
+                let r = if self.zero_copy {
+                    self.read_zero_copy(fid, unit, offset, len)
+                } else {
+                    self.read(fid, unit, offset, len)
+                        .map(|(crcs, bytes)| (crcs, Payload::Bytes(bytes)))
+                };
+                return match r {
+                    Ok((crcs, data)) => Reply {
                         result: Ok(Response::ReadData { crcs }),
-                        data: Payload::Bytes(bytes),
+                        data,
                     },
                     Err(e) => Reply::err(e),
                 };
@@ -994,6 +1140,7 @@ impl Service for DataService {
         }
         let op = env.req.opcode();
         let reply = self.dispatch(conn, env.req, data);
+        self.charge_host_net(conn, data.len(), &reply);
         if let Err(e) = &reply.result {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("{} from {} failed: {e}", op.name(), conn.peer);

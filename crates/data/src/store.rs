@@ -48,6 +48,11 @@ pub trait ObjectFile: Send + Sync {
     fn seek_data(&self, offset: u64) -> io::Result<Option<u64>> {
         Ok((offset < self.size_bytes()?).then_some(offset))
     }
+    /// The file's descriptor, for replies sent from it with `sendfile(2)`; `None` for
+    /// stores without one (in memory), whose reads are copied.
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 /// Bytes of zeros written per call where a file system cannot punch holes.
@@ -85,6 +90,11 @@ pub struct FsStore;
 struct FsFile(std::fs::File);
 
 impl ObjectFile for FsFile {
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.0.as_raw_fd())
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut done = 0;
         while done < buf.len() {

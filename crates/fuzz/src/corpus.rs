@@ -74,6 +74,14 @@ fn hint(rng: &mut StdRng) -> LayoutHint {
         stripe_size_bytes: rng.gen_bool(0.5).then(|| unit(rng)),
         stripe_count: rng.gen_bool(0.5).then(|| rng.gen_range(0..8)),
         start_server: rng.gen_bool(0.3).then(|| rng.gen_range(0..8)),
+        servers: rng
+            .gen_bool(0.2)
+            .then(|| (0..rng.gen_range(1..5)).map(|i| i * 2 + 1).collect()),
+        policy: match rng.gen_range(0..3) {
+            0 => None,
+            1 => Some(Policy::Spread),
+            _ => Some(Policy::Local),
+        },
     }
 }
 
@@ -211,6 +219,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             mask: rng.gen_range(0..8),
         },
         Opcode::Write => return write_request(rng),
+        Opcode::WriteList => return write_list_request(rng),
         Opcode::Read => Request::Read {
             fid: ino(rng),
             unit: unit(rng),
@@ -229,6 +238,9 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::SessionOpen => Request::SessionOpen {},
         Opcode::SessionRenew => Request::SessionRenew { session: rng.gen() },
         Opcode::SessionEnd => Request::SessionEnd { session: rng.gen() },
+        Opcode::ClientHost => Request::ClientHost {
+            host: format!("host{}", rng.gen_range(0..64)),
+        },
         Opcode::Punch => Request::Punch {
             fid: ino(rng),
             unit: unit(rng),
@@ -275,6 +287,27 @@ fn write_request(rng: &mut StdRng) -> (Request, u32) {
         unit: unit(rng),
         offset,
         crcs: (0..n).map(|_| rng.gen()).collect(),
+    };
+    (req, data_len)
+}
+
+fn write_list_request(rng: &mut StdRng) -> (Request, u32) {
+    let count = rng.gen_range(0..6);
+    let mut extents = Vec::with_capacity(count);
+    let mut crcs = Vec::new();
+    let mut data_len = 0u32;
+    for _ in 0..count {
+        let offset = rng.gen_range(0..1u64 << 30);
+        let len = rng.gen_range(0..2 * BLOCK_BYTES);
+        crcs.extend((0..pieces(offset, len as usize).count()).map(|_| rng.gen::<u32>()));
+        extents.push((offset, len));
+        data_len += len;
+    }
+    let req = Request::WriteList {
+        fid: ino(rng),
+        unit: unit(rng),
+        extents,
+        crcs,
     };
     (req, data_len)
 }
@@ -377,7 +410,9 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             offset: rng.gen_bool(0.5).then(|| rng.gen()),
         },
         Opcode::Allocated => Response::Allocated { bytes: rng.gen() },
-        Opcode::Write | Opcode::Fsync => Response::Written { boot_id: rng.gen() },
+        Opcode::Write | Opcode::WriteList | Opcode::Fsync => {
+            Response::Written { boot_id: rng.gen() }
+        }
         Opcode::ListObjects => Response::Objects {
             fids: (0..rng.gen_range(0..4)).map(|_| ino(rng)).collect(),
             done: rng.gen(),
@@ -413,7 +448,8 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::DropCache
         | Opcode::Punch
         | Opcode::Allocate
-        | Opcode::SessionEnd => Response::Done,
+        | Opcode::SessionEnd
+        | Opcode::ClientHost => Response::Done,
     };
     (r, 0)
 }

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! DIR/cluster.toml           what clients read (mode 0600: it holds the secret)
-//! DIR/layout.toml            how many data servers and targets, the throttle
+//! DIR/layout.toml            how many data servers and targets, the throttle, the
+//!                            emulated hosts and their network rate
 //! DIR/meta/server.toml       the metadata server's config; DIR/meta/meta.redb its store,
 //!                            meta.redb.wal0 and .wal1 its log
 //! DIR/dataN/server.toml      data server N's config; DIR/dataN/tK its targets
@@ -32,6 +33,13 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_SERVERS: u32 = 256;
 /// Most targets per data server.
 pub const MAX_TARGETS: u32 = 64;
+/// Most emulated hosts.
+pub const MAX_HOSTS: u32 = 256;
+
+/// The name of emulated host `i` (`cluster up --hosts`).
+pub fn host_name(i: u32) -> String {
+    format!("host{i}")
+}
 
 /// What `up` is asked for.
 #[derive(Clone, Debug)]
@@ -40,11 +48,21 @@ pub struct UpOptions {
     pub servers: u32,
     pub targets: u32,
     pub throttle_bytes_s: Option<u64>,
+    /// Emulated hosts (`--hosts K`): data server i on `host{i % K}`, the metadata server
+    /// on `host0`. `None`: every server on the machine's hostname.
+    pub hosts: Option<u32>,
+    /// Emulated host network (`--host-net RATE`): per host and direction, the rate of
+    /// bytes its data servers exchange with clients on other hosts. Each of a host's n
+    /// data servers gets RATE/n (see docs/ARCHITECTURE.md, "Hosts").
+    pub host_net_bytes_s: Option<u64>,
     pub defaults: Defaults,
     /// Address to bind every server to.
     pub host: String,
     /// The stripefs executable to start servers with.
     pub exe: PathBuf,
+    /// Start the data servers with `--no-zero-copy` (read replies copied through memory
+    /// instead of sent with sendfile), for comparison.
+    pub no_zero_copy: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -52,6 +70,10 @@ struct Shape {
     servers: u32,
     targets: u32,
     throttle_bytes_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    hosts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host_net_bytes_s: Option<u64>,
 }
 
 /// One server of a local cluster.
@@ -70,6 +92,9 @@ pub struct Up {
     /// Data servers and targets per server of the cluster as it runs.
     pub data_servers: u32,
     pub targets: u32,
+    /// Emulated hosts and host network rate of the cluster as it runs.
+    pub hosts: Option<u32>,
+    pub host_net_bytes_s: Option<u64>,
     pub servers: Vec<ServerProc>,
     pub restarted: bool,
     pub already_running: usize,
@@ -113,7 +138,7 @@ pub fn up(opts: &UpOptions) -> Result<Up> {
             already_running += 1;
             continue;
         }
-        match spawn(&opts.exe, s) {
+        match spawn(&opts.exe, s, opts.no_zero_copy) {
             Ok(pid) => started.push((s.clone(), pid)),
             Err(e) => {
                 stop_started(&started);
@@ -129,6 +154,8 @@ pub fn up(opts: &UpOptions) -> Result<Up> {
         cluster_file,
         data_servers: shape.servers,
         targets: shape.targets,
+        hosts: shape.hosts,
+        host_net_bytes_s: shape.host_net_bytes_s,
         servers,
         restarted,
         already_running,
@@ -170,11 +197,26 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
     if opts.targets == 0 || opts.targets > MAX_TARGETS {
         bail!("--targets must be between 1 and {MAX_TARGETS}");
     }
+    if let Some(k) = opts.hosts {
+        if k == 0 || k > MAX_HOSTS {
+            bail!("--hosts must be between 1 and {MAX_HOSTS}");
+        }
+    }
+    match opts.host_net_bytes_s {
+        Some(0) => bail!("--host-net must be a positive rate"),
+        Some(_) if opts.hosts.is_none() => bail!(
+            "--host-net needs --hosts: without emulated hosts every client and server is on one host, and same-host bytes are not limited"
+        ),
+        _ => {}
+    }
     let shape = Shape {
         servers: opts.servers,
         targets: opts.targets,
         throttle_bytes_s: opts.throttle_bytes_s,
+        hosts: opts.hosts,
+        host_net_bytes_s: opts.host_net_bytes_s,
     };
+    let host_of = |i: u32| opts.hosts.map(|k| host_name(i % k));
     let ports = free_ports(&opts.host, opts.servers as usize + 1)?;
     let addr = |p: u16| format!("{}:{p}", opts.host);
     let cluster = ClusterConfig {
@@ -183,10 +225,16 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         meta_addr: addr(ports[0]),
         data: ports[1..]
             .iter()
-            .map(|&p| stripefs_rpc::DataServerEntry { addr: addr(p) })
+            .enumerate()
+            .map(|(i, &p)| stripefs_rpc::DataServerEntry {
+                addr: addr(p),
+                host: host_of(i as u32),
+            })
             .collect(),
         defaults: opts.defaults,
         lease_ms: stripefs_rpc::limits::LEASE_MS,
+        host: None,
+        meta_host: host_of(0),
     };
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;
@@ -206,6 +254,11 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         if let Some(r) = opts.throttle_bytes_s {
             text.push_str(&format!("throttle = \"{r}\"\n"));
         }
+        if let (Some(k), Some(rate)) = (opts.hosts, opts.host_net_bytes_s) {
+            // The host's link is shared by its data servers: each gets an equal share.
+            let on_host = (0..opts.servers).filter(|j| j % k == i % k).count() as u64;
+            text.push_str(&format!("host_net = \"{}\"\n", (rate / on_host).max(1)));
+        }
         write(&d.join("server.toml"), &text)?;
     }
     write(&dir.join("layout.toml"), &toml::to_string(&shape)?)?;
@@ -220,20 +273,24 @@ fn write(p: &Path, text: &str) -> Result<()> {
     std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))
 }
 
-fn spawn(exe: &Path, s: &ServerProc) -> Result<u32> {
+fn spawn(exe: &Path, s: &ServerProc, no_zero_copy: bool) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&s.log)
         .with_context(|| format!("cannot open log {}", s.log.display()))?;
-    let child = Command::new(exe)
-        .arg("serve")
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
         .arg(s.role)
         .arg("--config")
         .arg(&s.config)
         .arg("--log")
-        .arg(&s.log)
+        .arg(&s.log);
+    if no_zero_copy && s.role == "data" {
+        cmd.arg("--no-zero-copy");
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))

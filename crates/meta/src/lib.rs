@@ -349,6 +349,7 @@ impl MetaService {
         let placement = Placement {
             data_servers: cluster.data.len() as u32,
             defaults: cluster.defaults,
+            hosts: cluster.data.iter().map(|d| d.host.clone()).collect(),
         };
         let fail = |e: WireError| format!("metadata database {}: {e}", path.display());
         let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
@@ -517,7 +518,7 @@ impl MetaService {
             .map_err(|e| e.to_string())
     }
 
-    fn dispatch(&self, env: Envelope) -> Answer {
+    fn dispatch(&self, env: Envelope, host: Option<&str>) -> Answer {
         let Envelope { cred, req } = env;
         if self.core.halted.load(Ordering::SeqCst) {
             return Err(WireError::new(
@@ -568,6 +569,7 @@ impl MetaService {
                 match self.submit(Job::Client {
                     cred: cred.clone(),
                     req: create,
+                    host: host.map(str::to_string),
                 }) {
                     // The creator may use the access it asked for whatever the new mode
                     // says (open(2) with O_CREAT), so no permission check here.
@@ -625,7 +627,11 @@ impl MetaService {
                 Ok(Response::Done)
             }
             Request::MetaStatus {} => self.status(),
-            req if ops::is_mutation(&req) => self.submit(Job::Client { cred, req }),
+            req if ops::is_mutation(&req) => self.submit(Job::Client {
+                cred,
+                req,
+                host: host.map(str::to_string),
+            }),
             req => self.read(&cred, &req),
         }
     }
@@ -801,12 +807,12 @@ fn check_open(
 }
 
 impl Service for MetaService {
-    fn handle(&self, _conn: &ConnInfo, env: Envelope, _data: &[u8]) -> Reply {
+    fn handle(&self, conn: &ConnInfo, env: Envelope, _data: &[u8]) -> Reply {
         self.core.requests.fetch_add(1, Ordering::Relaxed);
         if self.core.in_grace.load(Ordering::Relaxed) {
             self.end_grace_if_due();
         }
-        let answer = self.dispatch(env);
+        let answer = self.dispatch(env, conn.host.as_deref());
         if answer.is_err() {
             self.core.errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -959,10 +965,14 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         .as_ref()
         .ok_or("the metadata server's config needs `db` (the database file)")?;
     let addr = cfg.listen_addr(Role::Meta)?;
+    let host = cfg.host_id(Role::Meta)?;
     let service = MetaService::open(db, &cfg.cluster)?;
     let listener = std::net::TcpListener::bind(&addr)
         .map_err(|e| format!("metadata server cannot listen on {addr}: {e}"))?;
-    tracing::info!("metadata server on {addr}, database {}", db.display());
+    tracing::info!(
+        "metadata server on host {host}, {addr}, database {}",
+        db.display()
+    );
     stripefs_rpc::serve(listener, cfg.cluster.secret.clone(), service, shutdown)
         .map_err(|e| format!("metadata server on {addr}: {e}"))
 }

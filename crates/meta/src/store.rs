@@ -12,7 +12,9 @@ use redb::{
     Database, Durability, ReadOnlyTable, ReadTransaction, ReadableTable, Table, TableDefinition,
 };
 use serde::{Deserialize, Serialize};
-use stripefs_wire::{Attr, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, WireError};
+use stripefs_wire::{
+    Attr, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint, Policy, WireError,
+};
 
 /// inode number -> encoded [`Inode`].
 pub const INODES: TableDefinition<u64, &[u8]> = TableDefinition::new("inodes");
@@ -38,9 +40,10 @@ pub const META_WAL_SEQ: &str = "wal_seq";
 /// Leading byte of an encoded inode record, so that the format can evolve.
 /// Format of inode records. 1: the first release's; 2: layout hints gained
 /// `start_server`; 3: sockets and devices, with a device number; 4: the same fields in
-/// postcard instead of bincode 1 (formats 1-3, read by `legacy.rs`). Old records are
-/// read and rewritten in the new form when changed.
-const RECORD_VERSION: u8 = 4;
+/// postcard instead of bincode 1 (formats 1-3, read by `legacy.rs`); 5: layout hints
+/// gained an explicit server list and a placement policy. Old records are read and
+/// rewritten in the new form when changed.
+const RECORD_VERSION: u8 = 5;
 /// Leading byte of an encoded purge-queue layout in postcard. Layouts written by
 /// bincode 1 had no format byte; they start with the stripe size's low byte, which is
 /// 0 in every valid layout (a multiple of 4096), so the two cannot be confused.
@@ -85,7 +88,7 @@ impl Inode {
             ctime_ns: self.ctime_ns,
             rdev: self.rdev,
             layout: self.layout.clone(),
-            dir_layout: self.dir_layout,
+            dir_layout: self.dir_layout.clone(),
         }
     }
 
@@ -138,6 +141,25 @@ struct DiskInode {
     rdev: u32,
 }
 
+/// Version 3 and 4 records: the hint had no server list and no policy.
+#[derive(Serialize, Deserialize)]
+struct DiskInodeV4 {
+    ftype: u8,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime_ns: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    layout: Option<DiskLayout>,
+    dir_layout: DiskHintV4,
+    target: Option<String>,
+    parent: u64,
+    rdev: u32,
+}
+
 /// Version 2 records: no device number.
 #[derive(Serialize, Deserialize)]
 struct DiskInodeV2 {
@@ -151,7 +173,7 @@ struct DiskInodeV2 {
     mtime_ns: i64,
     ctime_ns: i64,
     layout: Option<DiskLayout>,
-    dir_layout: DiskHint,
+    dir_layout: DiskHintV4,
     target: Option<String>,
     parent: u64,
 }
@@ -167,6 +189,44 @@ struct DiskHint {
     stripe_size_bytes: Option<u32>,
     stripe_count: Option<u32>,
     start_server: Option<u32>,
+    servers: Option<Vec<u32>>,
+    /// 0 spread, 1 local.
+    policy: Option<u8>,
+}
+
+/// A hint of formats 2-4.
+#[derive(Serialize, Deserialize)]
+struct DiskHintV4 {
+    stripe_size_bytes: Option<u32>,
+    stripe_count: Option<u32>,
+    start_server: Option<u32>,
+}
+
+impl From<DiskHintV4> for DiskHint {
+    fn from(h: DiskHintV4) -> DiskHint {
+        DiskHint {
+            stripe_size_bytes: h.stripe_size_bytes,
+            stripe_count: h.stripe_count,
+            start_server: h.start_server,
+            servers: None,
+            policy: None,
+        }
+    }
+}
+
+fn policy_code(p: Policy) -> u8 {
+    match p {
+        Policy::Spread => 0,
+        Policy::Local => 1,
+    }
+}
+
+fn policy_from_code(c: u8) -> Result<Policy, String> {
+    match c {
+        0 => Ok(Policy::Spread),
+        1 => Ok(Policy::Local),
+        c => Err(format!("unknown placement policy {c}")),
+    }
 }
 
 /// Version 1 records: the hint had no start server.
@@ -206,7 +266,7 @@ impl From<DiskLayout> for Layout {
 }
 
 fn to_disk(inode: &Inode) -> DiskInode {
-    let h = inode.dir_layout;
+    let h = &inode.dir_layout;
     DiskInode {
         ftype: type_code(inode.ftype),
         mode: inode.mode,
@@ -222,6 +282,8 @@ fn to_disk(inode: &Inode) -> DiskInode {
             stripe_size_bytes: h.stripe_size_bytes,
             stripe_count: h.stripe_count,
             start_server: h.start_server,
+            servers: h.servers.clone(),
+            policy: h.policy.map(policy_code),
         },
         target: inode.target.clone(),
         parent: inode.parent,
@@ -246,6 +308,8 @@ fn from_disk(d: DiskInode) -> Result<Inode, String> {
             stripe_size_bytes: d.dir_layout.stripe_size_bytes,
             stripe_count: d.dir_layout.stripe_count,
             start_server: d.dir_layout.start_server,
+            servers: d.dir_layout.servers,
+            policy: d.dir_layout.policy.map(policy_from_code).transpose()?,
         },
         target: d.target,
         parent: d.parent,
@@ -266,10 +330,30 @@ fn upgrade_v2(d: DiskInodeV2) -> DiskInode {
         mtime_ns: d.mtime_ns,
         ctime_ns: d.ctime_ns,
         layout: d.layout,
-        dir_layout: d.dir_layout,
+        dir_layout: d.dir_layout.into(),
         target: d.target,
         parent: d.parent,
         rdev: 0,
+    }
+}
+
+/// A format 3 or 4 record in the current on-disk form (no server list, no policy).
+fn upgrade_v4(d: DiskInodeV4) -> DiskInode {
+    DiskInode {
+        ftype: d.ftype,
+        mode: d.mode,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        size: d.size,
+        atime_ns: d.atime_ns,
+        mtime_ns: d.mtime_ns,
+        ctime_ns: d.ctime_ns,
+        layout: d.layout,
+        dir_layout: d.dir_layout.into(),
+        target: d.target,
+        parent: d.parent,
+        rdev: d.rdev,
     }
 }
 
@@ -290,6 +374,8 @@ fn upgrade_v1(d: DiskInodeV1) -> DiskInode {
             stripe_size_bytes: d.dir_layout.0,
             stripe_count: d.dir_layout.1,
             start_server: None,
+            servers: None,
+            policy: None,
         },
         target: d.target,
         parent: d.parent,
@@ -317,8 +403,11 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
         Some((&RECORD_VERSION, rest)) => decode_postcard::<DiskInode>(rest, MAX_RECORD_BYTES)
             .and_then(from_disk)
             .map_err(corrupt),
-        Some((3, rest)) => legacy::from_bytes::<DiskInode>(rest)
-            .and_then(from_disk)
+        Some((4, rest)) => decode_postcard::<DiskInodeV4>(rest, MAX_RECORD_BYTES)
+            .and_then(|d| from_disk(upgrade_v4(d)))
+            .map_err(corrupt),
+        Some((3, rest)) => legacy::from_bytes::<DiskInodeV4>(rest)
+            .and_then(|d| from_disk(upgrade_v4(d)))
             .map_err(corrupt),
         Some((2, rest)) => legacy::from_bytes::<DiskInodeV2>(rest)
             .and_then(|d| from_disk(upgrade_v2(d)))
@@ -735,6 +824,48 @@ mod tests {
         assert_eq!(l.stripe_size_bytes, 65536);
         assert_eq!(l.servers, vec![ServerId(3), ServerId(0)]);
         assert_eq!(decode_layout(7, &encode_layout(&l)).unwrap(), l);
+    }
+
+    /// Format 4 (postcard, hint without server list and policy) still reads; format 5
+    /// keeps a directory's server list and policy.
+    #[test]
+    fn reads_format_4_records_and_keeps_placement_fields() {
+        let v4 = DiskInodeV4 {
+            ftype: type_code(FileType::Dir),
+            mode: 0o755,
+            nlink: 2,
+            uid: 1,
+            gid: 2,
+            size: 0,
+            atime_ns: 3,
+            mtime_ns: 4,
+            ctime_ns: 5,
+            layout: None,
+            dir_layout: DiskHintV4 {
+                stripe_size_bytes: Some(65536),
+                stripe_count: Some(2),
+                start_server: None,
+            },
+            target: None,
+            parent: 1,
+            rdev: 0,
+        };
+        let bytes = encode_postcard_into(vec![4], &v4);
+        let i = decode_inode(7, &bytes).unwrap();
+        assert_eq!(i.dir_layout.stripe_size_bytes, Some(65536));
+        assert_eq!(i.dir_layout.stripe_count, Some(2));
+        assert_eq!(
+            (i.dir_layout.servers.clone(), i.dir_layout.policy),
+            (None, None)
+        );
+        let mut d = i;
+        d.dir_layout.servers = Some(vec![3, 1]);
+        d.dir_layout.policy = Some(Policy::Local);
+        let enc = encode_inode(&d);
+        assert_eq!(enc[0], 5);
+        assert_eq!(decode_inode(7, &enc).unwrap(), d);
+        d.dir_layout.policy = Some(Policy::Spread);
+        assert_eq!(decode_inode(7, &encode_inode(&d)).unwrap(), d);
     }
 
     #[test]

@@ -74,7 +74,12 @@ pub type Answer = Result<Response, WireError>;
 
 pub enum Job {
     /// A client's mutation.
-    Client { cred: Cred, req: Request },
+    /// `host`: the client's host (`ClientHost` on its connection), for placement.
+    Client {
+        cred: Cred,
+        req: Request,
+        host: Option<String>,
+    },
     /// The last Close of an inode that lost its last link while open.
     Reap(u64),
     /// The purge thread removed these files' data objects.
@@ -612,15 +617,16 @@ fn checkpoint_retrying(core: &Core, gen: &Gen, seq: u64) {
 
 fn apply(core: &Core, w: &mut Wr, job: &Job) -> (Answer, bool) {
     let root = Cred::root();
-    let cred = match job {
-        Job::Client { cred, .. } => cred,
-        _ => &root,
+    let (cred, client_host) = match job {
+        Job::Client { cred, host, .. } => (cred, host.as_deref()),
+        _ => (&root, None),
     };
     let mut ctx = Ctx {
         w,
         cred,
         now_ns: core.clock.now_ns(),
-        placement: core.placement,
+        placement: &core.placement,
+        client_host,
         opens: &core.opens,
         purged: false,
     };

@@ -30,9 +30,12 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         meta_addr: "127.0.0.1:1".into(),
         data: vec![DataServerEntry {
             addr: "127.0.0.1:1".into(),
+            host: None,
         }],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,
+        host: None,
+        meta_host: None,
     };
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
     let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
@@ -49,6 +52,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
+        host: None,
     };
     let env = Envelope {
         cred: Cred::root(),

@@ -31,9 +31,12 @@ fn cluster() -> ClusterConfig {
         meta_addr: "127.0.0.1:1".into(),
         data: vec![DataServerEntry {
             addr: "127.0.0.1:1".into(),
+            host: None,
         }],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,
+        host: None,
+        meta_host: None,
     }
 }
 
@@ -53,6 +56,7 @@ fn open(disk: &MemDisk, clock: Arc<dyn Clock>, tuning: Tuning) -> Arc<MetaServic
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
+        host: None,
     };
     let env = Envelope {
         cred: Cred::root(),

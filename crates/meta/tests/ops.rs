@@ -511,9 +511,16 @@ fn layout_inheritance_and_rotation() {
         stripe_size_bytes: Some(65536),
         stripe_count: Some(2),
         start_server: None,
+        ..LayoutHint::default()
     };
     let d2 = fs
-        .attr(&r, Request::SetLayout { ino: d.ino, hint })
+        .attr(
+            &r,
+            Request::SetLayout {
+                ino: d.ino,
+                hint: hint.clone(),
+            },
+        )
         .unwrap();
     assert_eq!(d2.dir_layout, hint);
     // Subdirectories inherit; hint fields override per field.
@@ -538,6 +545,7 @@ fn layout_inheritance_and_rotation() {
                     stripe_size_bytes: None,
                     stripe_count: Some(count),
                     start_server: None,
+                    ..LayoutHint::default()
                 },
             },
         )
@@ -552,13 +560,14 @@ fn layout_inheritance_and_rotation() {
         stripe_size_bytes: None,
         stripe_count: Some(1),
         start_server: None,
+        ..LayoutHint::default()
     };
     let fa2 = fs
         .attr(
             &r,
             Request::SetLayout {
                 ino: fa.ino,
-                hint: one,
+                hint: one.clone(),
             },
         )
         .unwrap()
@@ -589,6 +598,7 @@ fn layout_inheritance_and_rotation() {
         stripe_size_bytes: Some(1000),
         stripe_count: None,
         start_server: None,
+        ..LayoutHint::default()
     };
     assert_eq!(
         code(fs.attr(

@@ -304,9 +304,16 @@ fn set_attr_rules() {
         stripe_size_bytes: None,
         stripe_count: Some(1),
         start_server: None,
+        ..LayoutHint::default()
     };
     assert_eq!(
-        code(fs.call(&bob, Request::SetLayout { ino: f, hint })),
+        code(fs.call(
+            &bob,
+            Request::SetLayout {
+                ino: f,
+                hint: hint.clone(),
+            }
+        )),
         ErrorCode::NotPermitted
     );
     fs.call(&alice, Request::SetLayout { ino: f, hint })

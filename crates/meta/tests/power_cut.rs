@@ -37,12 +37,15 @@ fn cluster() -> ClusterConfig {
         meta_addr: "127.0.0.1:1".into(),
         data: vec![
             DataServerEntry {
-                addr: "127.0.0.1:1".into()
+                addr: "127.0.0.1:1".into(),
+                host: None,
             };
             2
         ],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,
+        host: None,
+        meta_host: None,
     }
 }
 
@@ -61,6 +64,7 @@ fn open(disk: Arc<dyn MetaDisk>, clock: &Arc<SimClock>, tuning: Tuning) -> Arc<M
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
+        host: None,
     };
     let reply = svc.handle(
         &conn,

@@ -30,6 +30,7 @@ impl DataNet for Recorder {
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
+        host: None,
     };
     let env = Envelope {
         cred: Cred::root(),
@@ -49,12 +50,15 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
         meta_addr: "127.0.0.1:1".into(),
         data: vec![
             DataServerEntry {
-                addr: "127.0.0.1:1".into()
+                addr: "127.0.0.1:1".into(),
+                host: None,
             };
             2
         ],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,
+        host: None,
+        meta_host: None,
     };
     let svc = MetaService::open_on(
         disk,

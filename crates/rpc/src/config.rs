@@ -6,10 +6,13 @@
 //! secret = "64 hex digits"        # the file is mode 0600
 //! timeout_ms = 10000              # optional, client and server I/O timeout
 //! lease_ms = 30000                # optional, client session lease (limits::LEASE_MS)
+//! host = "node7"                 # optional: the host of clients using this file
 //! [meta]
 //! addr = "127.0.0.1:7000"
+//! host = "node0"                  # optional: the metadata server's host
 //! [[data]]                        # data server ids are their order here: 0, 1, ...
 //! addr = "127.0.0.1:7100"
+//! host = "node0"                  # optional: the host this data server runs on
 //! [defaults]                      # optional
 //! stripe_size = "1M"
 //! stripe_count = 0                # 0 = all data servers
@@ -25,6 +28,11 @@
 //! targets = ["/disk0/stripefs", "/disk1/stripefs"]   # data servers
 //! throttle = "25MiB"              # optional, per target
 //! scrub_rate = "8MiB"             # optional, data servers' background scrub; "0" = off
+//! zero_copy = true                # optional, data servers: reads sent with sendfile
+//! host = "node0"                  # optional: this server's host (default: the cluster
+//!                                 # file's entry, else the hostname)
+//! host_net = "40MiB"              # optional, data servers: bytes to and from clients on
+//!                                 # other hosts, per direction (an emulated host link)
 //! db = "meta.redb"                # metadata server
 //! ```
 
@@ -43,11 +51,25 @@ pub struct ClusterConfig {
     /// How long a client session lives without renewal (the metadata server's setting;
     /// clients learn it from the server). See [`crate::limits::LEASE_MS`].
     pub lease_ms: u64,
+    /// The host of clients that use this file (top-level `host`); `None`: the hostname.
+    /// `--host` and `STRIPEFS_HOST` override it.
+    pub host: Option<String>,
+    /// The metadata server's host (`[meta] host`), if the file says.
+    pub meta_host: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DataServerEntry {
     pub addr: String,
+    /// The host the data server runs on (`host`), if the file says; the local placement
+    /// policy uses it to find a client's own servers.
+    pub host: Option<String>,
+}
+
+impl DataServerEntry {
+    pub fn new(addr: String) -> DataServerEntry {
+        DataServerEntry { addr, host: None }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +95,8 @@ struct RawCluster {
     timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lease_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
     meta: RawMeta,
     #[serde(default)]
     data: Vec<RawData>,
@@ -83,12 +107,16 @@ struct RawCluster {
 #[serde(deny_unknown_fields)]
 struct RawMeta {
     addr: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawData {
     addr: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -122,6 +150,15 @@ impl ClusterConfig {
         check_addr(&raw.meta.addr, "metadata server")?;
         for (i, d) in raw.data.iter().enumerate() {
             check_addr(&d.addr, &format!("data server {i}"))?;
+            if let Some(h) = &d.host {
+                crate::host::check_host(h, &format!("data server {i}'s host"))?;
+            }
+        }
+        if let Some(h) = &raw.host {
+            crate::host::check_host(h, "host")?;
+        }
+        if let Some(h) = &raw.meta.host {
+            crate::host::check_host(h, "the metadata server's host")?;
         }
         if raw.data.is_empty() {
             return Err("no [[data]] servers".into());
@@ -160,10 +197,15 @@ impl ClusterConfig {
             data: raw
                 .data
                 .into_iter()
-                .map(|d| DataServerEntry { addr: d.addr })
+                .map(|d| DataServerEntry {
+                    addr: d.addr,
+                    host: d.host,
+                })
                 .collect(),
             defaults,
             lease_ms,
+            host: raw.host,
+            meta_host: raw.meta.host,
         })
     }
 
@@ -172,14 +214,17 @@ impl ClusterConfig {
             secret: Some(self.secret.to_hex()),
             timeout_ms: Some(self.timeout_ms),
             lease_ms: (self.lease_ms != crate::limits::LEASE_MS).then_some(self.lease_ms),
+            host: self.host.clone(),
             meta: RawMeta {
                 addr: self.meta_addr.clone(),
+                host: self.meta_host.clone(),
             },
             data: self
                 .data
                 .iter()
                 .map(|d| RawData {
                     addr: d.addr.clone(),
+                    host: d.host.clone(),
                 })
                 .collect(),
             defaults: Some(RawDefaults {
@@ -188,6 +233,30 @@ impl ClusterConfig {
             }),
         };
         toml::to_string(&raw).expect("cluster config serializes")
+    }
+
+    /// The host id of a client using this file: `host` (of the file, or set by
+    /// [`ClusterConfig::set_client_host`] from `--host`), else `STRIPEFS_HOST`, else the
+    /// machine's hostname.
+    pub fn client_host(&self) -> String {
+        self.host
+            .clone()
+            .or_else(|| {
+                std::env::var(crate::host::HOST_ENV)
+                    .ok()
+                    .filter(|h| !h.is_empty())
+            })
+            .unwrap_or_else(crate::host::hostname)
+    }
+
+    /// Sets the client's host id (from `--host` or `STRIPEFS_HOST`), if given, after
+    /// checking it.
+    pub fn set_client_host(&mut self, host: Option<&str>) -> Result<(), String> {
+        if let Some(h) = host {
+            crate::host::check_host(h, "--host")?;
+            self.host = Some(h.to_string());
+        }
+        Ok(())
     }
 
     /// Writes the file with mode 0600 (it holds the secret), atomically.
@@ -255,6 +324,14 @@ pub struct ServerConfig {
     /// A data server's background scrub rate (`scrub_rate`, "0" = off); `None`: the
     /// server's default.
     pub scrub_rate_bytes_s: Option<u64>,
+    /// A data server sends read replies from its files with `sendfile` (`zero_copy`,
+    /// default true); false copies them through memory, for comparison.
+    pub zero_copy: bool,
+    /// `host`: the server's host id, if its own file says (see [`ServerConfig::host_id`]).
+    pub host: Option<String>,
+    /// `host_net`: a data server's limit, per direction, on bytes to and from clients on
+    /// other hosts (its share of an emulated host link).
+    pub host_net_bytes_s: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -268,6 +345,9 @@ struct RawServer {
     throttle: Option<String>,
     db: Option<String>,
     scrub_rate: Option<String>,
+    zero_copy: Option<bool>,
+    host: Option<String>,
+    host_net: Option<String>,
 }
 
 impl ServerConfig {
@@ -287,6 +367,14 @@ impl ServerConfig {
             check_addr(l, "listen")?;
         }
         let throttle_bytes_s = raw.throttle.as_deref().map(parse_rate).transpose()?;
+        if let Some(h) = &raw.host {
+            crate::host::check_host(h, "host")?;
+        }
+        let host_net_bytes_s = raw
+            .host_net
+            .as_deref()
+            .map(|r| parse_rate(r).map_err(|e| format!("host_net: {e}")))
+            .transpose()?;
         Ok(ServerConfig {
             cluster_path,
             cluster,
@@ -300,7 +388,27 @@ impl ServerConfig {
                 .as_deref()
                 .map(parse_rate_or_off)
                 .transpose()?,
+            zero_copy: raw.zero_copy.unwrap_or(true),
+            host: raw.host,
+            host_net_bytes_s,
         })
+    }
+
+    /// The server's host id: `host` of its own file, else its entry's `host` in the
+    /// cluster file, else the machine's hostname. The two files may not disagree.
+    pub fn host_id(&self, role: stripefs_wire::Role) -> Result<String, String> {
+        let entry = match role {
+            stripefs_wire::Role::Meta => self.cluster.meta_host.clone(),
+            stripefs_wire::Role::Data => self.cluster.data[self.data_id()? as usize].host.clone(),
+        };
+        match (&self.host, entry) {
+            (Some(own), Some(listed)) if *own != listed => Err(format!(
+                "host {own:?} but the cluster file puts this server on host {listed:?}"
+            )),
+            (Some(own), _) => Ok(own.clone()),
+            (None, Some(listed)) => Ok(listed),
+            (None, None) => Ok(crate::host::hostname()),
+        }
     }
 
     /// The data server id, checked against the cluster file.

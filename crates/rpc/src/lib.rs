@@ -18,7 +18,9 @@ pub mod auth;
 pub mod config;
 mod conn;
 mod frame;
+pub mod host;
 pub mod limits;
+mod payload;
 mod server;
 pub mod units;
 
@@ -27,5 +29,5 @@ pub use config::{parse_rate_or_off, ClusterConfig, DataServerEntry, Defaults, Se
 pub use conn::{Conn, DEFAULT_TIMEOUT_MS, MAX_PENDING};
 pub use limits::Limits;
 pub use server::{
-    serve, serve_with, ConnInfo, ConnStats, Payload, Reply, Service, MAX_CONNECTIONS,
+    serve, serve_with, ConnInfo, ConnStats, Part, Payload, Reply, Service, MAX_CONNECTIONS,
 };

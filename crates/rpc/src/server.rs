@@ -17,20 +17,7 @@ use stripefs_wire::{
 
 pub use crate::limits::MAX_CONNECTIONS;
 
-/// Bulk data of a response.
-pub enum Payload {
-    None,
-    Bytes(Vec<u8>),
-}
-
-impl Payload {
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Payload::None => &[],
-            Payload::Bytes(b) => b,
-        }
-    }
-}
+pub use crate::payload::{Part, Payload};
 
 /// A handler's answer.
 pub struct Reply {
@@ -65,6 +52,14 @@ impl Reply {
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
     pub peer: SocketAddr,
+    /// The host the client announced with `ClientHost`, if it did.
+    pub host: Option<String>,
+}
+
+impl ConnInfo {
+    pub fn new(peer: SocketAddr) -> ConnInfo {
+        ConnInfo { peer, host: None }
+    }
 }
 
 /// A server's request handler. Requests arrive decoded, authenticated and validated
@@ -269,7 +264,7 @@ fn connection(
         Reply::ok(Response::Done),
     )
     .map_err(|e| e.to_string())?;
-    let info = ConnInfo { peer };
+    let mut info = ConnInfo::new(peer);
     let mut bufs = Buffers::new(shared.stats.clone());
     let mut last = Instant::now();
     let mut idle = true;
@@ -310,6 +305,12 @@ fn connection(
                     ErrorCode::UnexpectedMessage,
                     "already authenticated",
                 ))
+            }
+            Ok(()) if matches!(env.req, Request::ClientHost { .. }) => {
+                if let Request::ClientHost { host } = env.req {
+                    info.host = Some(host);
+                }
+                Reply::ok(Response::Done)
             }
             Ok(()) => {
                 let data = &bufs.data[..header.data_len as usize];
@@ -404,7 +405,7 @@ fn read_request(
 }
 
 pub(crate) fn send_reply(
-    stream: &mut impl std::io::Write,
+    stream: &mut impl crate::payload::ReplyStream,
     request_id: u64,
     opcode: Opcode,
     reply: Reply,
@@ -413,8 +414,9 @@ pub(crate) fn send_reply(
         Ok(r) => (Ok(r), reply.data),
         Err(e) => (Err(e), Payload::None),
     };
-    let frame = encode_response(request_id, opcode, &result, data.as_slice().len() as u32);
-    write_all_parts(stream, &[&frame, data.as_slice()])
+    let len = u32::try_from(data.len()).expect("a reply's data fits a frame");
+    let frame = encode_response(request_id, opcode, &result, len);
+    crate::payload::send(stream, &frame, data)
 }
 
 /// Answers a bad frame with an error naming the reason and logs it; returns the reason

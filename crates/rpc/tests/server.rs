@@ -500,3 +500,34 @@ fn unanswered_requests_and_pipelined_calls_keep_order() {
     assert!(!conn.is_broken());
     server.assert_serving();
 }
+
+/// `ClientHost` is answered by the rpc layer and kept with its connection only; a bad
+/// host id is refused and the connection stays.
+#[test]
+fn client_host_is_kept_with_its_connection() {
+    let server = Server::start();
+    let mut a = server.connect().unwrap();
+    let mut b = server.connect().unwrap();
+    let pong = |c: &mut Conn| match c.call(&Cred::root(), Request::Ping {}, &[], &mut []) {
+        Ok((Response::Pong { version, .. }, _)) => version,
+        other => panic!("ping answered {other:?}"),
+    };
+    let say = |c: &mut Conn, host: &str| {
+        let req = Request::ClientHost { host: host.into() };
+        c.call(&Cred::root(), req, &[], &mut []).map(|(r, _)| r)
+    };
+    assert_eq!(pong(&mut a), "test");
+    assert_eq!(say(&mut a, "host3").unwrap(), Response::Done);
+    assert_eq!(pong(&mut a), "host3");
+    assert_eq!(
+        pong(&mut b),
+        "test",
+        "another connection of the same client"
+    );
+    let e = say(&mut a, "a b").unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
+    assert!(e.message.contains("bad host id"), "{e}");
+    assert_eq!(pong(&mut a), "host3");
+    assert_eq!(say(&mut a, "host4").unwrap(), Response::Done);
+    assert_eq!(pong(&mut a), "host4");
+}

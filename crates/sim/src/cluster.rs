@@ -39,6 +39,7 @@ impl DataNet for PurgeNet {
         let svc = lock_read(&node.svc).clone();
         let conn = ConnInfo {
             peer: "127.0.0.1:1".parse().expect("a socket address"),
+            host: None,
         };
         Ok(reqs
             .into_iter()
@@ -93,6 +94,7 @@ impl Servers {
             data: (0..data_servers)
                 .map(|i| DataServerEntry {
                     addr: format!("sim-data-{i}:1"),
+                    host: None,
                 })
                 .collect(),
             defaults: Defaults {
@@ -100,6 +102,8 @@ impl Servers {
                 stripe_count: 0,
             },
             lease_ms: stripefs_rpc::limits::LEASE_MS,
+            host: None,
+            meta_host: None,
         };
         let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
         let data_clock = Arc::new(VirtualClock::new());
@@ -295,6 +299,8 @@ fn open_data(
             // Replayable: the same seed gives the same identities, restarts new ones.
             boot_id: Some(crate::rng::mix(seed ^ ((i as u64) << 32) ^ boot)),
             canary,
+            // The in-memory store has no descriptors: its reads are copied either way.
+            no_zero_copy: false,
         },
     )
 }

@@ -32,6 +32,8 @@ pub struct MFile {
     pub now: Vec<u64>,
     /// Possible generations of each byte after a power cut of its server.
     pub durable: Vec<u64>,
+    /// The byte was written or cut since it was last synced: a power cut may tear it.
+    pub dirty: Vec<bool>,
     /// The generation last written to each byte.
     pub last: Vec<u8>,
     pub size_lo: u64,
@@ -62,6 +64,7 @@ impl MFile {
             ino,
             now: vec![bit(0); max_bytes],
             durable: vec![bit(0); max_bytes],
+            dirty: vec![false; max_bytes],
             last: vec![0; max_bytes],
             size_lo: 0,
             size_hi: 0,
@@ -87,11 +90,15 @@ impl MFile {
     }
 
     /// A write of generation `g` was sent: until confirmed, each byte may hold the
-    /// new value or what it could hold before.
+    /// new value or what it could hold before. A disk may write back any page at any
+    /// time, so after a power cut each byte may hold any value written since its last
+    /// sync, not only the synced one or the last one: the write joins `durable` too.
     pub fn write_sent(&mut self, offset: u64, len: u64, g: u8) {
         for i in offset..offset + len {
             let i = i as usize;
             self.now[i] |= bit(g);
+            self.durable[i] |= bit(g);
+            self.dirty[i] = true;
             self.last[i] = g;
         }
         self.size_hi = self.size_hi.max(offset + len);
@@ -102,6 +109,8 @@ impl MFile {
         for i in size..self.max_bytes() {
             let i = i as usize;
             self.now[i] |= bit(0);
+            self.durable[i] |= bit(0);
+            self.dirty[i] = true;
             self.last[i] = 0;
         }
         self.size_lo = self.size_lo.min(size);
@@ -131,6 +140,7 @@ impl MFile {
             let i = i as usize;
             if self.last[i] == 0 {
                 self.durable[i] = bit(0);
+                self.dirty[i] = false;
             }
         }
     }
@@ -151,6 +161,7 @@ impl MFile {
             };
             for i in p.offset as usize..end as usize {
                 self.durable[i] = self.now[i];
+                self.dirty[i] = false;
             }
         }
     }
@@ -169,8 +180,11 @@ impl MFile {
                 // Layout unknown: any server may hold it.
                 None => true,
             };
-            if on && self.now[i] != self.durable[i] {
+            if on && self.dirty[i] {
                 self.now[i] |= self.durable[i];
+                // Still dirty: a write the client still holds (gathered, not yet sent)
+                // reaches the disk only after this cut, and is not durable until synced.
+                self.durable[i] |= self.now[i];
                 self.torn_ok = true;
             }
         }
@@ -193,9 +207,16 @@ impl MFile {
                     .iter()
                     .map(|g| pattern(seed, self.key, *g, i as u64))
                     .collect();
+                // Which writes, allowed or not, would have put it there: tells a lost
+                // write from a stale one from garbage.
+                let would: Vec<u8> = (1..self.next_gen)
+                    .filter(|g| pattern(seed, self.key, *g, i as u64) == v)
+                    .collect();
                 return Err(format!(
                     "byte {i} reads {v:#04x}, which no allowed write put there \
-                     (allowed writes {gens:?}, values {expected:02x?})"
+                     (allowed writes {gens:?}, values {expected:02x?}; writes with that \
+                     value there: {would:?}, last write there: {})",
+                    self.last[i]
                 ));
             }
             self.now[i] = fits;
@@ -258,6 +279,55 @@ mod tests {
             *b = pattern(seed, 2, g, i as u64);
         }
         assert!(f.clone_now_allows(seed, &zeros));
+    }
+
+    #[test]
+    fn a_power_cut_may_show_any_write_since_the_last_sync_but_none_before_it() {
+        let seed = 11;
+        let mut f = MFile::new(3, InodeId(7), 16);
+        let value = |g: u8| -> Vec<u8> { (0..8).map(|i| pattern(seed, 3, g, i)).collect() };
+        let write = |f: &mut MFile, g: u8| {
+            let p = Pending {
+                offset: 0,
+                len: 8,
+                gen: g,
+            };
+            f.write_sent(0, 8, g);
+            f.confirm(&p);
+            p
+        };
+        let g1 = f.take_gen().unwrap();
+        let p1 = write(&mut f, g1);
+        f.synced(&[p1]);
+        let g2 = f.take_gen().unwrap();
+        write(&mut f, g2);
+        let g3 = f.take_gen().unwrap();
+        write(&mut f, g3);
+        assert!(f.clone_now_allows(seed, &value(g3)));
+        assert!(!f.clone_now_allows(seed, &value(g2)), "g2 was overwritten");
+        // The disk wrote g2 back on its own, then lost g3: g2 is what it shows.
+        f.power_cut(0);
+        assert!(f.torn_ok);
+        for g in [g1, g2, g3] {
+            assert!(f.clone_now_allows(seed, &value(g)), "generation {g}");
+        }
+        assert!(
+            !f.clone_now_allows(seed, &[0; 8]),
+            "zeros were never durable after g1"
+        );
+        // Until a sync, a later cut may show any of them again; after it, only g3.
+        f.observe(seed, &value(g2)).unwrap();
+        f.power_cut(0);
+        assert!(f.clone_now_allows(seed, &value(g1)));
+        f.observe(seed, &value(g3)).unwrap();
+        f.synced(&[Pending {
+            offset: 0,
+            len: 8,
+            gen: g3,
+        }]);
+        f.power_cut(0);
+        assert!(!f.clone_now_allows(seed, &value(g1)));
+        assert!(f.clone_now_allows(seed, &value(g3)));
     }
 
     impl MFile {

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use stripefs_client::Transport;
-use stripefs_rpc::{ConnInfo, Payload};
+use stripefs_rpc::ConnInfo;
 use stripefs_wire::{
     decode_request, decode_response, encode_request, encode_response, Cred, Envelope, ErrorCode,
     Header, Request, Response, ServerId, WireError, HEADER_LEN,
@@ -189,12 +189,12 @@ impl Net {
         let opcode = env.req.opcode();
         let conn = ConnInfo {
             peer: "127.0.0.1:1".parse().expect("a socket address"),
+            host: None,
         };
         let reply = svc.handle(&conn, env, data);
-        let bytes = match reply.data {
-            Payload::None => Vec::new(),
-            Payload::Bytes(b) => b,
-        };
+        let bytes = reply.data.into_bytes().map_err(|e| {
+            WireError::io("reading a reply's data from its files (simulated send)", &e)
+        })?;
         let frame = encode_response(id, opcode, &reply.result, bytes.len() as u32);
         let header = Header::decode(&frame[..HEADER_LEN]).map_err(bad_frame)?;
         let result = decode_response(&header, &frame[HEADER_LEN..]).map_err(bad_frame)?;
@@ -333,6 +333,12 @@ impl Transport for Endpoint {
         };
         if cut {
             net.stats.count_msg("partition");
+            if net.trace {
+                eprintln!(
+                    "  client {} -> {server:?}: {req:?} [partitioned]",
+                    self.client
+                );
+            }
             return Err(unreachable(server, "partitioned"));
         }
         let fault = net.decide(self.client, server, &req, false);

@@ -341,6 +341,13 @@ impl Sim<'_> {
             self.servers.advance(Duration::from_millis(1));
             self.step(*step)
                 .map_err(|message| Violation { step: i, message })?;
+            // A step's background I/O (write-behind, readahead) finishes before the next
+            // step, so that no request of one step races one of the next: the order in
+            // which requests reach the network, and with it every fault the network
+            // draws, depends on the seed alone, never on thread timing.
+            for c in &self.clients {
+                c.quiesce();
+            }
         }
         // The end: everything settles, every handle closes, and then everything the
         // model knows is checked once more, after one more crash of the metadata server.

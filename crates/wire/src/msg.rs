@@ -91,7 +91,7 @@ pub struct Layout {
 }
 
 /// A requested layout; unset fields are inherited (directory default, then cluster default).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct LayoutHint {
     pub stripe_size_bytes: Option<u32>,
     /// `Some(0)` means "all data servers".
@@ -99,6 +99,63 @@ pub struct LayoutHint {
     /// The data server of the first stripe (as `lfs setstripe -i`); the others follow in
     /// order. Unset: the metadata server rotates the start so that files spread.
     pub start_server: Option<u32>,
+    /// The data servers of the stripes, in this order (`setstripe --servers`); the stripe
+    /// count is their number. Excludes `start_server` and the local policy. (Version 4.)
+    pub servers: Option<Vec<u32>>,
+    /// How the metadata server chooses the servers when `servers` is unset. (Version 4.)
+    pub policy: Option<Policy>,
+}
+
+/// A placement policy of a layout (`setstripe --layout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Policy {
+    /// Consecutive servers from a start that rotates per file (the default).
+    Spread,
+    /// The data servers on the creating client's host first (its `ClientHost`); stripe
+    /// count 1 unless set. Spread when that host has no data server.
+    Local,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Spread => "spread",
+            Policy::Local => "local",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Policy> {
+        match s {
+            "spread" => Some(Policy::Spread),
+            "local" => Some(Policy::Local),
+            _ => None,
+        }
+    }
+}
+
+/// Longest host id (`ClientHost`, `host` in config files).
+pub const MAX_HOST_BYTES: usize = 255;
+/// Most servers an explicit server list (`LayoutHint::servers`) names.
+pub const MAX_LAYOUT_SERVERS: usize = 4096;
+
+/// Checks a host id: 1..=[`MAX_HOST_BYTES`] bytes of ASCII letters, digits, `-`, `_`, `.`.
+pub fn validate_host(host: &str) -> Result<(), WireError> {
+    let ok = !host.is_empty()
+        && host.len() <= MAX_HOST_BYTES
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!(
+                "bad host id {:?}: 1 to {MAX_HOST_BYTES} letters, digits, '-', '_' or '.'",
+                host.chars().take(64).collect::<String>()
+            ),
+        ))
+    }
 }
 
 /// Attributes of an inode. Times are nanoseconds since the Unix epoch.
@@ -309,7 +366,19 @@ requests! {
     31 => SessionRenew { session: u64 },
     // Ends the session: its opens are released at once. Answered with `Done`.
     32 => SessionEnd { session: u64 },
+    // Session, version 4: the host the client runs on (sent once after the handshake, on
+    // any server); the connection's later requests are that host's. Answered with `Done`.
+    4 => ClientHost { host: String },
+    // Data server: list I/O. One request writes many (offset, length) extents of the
+    // server's local byte space; the data is the extents' bytes in order, and `crcs` one
+    // CRC per block-bounded piece of each extent in turn (as Write's, extent by extent).
+    // Extents are written in order (a later one wins where they overlap); answered with
+    // `Written`.
+    80 => WriteList { fid: InodeId, unit: u32, extents: Vec<(u64, u32)>, #[serde(with = "crc_list")] crcs: Vec<u32> },
 }
+
+/// Most extents one WriteList request carries.
+pub const MAX_LIST_EXTENTS: usize = 1024;
 
 /// Most object bytes one Scrub request reads.
 pub const SCRUB_REQUEST_BYTES: u64 = 16 << 20;
@@ -578,7 +647,7 @@ pub fn decode_request(header: &Header, body: &[u8]) -> Result<Envelope, FrameErr
         });
     }
     let expected = match &env.req {
-        Request::Write { .. } => header.data_len,
+        Request::Write { .. } | Request::WriteList { .. } => header.data_len,
         _ => 0,
     };
     if header.data_len != expected {
@@ -710,6 +779,36 @@ pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
             ));
         }
     }
+    if let Some(servers) = &hint.servers {
+        let bad = |why: String| Err(WireError::new(ErrorCode::InvalidArgument, why));
+        if servers.is_empty() || servers.len() > MAX_LAYOUT_SERVERS {
+            return bad(format!(
+                "a server list names 1 to {MAX_LAYOUT_SERVERS} servers, not {}",
+                servers.len()
+            ));
+        }
+        for (i, s) in servers.iter().enumerate() {
+            if servers[..i].contains(s) {
+                return bad(format!(
+                    "data server {s} is named twice in the server list {servers:?}"
+                ));
+            }
+        }
+        if let Some(c) = hint.stripe_count {
+            if c as usize != servers.len() {
+                return bad(format!(
+                    "stripe count {c} but the server list {servers:?} names {} servers",
+                    servers.len()
+                ));
+            }
+        }
+        if hint.start_server.is_some() {
+            return bad("a server list and a start server cannot be given together".into());
+        }
+        if hint.policy == Some(Policy::Local) {
+            return bad("a server list fixes the servers: it excludes the local policy".into());
+        }
+    }
     Ok(())
 }
 
@@ -778,6 +877,7 @@ impl Request {
                 Ok(())
             }
             Request::SetLayout { hint, .. } => validate_hint(hint),
+            Request::ClientHost { host } => validate_host(host),
             Request::Write {
                 unit, offset, crcs, ..
             } => {
@@ -796,6 +896,49 @@ impl Request {
                             "write of {data_len} bytes has {} checksums, needs {n}",
                             crcs.len()
                         ),
+                    ));
+                }
+                Ok(())
+            }
+            Request::WriteList {
+                unit,
+                extents,
+                crcs,
+                ..
+            } => {
+                check_unit(*unit)?;
+                let bad = |m: String| Err(WireError::new(ErrorCode::InvalidArgument, m));
+                if extents.is_empty() || extents.len() > MAX_LIST_EXTENTS {
+                    return bad(format!(
+                        "a list write has {} extents, not 1..={MAX_LIST_EXTENTS}",
+                        extents.len()
+                    ));
+                }
+                let mut total: u64 = 0;
+                let mut n = 0;
+                for &(offset, len) in extents {
+                    if len == 0 {
+                        return bad(format!("a list write has an empty extent at {offset}"));
+                    }
+                    if offset.checked_add(len as u64).is_none() {
+                        return Err(WireError::new(
+                            ErrorCode::FileTooBig,
+                            "write beyond the largest offset",
+                        ));
+                    }
+                    total += len as u64;
+                    n += pieces(offset, len as usize).count();
+                }
+                if total != data_len as u64 {
+                    return bad(format!(
+                        "a list write's extents hold {total} bytes, its data {data_len}"
+                    ));
+                }
+                if crcs.len() != n {
+                    return bad(format!(
+                        "a list write of {} extents has {} checksums, needs {n}",
+                        extents.len(),
+                        crcs.len()
                     ));
                 }
                 Ok(())
@@ -901,6 +1044,7 @@ mod tests {
                 stripe_size_bytes: Some(1 << 20),
                 stripe_count: Some(4),
                 start_server: None,
+                ..LayoutHint::default()
             },
         });
         let frame = encode_request(7, &e, 0);

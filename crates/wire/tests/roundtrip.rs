@@ -28,11 +28,15 @@ fn hint() -> impl Strategy<Value = LayoutHint> {
         any::<Option<u32>>(),
         any::<Option<u32>>(),
         any::<Option<u32>>(),
+        proptest::option::of(proptest::collection::vec(any::<u32>(), 0..6)),
+        proptest::option::of(prop_oneof![Just(Policy::Spread), Just(Policy::Local)]),
     )
-        .prop_map(|(s, c, i)| LayoutHint {
+        .prop_map(|(s, c, i, servers, policy)| LayoutHint {
             stripe_size_bytes: s,
             stripe_count: c,
             start_server: i,
+            servers,
+            policy,
         })
 }
 
@@ -232,6 +236,7 @@ fn sparse_request() -> impl Strategy<Value = Request> {
         Just(Request::SessionOpen {}),
         any::<u64>().prop_map(|session| Request::SessionRenew { session }),
         any::<u64>().prop_map(|session| Request::SessionEnd { session }),
+        "[a-z0-9.-]{0,40}".prop_map(|host| Request::ClientHost { host }),
     ]
 }
 
@@ -717,6 +722,8 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (30, "SessionOpen"),
     (31, "SessionRenew"),
     (32, "SessionEnd"),
+    (4, "ClientHost"),
+    (80, "WriteList"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -810,6 +817,12 @@ fn ping_like(op: Opcode) -> Request {
             offset: 0,
             crcs: vec![],
         },
+        Opcode::WriteList => Request::WriteList {
+            fid: ino,
+            unit: 4096,
+            extents: vec![(0, 1)],
+            crcs: vec![0],
+        },
         Opcode::Read => Request::Read {
             fid: ino,
             unit: 4096,
@@ -867,6 +880,7 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::SessionOpen => Request::SessionOpen {},
         Opcode::SessionRenew => Request::SessionRenew { session: 0 },
         Opcode::SessionEnd => Request::SessionEnd { session: 0 },
+        Opcode::ClientHost => Request::ClientHost { host: "h".into() },
     }
 }
 
@@ -970,4 +984,36 @@ fn device_numbers_round_trip() {
     // As libc's makedev folds them into 32 bits: 8:1 is 0x801, 1:259 is 0x100103.
     assert_eq!(make_rdev(8, 1), 0x801);
     assert_eq!(make_rdev(1, 259), 0x100103);
+}
+
+#[test]
+fn list_writes_are_validated_against_their_data() {
+    let list = |extents: Vec<(u64, u32)>, crcs: usize| Request::WriteList {
+        fid: InodeId(9),
+        unit: 65536,
+        extents,
+        crcs: vec![0; crcs],
+    };
+    // Two extents of 10 bytes each, one block piece each.
+    assert!(list(vec![(0, 10), (8192, 10)], 2).validate(20).is_ok());
+    // An extent across a block boundary has two pieces.
+    assert!(list(vec![(4090, 10)], 2).validate(10).is_ok());
+    for (req, data, what) in [
+        (list(vec![], 0), 0, "no extents"),
+        (list(vec![(0, 10)], 1), 11, "data longer than the extents"),
+        (list(vec![(0, 10), (100, 0)], 1), 10, "an empty extent"),
+        (list(vec![(4090, 10)], 1), 10, "a checksum short"),
+        (
+            list(vec![(u64::MAX - 2, 10)], 1),
+            10,
+            "past the largest offset",
+        ),
+        (
+            list(vec![(0, 1); stripefs_wire::MAX_LIST_EXTENTS + 1], 1025),
+            1025,
+            "too many extents",
+        ),
+    ] {
+        assert!(req.validate(data).is_err(), "{what} must be refused");
+    }
 }

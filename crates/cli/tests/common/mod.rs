@@ -16,10 +16,12 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn up(servers: u32, targets: u32, extra: &[&str]) -> Cluster {
-        let dir = tempfile::Builder::new()
-            .prefix("stripefs-test-")
-            .tempdir()
-            .unwrap();
+        Cluster::up_prefixed("stripefs-test-", servers, targets, extra)
+    }
+
+    /// [`Cluster::up`] in a temporary directory whose name starts with `prefix`.
+    pub fn up_prefixed(prefix: &str, servers: u32, targets: u32, extra: &[&str]) -> Cluster {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
         let c = Cluster { dir };
         let mut args = vec![
             "cluster".to_string(),
@@ -226,4 +228,36 @@ impl Drop for FuseMount {
             }
         }
     }
+}
+
+/// Runs a command with `--json FILE` added and returns the JSON it wrote.
+pub fn json_of(c: &Cluster, args: &[&str]) -> serde_json::Value {
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("r.json");
+    let mut all = args.to_vec();
+    let p = path.display().to_string();
+    all.extend(["--json", &p]);
+    c.ok(&all);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// The number at `key`, which must be there and positive.
+pub fn positive(r: &serde_json::Value, key: &str) -> f64 {
+    let v = r[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or null: {r}"));
+    assert!(v > 0.0, "{key} is not positive: {r}");
+    v
+}
+
+/// Runs a command that must fail with `why` in its error output.
+pub fn refused(c: &Cluster, args: &[&str], why: &str) {
+    let out = c.run(args);
+    assert!(
+        !out.status.success(),
+        "{args:?} should fail: {}",
+        text(&out)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(why), "{args:?}: expected {why:?} in: {err}");
 }

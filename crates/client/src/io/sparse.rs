@@ -199,6 +199,7 @@ impl InodeIo {
                 hi,
                 bytes: 0,
                 done: c,
+                gather: None,
             });
         }
         let r = f();

@@ -146,6 +146,7 @@ impl Cluster {
                 .iter()
                 .map(|l| DataServerEntry {
                     addr: l.local_addr().unwrap().to_string(),
+                    host: None,
                 })
                 .collect(),
             defaults: Defaults {
@@ -153,6 +154,8 @@ impl Cluster {
                 stripe_count: 0,
             },
             lease_ms,
+            host: None,
+            meta_host: None,
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();
@@ -252,6 +255,7 @@ pub fn hint(stripe: u32, count: u32) -> LayoutHint {
         stripe_size_bytes: Some(stripe),
         stripe_count: Some(count),
         start_server: None,
+        ..LayoutHint::default()
     }
 }
 

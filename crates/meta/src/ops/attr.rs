@@ -136,14 +136,14 @@ pub fn extend_size(
 
 /// On a directory sets the default layout of new files in it; on a file with no data
 /// yet, places the file anew.
-pub fn set_layout(ctx: &mut Ctx, ino: u64, hint: LayoutHint) -> Result<Response, WireError> {
-    stripefs_wire::validate_hint(&hint)?;
+pub fn set_layout(ctx: &mut Ctx, ino: u64, hint: &LayoutHint) -> Result<Response, WireError> {
+    stripefs_wire::validate_hint(hint)?;
     let mut inode = need(ctx.w, ino)?;
     perm::require_owner(ctx.cred, &inode, ino, "set the layout of")?;
     match inode.ftype {
         FileType::Dir => {
-            super::create::check_stripe_count(ctx.placement, hint.stripe_count.unwrap_or(0))?;
-            inode.dir_layout = hint;
+            super::placement::check_hint(hint, ctx.placement.data_servers)?;
+            inode.dir_layout = hint.clone();
         }
         FileType::File => {
             if inode.size != 0 {
@@ -158,10 +158,9 @@ pub fn set_layout(ctx: &mut Ctx, ino: u64, hint: LayoutHint) -> Result<Response,
             let current = inode.layout.as_ref().map(|l| LayoutHint {
                 stripe_size_bytes: Some(l.stripe_size_bytes),
                 stripe_count: Some(l.servers.len() as u32),
-                start_server: None,
+                ..LayoutHint::default()
             });
-            let layout =
-                super::create::place(ctx.w, ctx.placement, hint, current.unwrap_or_default())?;
+            let layout = super::create::place(ctx, hint, &current.unwrap_or_default())?;
             inode.layout = Some(layout);
         }
         t => {

@@ -1,7 +1,7 @@
 //! Create, Mkdir, Mknod, Symlink and Link: operations that add a directory entry, and the
 //! placement of a new file's stripes.
 
-use super::{touch_dir, Ctx, Placement, MAX_LINKS};
+use super::{placement, touch_dir, Ctx, MAX_LINKS};
 use crate::overlay::Wr;
 use crate::perm;
 use crate::store::META_NEXT_SERVER;
@@ -108,7 +108,7 @@ pub fn mkdir(ctx: &mut Ctx, parent: u64, name: &str, mode: u32) -> Result<Respon
     let mut inode = new_inode(ctx, &dir, FileType::Dir, mode);
     inode.nlink = 2;
     inode.parent = parent;
-    inode.dir_layout = dir.dir_layout;
+    inode.dir_layout = dir.dir_layout.clone();
     let ino = link_new(ctx, parent, dir, name, &inode)?;
     Ok(Response::Attr(inode.attr(ino)))
 }
@@ -119,9 +119,9 @@ pub fn create(
     name: &str,
     mode: u32,
     exclusive: bool,
-    hint: LayoutHint,
+    hint: &LayoutHint,
 ) -> Result<Response, WireError> {
-    stripefs_wire::validate_hint(&hint)?;
+    stripefs_wire::validate_hint(hint)?;
     validate_name(name)?;
     // Only directories have entries, so a hit here means `parent` is a directory.
     if let Some((ino, _)) = ctx.w.entry(parent, name)? {
@@ -129,7 +129,7 @@ pub fn create(
     }
     let dir = prepare(ctx, parent, name)?;
     let mut inode = new_inode(ctx, &dir, FileType::File, mode);
-    inode.layout = Some(place(ctx.w, ctx.placement, hint, dir.dir_layout)?);
+    inode.layout = Some(place(ctx, hint, &dir.dir_layout)?);
     let ino = link_new(ctx, parent, dir, name, &inode)?;
     Ok(Response::Attr(inode.attr(ino)))
 }
@@ -171,29 +171,13 @@ fn existing(
     Ok(Response::Attr(inode.attr(ino)))
 }
 
-/// Refuses a stripe count above the number of data servers (0 means all of them): a
-/// file cannot have two stripes on one server, and quietly using fewer would hide the
-/// caller's mistake.
-pub fn check_stripe_count(p: Placement, count: u32) -> Result<(), WireError> {
-    let n = p.data_servers;
-    if count > n {
-        return Err(WireError::new(
-            ErrorCode::InvalidArgument,
-            format!("stripe count {count} exceeds the number of data servers ({n})"),
-        ));
-    }
-    Ok(())
-}
-
 /// Chooses a new file's layout: fields of `hint`, else of the directory's default, else
-/// the cluster's; `count` consecutive servers from a start that advances by one per file,
-/// so that first stripes (and small files) spread evenly over the servers.
-pub fn place(
-    w: &mut Wr,
-    p: Placement,
-    hint: LayoutHint,
-    inherit: LayoutHint,
-) -> Result<Layout, WireError> {
+/// the cluster's; the servers by the rules of `placement.rs` (by default `count`
+/// consecutive servers from a start that advances by one per file, so that first stripes
+/// and small files spread evenly over the servers).
+pub fn place(ctx: &mut Ctx, hint: &LayoutHint, inherit: &LayoutHint) -> Result<Layout, WireError> {
+    let p = ctx.placement;
+    let w = &mut *ctx.w;
     let n = p.data_servers;
     if n == 0 {
         return Err(WireError::new(
@@ -205,30 +189,23 @@ pub fn place(
         .stripe_size_bytes
         .or(inherit.stripe_size_bytes)
         .unwrap_or(p.defaults.stripe_size_bytes);
-    let count = hint
-        .stripe_count
-        .or(inherit.stripe_count)
-        .unwrap_or(p.defaults.stripe_count);
-    check_stripe_count(p, count)?;
-    let count = if count == 0 { n } else { count };
-    let start = match hint.start_server.or(inherit.start_server) {
-        Some(s) if s >= n => {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("start server {s} does not exist: the cluster has {n} data servers"),
-            ))
-        }
-        Some(s) => s,
-        None => {
-            let s = (w.counter(META_NEXT_SERVER)? % n as u64) as u32;
-            w.set_counter(META_NEXT_SERVER, ((s + 1) % n) as u64)?;
-            s
-        }
+    let cluster = placement::Cluster {
+        hosts: &p.hosts,
+        default_count: p.defaults.stripe_count,
     };
-    let servers = (0..count).map(|i| ServerId((start + i) % n)).collect();
+    // The rotation: one counter for the whole cluster, advanced by one per placed file.
+    let mut rotate = |k: u32| -> Result<u32, WireError> {
+        let c = w.counter(META_NEXT_SERVER)?;
+        w.set_counter(META_NEXT_SERVER, (c + 1) % n as u64)?;
+        Ok((c % k as u64) as u32)
+    };
+    let chosen = placement::choose(&cluster, hint, inherit, ctx.client_host, &mut rotate)?;
+    if let Some(note) = chosen.note {
+        tracing::info!("{note}");
+    }
     Ok(Layout {
         stripe_size_bytes: unit,
-        servers,
+        servers: chosen.servers.into_iter().map(ServerId).collect(),
     })
 }
 

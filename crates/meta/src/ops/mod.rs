@@ -7,6 +7,7 @@
 
 pub mod attr;
 pub mod create;
+pub mod placement;
 pub mod read;
 pub mod remove;
 pub mod rename;
@@ -21,10 +22,12 @@ use stripefs_wire::{Cred, ErrorCode, Request, Response, WireError};
 pub const MAX_LINKS: u32 = 65_000;
 
 /// What placement needs to know about the cluster.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Placement {
     pub data_servers: u32,
     pub defaults: Defaults,
+    /// The host of each data server (`[[data]] host`), for the local policy.
+    pub hosts: std::sync::Arc<[Option<String>]>,
 }
 
 /// One mutation's view of the batch.
@@ -32,7 +35,9 @@ pub struct Ctx<'a, 't> {
     pub w: &'a mut Wr<'t>,
     pub cred: &'a Cred,
     pub now_ns: i64,
-    pub placement: Placement,
+    pub placement: &'a Placement,
+    /// The host the client announced on its connection (`ClientHost`), if any.
+    pub client_host: Option<&'a str>,
     pub opens: &'a Opens,
     /// Set when a file was queued for purge, so the purge thread is woken.
     pub purged: bool,
@@ -48,7 +53,7 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             mode,
             exclusive,
             layout,
-        } => create::create(ctx, parent.0, name, *mode, *exclusive, *layout),
+        } => create::create(ctx, parent.0, name, *mode, *exclusive, layout),
         Request::Mknod {
             parent,
             name,
@@ -84,7 +89,7 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             size,
             mtime_ns,
         } => attr::extend_size(ctx, ino.0, *size, *mtime_ns),
-        Request::SetLayout { ino, hint } => attr::set_layout(ctx, ino.0, *hint),
+        Request::SetLayout { ino, hint } => attr::set_layout(ctx, ino.0, hint),
         other => Err(WireError::new(
             ErrorCode::Internal,
             format!("{} is not a mutation", other.opcode().name()),

@@ -19,12 +19,15 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
         meta_addr: "127.0.0.1:1".into(),
         data: vec![
             DataServerEntry {
-                addr: "127.0.0.1:1".into()
+                addr: "127.0.0.1:1".into(),
+                host: None,
             };
             data_servers
         ],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,
+        host: None,
+        meta_host: None,
     }
 }
 
@@ -251,6 +254,7 @@ impl Fs {
 pub fn call(svc: &MetaService, cred: &Cred, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
+        host: None,
     };
     svc.handle(
         &conn,

@@ -18,11 +18,12 @@ use stripefs_wire::*;
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Echoes a write's data back as a read's data, with the per-block CRCs a data server
-/// would store; answers Ping with Pong and everything else with Done.
+/// would store; answers Ping with Pong (whose `version` is the host the connection
+/// announced, or "test") and everything else with Done.
 pub struct Echo;
 
 impl Service for Echo {
-    fn handle(&self, _conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply {
+    fn handle(&self, conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply {
         match env.req {
             Request::Write { .. } => Reply {
                 result: Ok(Response::ReadData {
@@ -33,7 +34,7 @@ impl Service for Echo {
             Request::Ping {} => Reply::ok(Response::Pong {
                 role: Role::Data,
                 server_id: Some(ServerId(7)),
-                version: "test".into(),
+                version: conn.host.clone().unwrap_or_else(|| "test".into()),
             }),
             _ => Reply::ok(Response::Done),
         }

@@ -5,11 +5,14 @@
 //!
 //! Unauthenticated connections are bounded twice: in all (`max_unauth`) and per IP
 //! address (`max_unauth_per_addr`). A new connection that finds a budget full closes
-//! the *oldest* connection in it, never itself: a real client authenticates within one
-//! round trip of connecting, so it is always among the newest, while a flood of silent
-//! or trickling connections only displaces itself, also when it comes from the real
-//! client's own address. Each connection must finish the whole handshake within
-//! `handshake_deadline` of being accepted, however it spreads its bytes.
+//! one already in it, never itself: the oldest of those that have not yet sent a whole
+//! Hello, and only when there are none, the oldest of those that were sent a challenge.
+//! A real client sends its Hello at once and answers the challenge within one round
+//! trip, so a flood of silent or trickling connections only displaces itself, also
+//! when it comes from the real client's own address and reopens connections faster
+//! than the client's round trip (tens of thousands a second on loopback). Each
+//! connection must finish the whole handshake within `handshake_deadline` of being
+//! accepted, however it spreads its bytes.
 //!
 //! A connection that authenticates leaves the acceptor for a thread of its own
 //! (`server::start_connection`).
@@ -77,7 +80,10 @@ pub(crate) struct Acceptor {
     pending: HashMap<u64, Pending>,
     /// Ids of pending connections, oldest first (ids increase with acceptance).
     order: BTreeSet<u64>,
-    by_addr: HashMap<IpAddr, BTreeSet<u64>>,
+    /// Pending connections in the order they are closed when a budget is full:
+    /// (tier, id), see [`Pending::tier`].
+    victims: BTreeSet<(u8, u64)>,
+    by_addr: HashMap<IpAddr, BTreeSet<(u8, u64)>>,
     next_id: u64,
     /// Accepting stopped at a lack of file descriptors: try again without an event.
     accept_again: bool,
@@ -106,6 +112,7 @@ impl Acceptor {
             shared,
             pending: HashMap::new(),
             order: BTreeSet::new(),
+            victims: BTreeSet::new(),
             by_addr: HashMap::new(),
             next_id: 0,
             accept_again: false,
@@ -162,9 +169,9 @@ impl Acceptor {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    // Out of descriptors: free the oldest handshake's, or wait a little.
-                    match self.order.first().copied() {
-                        Some(oldest) => self.evict(oldest),
+                    // Out of descriptors: free a handshake's, or wait a little.
+                    match self.victims.first().copied() {
+                        Some((_, victim)) => self.evict(victim),
                         None => {
                             tracing::warn!("accept failed: {e}");
                             self.accept_again = true;
@@ -182,21 +189,21 @@ impl Acceptor {
         }
     }
 
-    /// Takes a new connection into the handshake, closing the oldest of its address or
-    /// of all if a budget is full.
+    /// Takes a new connection into the handshake, closing one of its address or of all
+    /// (the first in `victims` order) if a budget is full.
     fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr) {
         let limits = &self.shared.limits;
         let ip = peer.ip();
         let of_addr = self.by_addr.get(&ip).map_or(0, |s| s.len());
         if of_addr >= limits.max_unauth_per_addr {
-            let oldest = *self.by_addr[&ip]
+            let (_, victim) = *self.by_addr[&ip]
                 .first()
                 .expect("a full budget has members");
-            self.evict(oldest);
+            self.evict(victim);
         }
         if self.order.len() >= self.shared.limits.max_unauth {
-            let oldest = *self.order.first().expect("a full budget has members");
-            self.evict(oldest);
+            let (_, victim) = *self.victims.first().expect("a full budget has members");
+            self.evict(victim);
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -217,9 +224,11 @@ impl Acceptor {
             buf: Vec::new(),
             stage: Stage::Hello,
         };
+        let key = (p.tier(), id);
         self.pending.insert(id, p);
         self.order.insert(id);
-        self.by_addr.entry(ip).or_default().insert(id);
+        self.victims.insert(key);
+        self.by_addr.entry(ip).or_default().insert(key);
         self.count();
         // Bytes that came with the connection raise no edge of their own: look now.
         self.advance(id);
@@ -234,9 +243,11 @@ impl Acceptor {
     fn take(&mut self, id: u64) -> Option<Pending> {
         let mut p = self.pending.remove(&id)?;
         self.order.remove(&id);
+        let key = (p.tier(), id);
+        self.victims.remove(&key);
         let ip = p.peer.ip();
         if let Some(set) = self.by_addr.get_mut(&ip) {
-            set.remove(&id);
+            set.remove(&key);
             if set.is_empty() {
                 self.by_addr.remove(&ip);
             }
@@ -299,8 +310,18 @@ impl Acceptor {
         let Some(p) = self.pending.get_mut(&id) else {
             return; // evicted earlier in this round of events
         };
+        let tier = p.tier();
         match p.advance(&self.secret) {
-            Step::Wait => {}
+            Step::Wait => {
+                let (now, ip) = (p.tier(), p.peer.ip());
+                if now != tier {
+                    self.victims.remove(&(tier, id));
+                    self.victims.insert((now, id));
+                    let set = self.by_addr.get_mut(&ip).expect("pending has its address");
+                    set.remove(&(tier, id));
+                    set.insert((now, id));
+                }
+            }
             Step::Close(why) => {
                 if let Some(p) = self.take(id) {
                     if let Some(why) = why {
@@ -320,6 +341,15 @@ impl Acceptor {
 }
 
 impl Pending {
+    /// Which connections a full budget closes first (lower first, then the oldest): 0
+    /// before a whole Hello arrived (silent or trickling), 1 once challenged.
+    fn tier(&self) -> u8 {
+        match self.stage {
+            Stage::Hello => 0,
+            Stage::Auth { .. } => 1,
+        }
+    }
+
     fn advance(&mut self, secret: &Secret) -> Step {
         loop {
             match self.parse() {

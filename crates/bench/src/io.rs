@@ -12,6 +12,7 @@
 //! reference, and with `--mount DIR` through a FUSE mount of the same cluster with plain
 //! system calls, one process per client.
 
+use crate::cpu::{self, PhaseCpu};
 use crate::pattern::Pattern;
 use crate::util::{drop_caches, free_bytes, mib_s, pct, progress, write_json};
 use crate::worker::{Done, Spec, Workers};
@@ -22,12 +23,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use stripefs_client::{Client, OpenOptions};
+use stripefs_client::{Client, OpenOptions, Traffic};
 use stripefs_rpc::units::{format_size, parse_size};
 use stripefs_rpc::ClusterConfig;
-use stripefs_wire::LayoutHint;
+use stripefs_wire::{LayoutHint, Policy};
 
 /// Most clients one run starts.
 pub const MAX_CLIENTS: u32 = 1024;
@@ -67,6 +68,19 @@ pub struct IoArgs {
     /// One file per client instead of one shared file.
     #[arg(long)]
     pub file_per_process: bool,
+    /// Run client i on the host of data server i (modulo the data servers, by the
+    /// cluster file's host ids, as `cluster up --hosts` writes them), and have each client
+    /// read back its own transfers instead of its neighbour's, so that with a local
+    /// layout both phases stay on each client's host. The JSON's local_bytes_fraction
+    /// says how many bytes did.
+    #[arg(long)]
+    pub colocate: bool,
+    /// Placement policy of the test files (`setstripe --layout`): local puts a file on
+    /// the data servers of the host of the client that creates it first (with
+    /// --file-per-process, client i creates file i; a shared file is created by client
+    /// 0), spread rotates (default: the directory's or the cluster's).
+    #[arg(long, value_parser = ["local", "spread"])]
+    pub layout: Option<String>,
     /// Also run the same pattern through this FUSE mount of the same cluster
     /// (`stripefs mount DIR`) with plain system calls (pwrite, pread, fsync), one process
     /// per client, right after the native run; reported as `mount_*` beside it.
@@ -100,6 +114,12 @@ pub struct Phases {
     pub write_s: f64,
     pub read_s: f64,
     pub caches_dropped: bool,
+    /// CPU seconds of each phase (servers when known, and this process).
+    pub write_cpu: PhaseCpu,
+    pub read_cpu: PhaseCpu,
+    /// Where each phase's bytes went (native runs).
+    pub write_traffic: Option<Traffic>,
+    pub read_traffic: Option<Traffic>,
 }
 
 /// One open file of a client, on stripefs or locally.
@@ -115,6 +135,11 @@ trait Handle: Send {
 /// Where the pattern runs.
 trait Backend: Sync {
     fn open(&self, rank: u32, file: u32, write: bool) -> Result<Box<dyn Handle>>;
+    /// The bytes the backend's clients moved since the last call, by where they went;
+    /// `None` where that is not counted.
+    fn take_traffic(&self) -> Option<Traffic> {
+        None
+    }
 }
 
 /// Where every transfer of a run goes.
@@ -127,6 +152,9 @@ pub struct Shape {
     pub segments: u64,
     pub interleaved: bool,
     pub file_per_process: bool,
+    /// Each client reads back its own transfers (`--colocate`), not its neighbour's.
+    #[serde(default)]
+    pub own_reads: bool,
 }
 
 impl Shape {
@@ -221,6 +249,7 @@ pub fn shape(a: &IoArgs) -> Result<Shape> {
         segments,
         interleaved: a.interleaved,
         file_per_process: a.file_per_process,
+        own_reads: a.colocate,
     })
 }
 
@@ -236,7 +265,9 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
     let files = sh.files();
     let remote = Remote::prepare(&cluster, &a, files, "file")?;
     let ceiling = remote.ceiling_mib_s()?;
-    let ours = run_pattern(&remote, &sh, &pattern, "stripefs");
+    let servers = cpu::Servers::of_cluster(&a.cluster);
+    let total = sh.clients as u64 * sh.block();
+    let ours = run_pattern(&remote, &sh, &pattern, "stripefs", &servers);
     if !a.keep {
         remote.cleanup();
     }
@@ -255,7 +286,8 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
     let baseline = match &a.baseline {
         Some(dir) => {
             let local = Local::prepare(dir, files, a.clients as u64 * sh.block())?;
-            let r = run_pattern(&local, &sh, &pattern, "baseline");
+            let none = cpu::Servers::none();
+            let r = run_pattern(&local, &sh, &pattern, "baseline", &none);
             local.cleanup();
             Some(r?)
         }
@@ -290,6 +322,34 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
         "baseline_dir": a.baseline.as_ref().map(|d| d.display().to_string()),
         "baseline_write_mib_s": baseline.map(|b| b.write_mib_s),
         "baseline_read_mib_s": baseline.map(|b| b.read_mib_s),
+        "colocate": a.colocate,
+        "layout": a.layout,
+        "client_hosts": remote.hosts,
+        "local_bytes_fraction": {
+            "write": ours.write_traffic.and_then(|t| local_fraction(&t, true)),
+            "read": ours.read_traffic.and_then(|t| local_fraction(&t, false)),
+        },
+        "local_bytes": {
+            "write": ours.write_traffic.map(|t| t.local_written),
+            "read": ours.read_traffic.map(|t| t.local_read),
+        },
+        "remote_bytes": {
+            "write": ours.write_traffic.map(|t| t.remote_written),
+            "read": ours.read_traffic.map(|t| t.remote_read),
+        },
+        "server_cpu_s_per_gib": {
+            "write": cpu::per_gib(ours.write_cpu.server_s, total),
+            "read": cpu::per_gib(ours.read_cpu.server_s, total),
+        },
+        "total_cpu_s_per_gib": {
+            "write": cpu::per_gib(ours.write_cpu.total_s(), total),
+            "read": cpu::per_gib(ours.read_cpu.total_s(), total),
+        },
+        "client_cpu_s_per_gib": {
+            "write": cpu::per_gib(Some(ours.write_cpu.client_s), total),
+            "read": cpu::per_gib(Some(ours.read_cpu.client_s), total),
+        },
+        "server_cpu_known": servers.known(),
     });
     print_table(
         &sh,
@@ -299,10 +359,44 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
         ceiling,
         baseline.as_ref(),
     );
+    print_locality(&ours, total, servers.known());
     if let Some(p) = &a.json {
         write_json(p, &report)?;
     }
     Ok(report)
+}
+
+/// Local bytes over all bytes of a phase, `None` when nothing moved.
+fn local_fraction(t: &Traffic, write: bool) -> Option<f64> {
+    let (l, r) = if write {
+        (t.local_written, t.remote_written)
+    } else {
+        (t.local_read, t.remote_read)
+    };
+    (l + r > 0).then(|| l as f64 / (l + r) as f64)
+}
+
+fn print_locality(ours: &Phases, total: u64, servers_known: bool) {
+    let f = |t: Option<Traffic>, w| {
+        t.and_then(|t| local_fraction(&t, w))
+            .map(|x| format!("{:.0}%", x * 100.0))
+            .unwrap_or("-".into())
+    };
+    let c = |s: Option<f64>| {
+        cpu::per_gib(s, total)
+            .map(|x| format!("{x:.2}"))
+            .unwrap_or("-".into())
+    };
+    println!(
+        "bytes on the client's own host: write {}, read {}; CPU s/GiB servers {} / {}, servers+clients {} / {} (write / read){}",
+        f(ours.write_traffic, true),
+        f(ours.read_traffic, false),
+        c(ours.write_cpu.server_s),
+        c(ours.read_cpu.server_s),
+        c(ours.write_cpu.total_s()),
+        c(ours.read_cpu.total_s()),
+        if servers_known { "" } else { " (server CPU unknown: no pid files beside the cluster file)" }
+    );
 }
 
 fn print_table(
@@ -364,14 +458,27 @@ fn print_table(
 }
 
 /// Writes, fsyncs, drops caches, reads back and verifies; returns the timings.
-fn run_pattern(b: &dyn Backend, sh: &Shape, pattern: &Arc<Pattern>, label: &str) -> Result<Phases> {
+fn run_pattern(
+    b: &dyn Backend,
+    sh: &Shape,
+    pattern: &Arc<Pattern>,
+    label: &str,
+    servers: &cpu::Servers,
+) -> Result<Phases> {
     let total = sh.clients as u64 * sh.block();
     let pb = progress(total, &format!("{label} w"));
+    b.take_traffic();
+    let mark = cpu::Mark::now(servers);
     let write_s = phase(b, sh, pattern, true, &pb)?;
+    let write_cpu = mark.elapsed(servers);
+    let write_traffic = b.take_traffic();
     pb.finish_and_clear();
     let caches_dropped = drop_caches();
     let pb = progress(total, &format!("{label} r"));
+    let mark = cpu::Mark::now(servers);
     let read_s = phase(b, sh, pattern, false, &pb)?;
+    let read_cpu = mark.elapsed(servers);
+    let read_traffic = b.take_traffic();
     pb.finish_and_clear();
     Ok(Phases {
         write_mib_s: mib_s(total, write_s),
@@ -379,6 +486,10 @@ fn run_pattern(b: &dyn Backend, sh: &Shape, pattern: &Arc<Pattern>, label: &str)
         write_s,
         read_s,
         caches_dropped,
+        write_cpu,
+        read_cpu,
+        write_traffic,
+        read_traffic,
     })
 }
 
@@ -400,7 +511,7 @@ fn phase(
 /// Whose transfers client `rank` handles: its own when writing; when reading, those
 /// its neighbour wrote.
 fn reader_of(sh: &Shape, rank: u32, write: bool) -> u32 {
-    if write {
+    if write || sh.own_reads {
         rank
     } else {
         (rank + 1) % sh.clients
@@ -500,6 +611,11 @@ fn run_mount(files: &Remote, mount: &Path, sh: &Shape, seed: u64) -> Result<Phas
         write_s,
         read_s,
         caches_dropped,
+        // The client processes' CPU is not collected from the mount run.
+        write_cpu: PhaseCpu::default(),
+        read_cpu: PhaseCpu::default(),
+        write_traffic: None,
+        read_traffic: None,
     })
 }
 
@@ -556,10 +672,19 @@ struct Remote {
     stripe_count: u32,
     servers: Vec<u32>,
     admin: Client,
+    /// The host of each client (`--colocate`); `None`: the cluster file's client host.
+    hosts: Option<Vec<String>>,
+    /// What the clients moved, added up as each handle closes.
+    traffic: Arc<Mutex<Traffic>>,
 }
 
 impl Remote {
     fn prepare(cluster: &ClusterConfig, a: &IoArgs, files: u32, prefix: &str) -> Result<Remote> {
+        let hosts = if a.colocate {
+            Some(colocated_hosts(cluster, a.clients)?)
+        } else {
+            None
+        };
         let admin = Client::connect(cluster)?;
         let dir = a.path.trim_end_matches('/').to_string();
         if admin.stat(&dir).is_err() {
@@ -570,6 +695,7 @@ impl Remote {
         let hint = LayoutHint {
             stripe_size_bytes: a.stripe_size.map(|s| s as u32),
             stripe_count: a.stripe_count,
+            policy: a.layout.as_deref().and_then(Policy::parse),
             ..LayoutHint::default()
         };
         let mut servers = std::collections::BTreeSet::new();
@@ -581,7 +707,15 @@ impl Remote {
                 layout: hint.clone(),
                 ..OpenOptions::create_new(0o644)
             };
-            let file = admin
+            // Created from the host of the client that writes it first, which a local
+            // layout places the file on.
+            let creator = match &hosts {
+                Some(h) => Some(client_on(cluster, &h[f as usize])?),
+                None => None,
+            };
+            let file = creator
+                .as_ref()
+                .unwrap_or(&admin)
                 .open(&path, &opts)
                 .with_context(|| format!("cannot create {path}"))?;
             let attr = file.attr()?;
@@ -603,7 +737,14 @@ impl Remote {
             stripe_count: sc,
             servers: servers.into_iter().collect(),
             admin,
+            hosts,
+            traffic: Arc::default(),
         })
+    }
+
+    /// The traffic added up since the last call (and starts counting anew).
+    fn take_traffic(&self) -> Traffic {
+        std::mem::take(&mut *self.traffic.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The sum of the throttle rates of the targets the files use, in MiB/s, or `None`
@@ -631,11 +772,16 @@ impl Remote {
     }
 }
 
-struct RemoteHandle(Option<stripefs_client::File>);
+struct RemoteHandle {
+    file: Option<stripefs_client::File>,
+    client: Client,
+    /// Where the client's traffic is added when the handle closes.
+    traffic: Arc<Mutex<Traffic>>,
+}
 
 impl Handle for RemoteHandle {
     fn advise_sequential(&mut self, off: u64, len: u64) {
-        if let Some(f) = &self.0 {
+        if let Some(f) = &self.file {
             f.advise_sequential(off, len);
         }
     }
@@ -653,25 +799,37 @@ impl Handle for RemoteHandle {
         Ok(self.file()?.fsync()?)
     }
     fn close(mut self: Box<Self>) -> Result<()> {
-        match self.0.take() {
-            Some(f) => Ok(f.close()?),
+        let r = match self.file.take() {
+            Some(f) => f.close(),
             None => Ok(()),
-        }
+        };
+        self.traffic
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(&self.client.traffic());
+        Ok(r?)
     }
 }
 
 impl RemoteHandle {
     fn file(&self) -> Result<&stripefs_client::File> {
-        self.0
+        self.file
             .as_ref()
             .ok_or_else(|| anyhow!("file already closed"))
     }
 }
 
 impl Backend for Remote {
-    fn open(&self, _rank: u32, file: u32, write: bool) -> Result<Box<dyn Handle>> {
+    fn take_traffic(&self) -> Option<Traffic> {
+        Some(Remote::take_traffic(self))
+    }
+
+    fn open(&self, rank: u32, file: u32, write: bool) -> Result<Box<dyn Handle>> {
         // A client of its own per rank and phase: its own connections, no shared caches.
-        let client = Client::connect(&self.cluster)?;
+        let client = match &self.hosts {
+            Some(h) => client_on(&self.cluster, &h[rank as usize])?,
+            None => Client::connect(&self.cluster)?,
+        };
         let path = format!("{}/{}{file}", self.dir, self.prefix);
         let opts = if write {
             OpenOptions::write_only()
@@ -681,8 +839,37 @@ impl Backend for Remote {
         let f = client
             .open(&path, &opts)
             .with_context(|| format!("cannot open {path}"))?;
-        Ok(Box::new(RemoteHandle(Some(f))))
+        Ok(Box::new(RemoteHandle {
+            file: Some(f),
+            client,
+            traffic: self.traffic.clone(),
+        }))
     }
+}
+
+/// The host of each of `clients` clients under `--colocate`: client i on the host of
+/// data server i modulo the data servers (the cluster file's `[[data]] host`).
+fn colocated_hosts(cluster: &ClusterConfig, clients: u32) -> Result<Vec<String>> {
+    let hosts: Vec<&String> = cluster
+        .data
+        .iter()
+        .map(|d| d.host.as_ref())
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            anyhow!(
+                "--colocate needs the data servers' hosts in the cluster file ([[data]] host = ...), as `cluster up --hosts K` writes them"
+            )
+        })?;
+    Ok((0..clients as usize)
+        .map(|i| hosts[i % hosts.len()].clone())
+        .collect())
+}
+
+/// A client that says it runs on `host`.
+fn client_on(cluster: &ClusterConfig, host: &str) -> Result<Client> {
+    let mut c = cluster.clone();
+    c.set_client_host(Some(host)).map_err(|e| anyhow!(e))?;
+    Ok(Client::connect(&c)?)
 }
 
 /// The same pattern on a local directory (the baseline), or on a mounted one (each

@@ -9,6 +9,7 @@
 #![recursion_limit = "256"]
 
 pub mod balance;
+pub mod cpu;
 pub mod demo;
 pub mod disk;
 pub mod io;

@@ -233,3 +233,48 @@ fn host_net_limits_cross_host_bytes_and_not_same_host_bytes() {
         std::fs::read(src.path()).unwrap()
     );
 }
+
+/// `bench io --colocate` runs client i on host i: with a local layout every byte stays
+/// on the clients' own hosts; spread over the hosts from one outside host, none does.
+/// The CPU figures come from the servers' /proc entries (pid files of `cluster up`).
+#[test]
+fn bench_io_colocate_counts_local_bytes_and_cpu() {
+    let c = Cluster::up_prefixed("hh-coloc-", 2, 1, &["--hosts", "2"]);
+    let out = c.path().join("hh-coloc.json");
+    let o = out.to_str().unwrap();
+    let base = [
+        "bench",
+        "io",
+        "--clients",
+        "2",
+        "--block",
+        "4M",
+        "--xfer",
+        "1M",
+        "--file-per-process",
+        "--json",
+        o,
+    ];
+    let run = |extra: &[&str]| -> serde_json::Value {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        c.ok(&args);
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap()
+    };
+    let local = run(&["--colocate", "--layout", "local"]);
+    assert_eq!(local["client_hosts"], serde_json::json!(["host0", "host1"]));
+    for phase in ["write", "read"] {
+        assert_eq!(local["local_bytes_fraction"][phase], 1.0, "{local}");
+        assert_eq!(local["local_bytes"][phase], 8 << 20, "{local}");
+        // Measured (clock ticks of 10 ms may make a small run's share 0), not null.
+        assert!(local["server_cpu_s_per_gib"][phase].as_f64().unwrap() >= 0.0);
+        let total = local["total_cpu_s_per_gib"][phase].as_f64().unwrap();
+        assert!(total >= local["server_cpu_s_per_gib"][phase].as_f64().unwrap());
+    }
+    assert_eq!(local["server_cpu_known"], true);
+    // From a host with no server: everything crosses a host boundary.
+    let remote = run(&["--host", "elsewhere", "--layout", "spread"]);
+    for phase in ["write", "read"] {
+        assert_eq!(remote["local_bytes_fraction"][phase], 0.0, "{remote}");
+        assert_eq!(remote["remote_bytes"][phase], 8 << 20, "{remote}");
+    }
+}

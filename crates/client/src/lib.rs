@@ -220,13 +220,17 @@ impl Client {
             .enumerate()
             .map(|(i, d)| {
                 let id = ServerId(i as u32);
-                Arc::new(over(ServerPool::new(
-                    Some(id),
-                    &d.addr,
-                    &cluster.secret,
-                    timeout,
-                    MAX_CONNS_PER_SERVER,
-                )))
+                let same_host = d.host.as_deref() == Some(host.as_str());
+                Arc::new(over(
+                    ServerPool::new(
+                        Some(id),
+                        &d.addr,
+                        &cluster.secret,
+                        timeout,
+                        MAX_CONNS_PER_SERVER,
+                    )
+                    .on_same_host(same_host),
+                ))
             })
             .collect::<Vec<_>>();
         meta.probe()?;
@@ -260,6 +264,24 @@ impl Client {
         self.inner.exec.wait_idle();
     }
 
+    /// The bulk bytes this client moved to and from data servers so far, by where
+    /// they went (see [`Traffic`]).
+    pub fn traffic(&self) -> Traffic {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut t = Traffic::default();
+        for p in &self.inner.data {
+            let (sent, got) = (p.bytes_sent.load(Relaxed), p.bytes_received.load(Relaxed));
+            if p.same_host {
+                t.local_written += sent;
+                t.local_read += got;
+            } else {
+                t.remote_written += sent;
+                t.remote_read += got;
+            }
+        }
+        t
+    }
+
     /// This client with other credentials, used in every metadata request.
     pub fn with_cred(mut self, cred: Cred) -> Client {
         self.cred = cred;
@@ -278,6 +300,38 @@ impl Client {
     /// session had to be re-established).
     pub fn session(&self) -> u64 {
         self.inner.session.id()
+    }
+}
+
+/// Bulk bytes a client moved to and from data servers: `local_*` with servers on the
+/// client's own host (by the cluster file's host ids), `remote_*` with the others.
+/// Written bytes are those sent in write requests, read bytes those answered (holes
+/// past an object's end are not sent and not counted).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub local_written: u64,
+    pub local_read: u64,
+    pub remote_written: u64,
+    pub remote_read: u64,
+}
+
+impl Traffic {
+    /// The counts since `earlier` (a reading of the same client).
+    pub fn since(&self, earlier: &Traffic) -> Traffic {
+        Traffic {
+            local_written: self.local_written - earlier.local_written,
+            local_read: self.local_read - earlier.local_read,
+            remote_written: self.remote_written - earlier.remote_written,
+            remote_read: self.remote_read - earlier.remote_read,
+        }
+    }
+
+    /// Adds another client's counts.
+    pub fn add(&mut self, o: &Traffic) {
+        self.local_written += o.local_written;
+        self.local_read += o.local_read;
+        self.remote_written += o.remote_written;
+        self.remote_read += o.remote_read;
     }
 }
 

@@ -115,6 +115,11 @@ pub(crate) struct ServerPool {
     max_conns: usize,
     /// The client's host, announced on every new connection (`ClientHost`).
     host: Option<String>,
+    /// The server runs on the client's host (by the cluster file's host ids).
+    pub same_host: bool,
+    /// Bulk bytes sent to and received from this server in answered calls.
+    pub bytes_sent: std::sync::atomic::AtomicU64,
+    pub bytes_received: std::sync::atomic::AtomicU64,
     shared: Arc<Shared>,
     /// Started on the first deferred request.
     flusher: Mutex<Option<JoinHandle<()>>>,
@@ -166,6 +171,9 @@ impl ServerPool {
             timeout,
             max_conns,
             host: None,
+            same_host: false,
+            bytes_sent: Default::default(),
+            bytes_received: Default::default(),
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     idle: Vec::new(),
@@ -178,6 +186,21 @@ impl ServerPool {
                 kick: Condvar::new(),
             }),
             flusher: Mutex::new(None),
+        }
+    }
+
+    /// Marks the server as running on the client's host (for the traffic counters).
+    pub fn on_same_host(mut self, same: bool) -> ServerPool {
+        self.same_host = same;
+        self
+    }
+
+    /// Counts the bulk bytes of an answered call.
+    fn count(&self, r: &Result<(Response, usize), WireError>, sent: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Ok((_, got)) = r {
+            self.bytes_sent.fetch_add(sent as u64, Relaxed);
+            self.bytes_received.fetch_add(*got as u64, Relaxed);
         }
     }
 
@@ -197,6 +220,18 @@ impl ServerPool {
 
     /// One request and its response; see [`Conn::call`].
     pub fn call(
+        &self,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError> {
+        let r = self.call_uncounted(cred, req, data, recv);
+        self.count(&r, data.len());
+        r
+    }
+
+    fn call_uncounted(
         &self,
         cred: &Cred,
         req: Request,

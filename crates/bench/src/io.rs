@@ -331,7 +331,11 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
         },
         "local_bytes": {
             "write": ours.write_traffic.map(|t| t.local_written),
-            "read": ours.read_traffic.map(|t| t.local_read),
+            "read": ours.read_traffic.map(|t| t.local_read + t.direct_read),
+        },
+        "short_circuit_bytes": {
+            "write": ours.write_traffic.map(|_| 0),
+            "read": ours.read_traffic.map(|t| t.direct_read),
         },
         "remote_bytes": {
             "write": ours.write_traffic.map(|t| t.remote_written),
@@ -371,7 +375,7 @@ fn local_fraction(t: &Traffic, write: bool) -> Option<f64> {
     let (l, r) = if write {
         (t.local_written, t.remote_written)
     } else {
-        (t.local_read, t.remote_read)
+        (t.local_read + t.direct_read, t.remote_read)
     };
     (l + r > 0).then(|| l as f64 / (l + r) as f64)
 }

@@ -271,10 +271,13 @@ fn bench_io_colocate_counts_local_bytes_and_cpu() {
         assert!(total >= local["server_cpu_s_per_gib"][phase].as_f64().unwrap());
     }
     assert_eq!(local["server_cpu_known"], true);
+    // Same host and unthrottled: reads bypass the servers (short-circuit).
+    assert_eq!(local["short_circuit_bytes"]["read"], 8 << 20, "{local}");
     // From a host with no server: everything crosses a host boundary.
     let remote = run(&["--host", "elsewhere", "--layout", "spread"]);
     for phase in ["write", "read"] {
         assert_eq!(remote["local_bytes_fraction"][phase], 0.0, "{remote}");
         assert_eq!(remote["remote_bytes"][phase], 8 << 20, "{remote}");
     }
+    assert_eq!(remote["short_circuit_bytes"]["read"], 0, "{remote}");
 }

@@ -33,6 +33,7 @@ mod client;
 mod exec;
 mod file;
 mod io;
+mod local;
 mod path;
 mod pool;
 mod session;
@@ -221,7 +222,7 @@ impl Client {
             .map(|(i, d)| {
                 let id = ServerId(i as u32);
                 let same_host = d.host.as_deref() == Some(host.as_str());
-                Arc::new(over(
+                let mut p = over(
                     ServerPool::new(
                         Some(id),
                         &d.addr,
@@ -230,7 +231,11 @@ impl Client {
                         MAX_CONNS_PER_SERVER,
                     )
                     .on_same_host(same_host),
-                ))
+                );
+                if let (true, None, Some(sock)) = (same_host, &via, &d.local_socket) {
+                    p = p.with_short_circuit(sock.clone(), short_circuit_default());
+                }
+                Arc::new(p)
             })
             .collect::<Vec<_>>();
         meta.probe()?;
@@ -271,6 +276,9 @@ impl Client {
         let mut t = Traffic::default();
         for p in &self.inner.data {
             let (sent, got) = (p.bytes_sent.load(Relaxed), p.bytes_received.load(Relaxed));
+            if let Some(l) = &p.local {
+                t.direct_read += l.bytes.load(Relaxed);
+            }
             if p.same_host {
                 t.local_written += sent;
                 t.local_read += got;
@@ -280,6 +288,16 @@ impl Client {
             }
         }
         t
+    }
+
+    /// Turns short-circuit reads (from the files of data servers on this client's host,
+    /// see `local.rs`) on or off; they are on unless `STRIPEFS_SHORT_CIRCUIT=0`.
+    pub fn set_short_circuit(&self, on: bool) {
+        for p in &self.inner.data {
+            if let Some(l) = &p.local {
+                l.enabled.store(on, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 
     /// This client with other credentials, used in every metadata request.
@@ -310,9 +328,13 @@ impl Client {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Traffic {
     pub local_written: u64,
+    /// Read from servers on the client's host through them (relayed).
     pub local_read: u64,
     pub remote_written: u64,
     pub remote_read: u64,
+    /// Read directly from the files of servers on the client's host (short-circuit);
+    /// not part of `local_read`.
+    pub direct_read: u64,
 }
 
 impl Traffic {
@@ -323,6 +345,7 @@ impl Traffic {
             local_read: self.local_read - earlier.local_read,
             remote_written: self.remote_written - earlier.remote_written,
             remote_read: self.remote_read - earlier.remote_read,
+            direct_read: self.direct_read - earlier.direct_read,
         }
     }
 
@@ -332,7 +355,17 @@ impl Traffic {
         self.local_read += o.local_read;
         self.remote_written += o.remote_written;
         self.remote_read += o.remote_read;
+        self.direct_read += o.direct_read;
     }
+}
+
+/// Whether new clients read short-circuit where they can: yes, unless the environment
+/// says `STRIPEFS_SHORT_CIRCUIT=0` (or `off`).
+fn short_circuit_default() -> bool {
+    !matches!(
+        std::env::var("STRIPEFS_SHORT_CIRCUIT").as_deref(),
+        Ok("0" | "off" | "false")
+    )
 }
 
 /// The credentials of the calling process: real uid and gid and supplementary groups.

@@ -28,6 +28,7 @@
 //! must not be sent twice); the session's lease, or its end when the client goes,
 //! bounds what such a loss keeps open.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -120,6 +121,8 @@ pub(crate) struct ServerPool {
     /// Bulk bytes sent to and received from this server in answered calls.
     pub bytes_sent: std::sync::atomic::AtomicU64,
     pub bytes_received: std::sync::atomic::AtomicU64,
+    /// Short-circuit reads from this server's files (same host, `local_socket`).
+    pub local: Option<crate::local::ShortCircuit>,
     shared: Arc<Shared>,
     /// Started on the first deferred request.
     flusher: Mutex<Option<JoinHandle<()>>>,
@@ -174,6 +177,7 @@ impl ServerPool {
             same_host: false,
             bytes_sent: Default::default(),
             bytes_received: Default::default(),
+            local: None,
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     idle: Vec::new(),
@@ -192,6 +196,17 @@ impl ServerPool {
     /// Marks the server as running on the client's host (for the traffic counters).
     pub fn on_same_host(mut self, same: bool) -> ServerPool {
         self.same_host = same;
+        self
+    }
+
+    /// Reads may bypass the server through its short-circuit socket `socket`.
+    pub fn with_short_circuit(mut self, socket: PathBuf, enabled: bool) -> ServerPool {
+        self.local = Some(crate::local::ShortCircuit::new(
+            socket,
+            self.secret.clone(),
+            self.timeout,
+            enabled,
+        ));
         self
     }
 

@@ -21,6 +21,7 @@
 mod cache;
 mod clock;
 mod hostnet;
+mod local;
 mod locks;
 mod memstore;
 mod object;
@@ -34,6 +35,7 @@ mod tests;
 pub use cache::MAX_OPEN_OBJECTS;
 pub use clock::{Clock, SystemClock, VirtualClock};
 pub use hostnet::HostNet;
+pub use local::{LocalFiles, LocalServer, MAX_LOCAL_CONNECTIONS};
 pub use locks::LOCK_STRIPES;
 pub use memstore::{MemStore, SECTOR_BYTES};
 pub use service::{DataService, Options, DEFAULT_SCRUB_RATE_BYTES_S};
@@ -95,6 +97,21 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         service.boot_id()
     );
     let scrubber = service.start_scrubber(scrub_rate, shutdown.clone());
+    // The short-circuit socket of the cluster file's entry, for clients on this host.
+    let _local = match &cfg.cluster.data[id as usize].local_socket {
+        Some(path) => Some(
+            LocalServer::start(service.clone(), path, cfg.cluster.secret.clone()).map_err(|e| {
+                format!(
+                    "data server {id}: cannot serve the short-circuit socket {}: {e}",
+                    path.display()
+                )
+            })?,
+        ),
+        None => None,
+    };
+    if let Some(p) = &cfg.cluster.data[id as usize].local_socket {
+        tracing::info!("data server {id}: short-circuit socket {}", p.display());
+    }
     let served = stripefs_rpc::serve(
         listener,
         cfg.cluster.secret.clone(),

@@ -28,9 +28,7 @@ use stripefs_wire::{crc32c, ErrorCode, InodeId, ServerId, WireError, BLOCK_BYTES
 
 pub const BLOCK: u64 = BLOCK_BYTES as u64;
 const BLOCK_USIZE: usize = BLOCK_BYTES as usize;
-/// Bytes of one sidecar entry.
-pub const ENTRY_BYTES: u64 = 8;
-const FLAG_WRITTEN: u32 = 1;
+pub use stripefs_wire::sidecar::{decode_entry, encode_entry, ENTRY_BYTES};
 
 /// Names what an error is about: server, file and target.
 pub struct Ctx<'a> {
@@ -67,19 +65,6 @@ impl Ctx<'_> {
             ),
         )
     }
-}
-
-pub fn encode_entry(crc: u32) -> [u8; ENTRY_BYTES as usize] {
-    let mut e = [0u8; ENTRY_BYTES as usize];
-    e[..4].copy_from_slice(&crc.to_le_bytes());
-    e[4..].copy_from_slice(&FLAG_WRITTEN.to_le_bytes());
-    e
-}
-
-/// The stored CRC of a written block, `None` for a hole.
-pub fn decode_entry(e: &[u8]) -> Option<u32> {
-    let word = |at: usize| u32::from_le_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]]);
-    (word(4) != 0).then(|| word(0))
 }
 
 fn read_entry(obj: &Object, block: u64) -> io::Result<Option<u32>> {

@@ -81,6 +81,15 @@ pub trait Storage: Send + Sync + 'static {
     fn usage(&self, root: &Path) -> io::Result<Usage>;
     /// Names of the regular files in directory `dir` (empty if it is missing).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Opens the file at `path` read-only as a real descriptor, to hand to a
+    /// short-circuit client; `None` if it is absent. Stores without real files (in
+    /// memory) answer `Unsupported`.
+    fn open_read_only(&self, _path: &Path) -> io::Result<Option<std::fs::File>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this store has no files to hand out",
+        ))
+    }
 }
 
 /// The real file system.
@@ -204,6 +213,14 @@ impl ObjectFile for FsFile {
 }
 
 impl Storage for FsStore {
+    fn open_read_only(&self, path: &Path) -> io::Result<Option<std::fs::File>> {
+        match std::fs::File::open(path) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)
     }

@@ -76,6 +76,14 @@ struct Shape {
     host_net_bytes_s: Option<u64>,
 }
 
+/// Data server `i`'s short-circuit socket, `DIR/run/data{i}.sock`, or none when that
+/// path is too long for a Unix socket (clients then read through the server).
+fn local_socket(dir: &Path, i: usize) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = dir.join("run").join(format!("data{i}.sock"));
+    (p.as_os_str().as_bytes().len() < 100).then_some(p)
+}
+
 /// One server of a local cluster.
 #[derive(Clone, Debug)]
 pub struct ServerProc {
@@ -229,6 +237,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
             .map(|(i, &p)| stripefs_rpc::DataServerEntry {
                 addr: addr(p),
                 host: host_of(i as u32),
+                local_socket: local_socket(dir, i),
             })
             .collect(),
         defaults: opts.defaults,

@@ -31,6 +31,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         data: vec![DataServerEntry {
             addr: "127.0.0.1:1".into(),
             host: None,
+            local_socket: None,
         }],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,

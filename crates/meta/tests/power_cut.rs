@@ -39,6 +39,7 @@ fn cluster() -> ClusterConfig {
             DataServerEntry {
                 addr: "127.0.0.1:1".into(),
                 host: None,
+                local_socket: None,
             };
             2
         ],

@@ -13,6 +13,8 @@
 //! [[data]]                        # data server ids are their order here: 0, 1, ...
 //! addr = "127.0.0.1:7100"
 //! host = "node0"                  # optional: the host this data server runs on
+//! local_socket = "/run/stripefs/data0.sock"  # optional, absolute: short-circuit reads
+//!                                 # for clients on the same host (docs/protocol.md)
 //! [defaults]                      # optional
 //! stripe_size = "1M"
 //! stripe_count = 0                # 0 = all data servers
@@ -64,11 +66,18 @@ pub struct DataServerEntry {
     /// The host the data server runs on (`host`), if the file says; the local placement
     /// policy uses it to find a client's own servers.
     pub host: Option<String>,
+    /// The server's short-circuit socket (`local_socket`, an absolute path): clients on
+    /// the same host get its objects' descriptors there and read them directly.
+    pub local_socket: Option<PathBuf>,
 }
 
 impl DataServerEntry {
     pub fn new(addr: String) -> DataServerEntry {
-        DataServerEntry { addr, host: None }
+        DataServerEntry {
+            addr,
+            host: None,
+            local_socket: None,
+        }
     }
 }
 
@@ -117,6 +126,8 @@ struct RawData {
     addr: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    local_socket: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -152,6 +163,13 @@ impl ClusterConfig {
             check_addr(&d.addr, &format!("data server {i}"))?;
             if let Some(h) = &d.host {
                 crate::host::check_host(h, &format!("data server {i}'s host"))?;
+            }
+            if let Some(p) = &d.local_socket {
+                if !Path::new(p).is_absolute() {
+                    return Err(format!(
+                        "data server {i}'s local_socket {p:?} must be an absolute path"
+                    ));
+                }
             }
         }
         if let Some(h) = &raw.host {
@@ -200,6 +218,7 @@ impl ClusterConfig {
                 .map(|d| DataServerEntry {
                     addr: d.addr,
                     host: d.host,
+                    local_socket: d.local_socket.map(PathBuf::from),
                 })
                 .collect(),
             defaults,
@@ -225,6 +244,10 @@ impl ClusterConfig {
                 .map(|d| RawData {
                     addr: d.addr.clone(),
                     host: d.host.clone(),
+                    local_socket: d
+                        .local_socket
+                        .as_ref()
+                        .map(|p| p.to_string_lossy().into_owned()),
                 })
                 .collect(),
             defaults: Some(RawDefaults {

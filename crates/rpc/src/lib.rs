@@ -20,6 +20,7 @@ mod conn;
 mod frame;
 pub mod host;
 pub mod limits;
+pub mod local;
 mod payload;
 mod server;
 pub mod units;

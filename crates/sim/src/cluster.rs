@@ -95,6 +95,7 @@ impl Servers {
                 .map(|i| DataServerEntry {
                     addr: format!("sim-data-{i}:1"),
                     host: None,
+                    local_socket: None,
                 })
                 .collect(),
             defaults: Defaults {

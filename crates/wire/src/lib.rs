@@ -15,6 +15,7 @@
 mod error;
 mod header;
 mod msg;
+pub mod sidecar;
 
 pub use error::{ErrorCode, WireError};
 pub use header::{FrameError, Header, FLAG_NO_REPLY, FLAG_RESPONSE, HEADER_LEN, MAGIC, VERSION};

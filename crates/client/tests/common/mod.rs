@@ -147,6 +147,7 @@ impl Cluster {
                 .map(|l| DataServerEntry {
                     addr: l.local_addr().unwrap().to_string(),
                     host: None,
+                    local_socket: None,
                 })
                 .collect(),
             defaults: Defaults {

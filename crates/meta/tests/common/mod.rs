@@ -21,6 +21,7 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
             DataServerEntry {
                 addr: "127.0.0.1:1".into(),
                 host: None,
+                local_socket: None,
             };
             data_servers
         ],

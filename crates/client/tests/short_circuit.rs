@@ -1,0 +1,131 @@
+//! Short-circuit reads (issue 14, item 3): a client on a data server's host reads the
+//! server's files through descriptors passed over its Unix socket, verifies every block
+//! itself, falls back to the server on any mismatch (so damage is still reported, never
+//! passed on), and gets descriptors only for files it could open.
+
+mod common;
+
+use common::{hint, pattern, Cluster};
+use std::os::unix::fs::FileExt;
+use stripefs_client::{Client, Cred, ErrorCode, OpenOptions};
+use stripefs_data::LocalServer;
+
+/// The cluster's servers all on host "h0", each with a short-circuit socket; the
+/// returned config is that of a client on h0.
+fn on_one_host(cl: &Cluster) -> (stripefs_rpc::ClusterConfig, Vec<LocalServer>) {
+    let mut cfg = cl.config.clone();
+    let mut socks = Vec::new();
+    for (i, d) in cfg.data.iter_mut().enumerate() {
+        let path = cl.dir.path().join(format!("d{i}.sock"));
+        socks.push(
+            LocalServer::start(cl.data[i].clone(), &path, cfg.secret.clone()).expect("socket"),
+        );
+        d.host = Some("h0".into());
+        d.local_socket = Some(path);
+    }
+    cfg.host = Some("h0".into());
+    (cfg, socks)
+}
+
+fn client(cfg: &stripefs_rpc::ClusterConfig) -> Client {
+    Client::connect(cfg).unwrap().with_cred(Cred::root())
+}
+
+#[test]
+fn same_host_reads_bypass_the_server_and_read_back_exactly() {
+    let cl = Cluster::with(2, 2, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    let data = pattern(11, (3 << 20) + 12345);
+    let f = c
+        .open(
+            "/sc",
+            &OpenOptions::create_truncate()
+                .read(true)
+                .layout(hint(64 << 10, 2)),
+        )
+        .unwrap();
+    f.write_at(0, &data).unwrap();
+    // A hole in the middle: reads as zeros.
+    f.write_at((5 << 20) + 7, b"tail").unwrap();
+    f.fsync().unwrap();
+    f.close().unwrap();
+
+    let reader = client(&cfg);
+    let before = reader.traffic();
+    let got = reader.read_file("/sc").unwrap();
+    let t = reader.traffic().since(&before);
+    assert_eq!(got.len(), (5 << 20) + 11);
+    assert!(got[..data.len()] == data[..], "data read back wrong");
+    assert!(got[data.len()..(5 << 20) + 7].iter().all(|&b| b == 0));
+    assert_eq!(&got[(5 << 20) + 7..], b"tail");
+    assert!(t.direct_read >= data.len() as u64, "{t:?}");
+    assert_eq!(
+        t.local_read + t.remote_read,
+        0,
+        "read through a server: {t:?}"
+    );
+    assert!(cl.data.iter().all(|d| d.local_opens() > 0));
+
+    // Turned off, the same read goes through the servers.
+    reader.set_short_circuit(false);
+    let before = reader.traffic();
+    assert!(reader.read_file("/sc").unwrap() == got);
+    let t = reader.traffic().since(&before);
+    assert_eq!(t.direct_read, 0, "{t:?}");
+    assert!(t.local_read > 0, "{t:?}");
+}
+
+#[test]
+fn a_corrupted_block_is_detected_and_reported_by_the_server() {
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    let data = pattern(12, 256 << 10);
+    c.write_file("/bad", &data, 0o644).unwrap();
+    let ino = c.stat("/bad").unwrap().ino;
+    // Flip one byte of the second block in the stored object, under the server.
+    let (obj, _) = cl.data[0].object_paths(0, ino);
+    let f = std::fs::OpenOptions::new().write(true).open(&obj).unwrap();
+    let mut b = [0u8; 1];
+    std::fs::File::open(&obj)
+        .unwrap()
+        .read_at(&mut b, 5000)
+        .unwrap();
+    f.write_at(&[b[0] ^ 0x40], 5000).unwrap();
+    drop(f);
+
+    let reader = client(&cfg);
+    let opens = cl.data[0].local_opens();
+    let e = reader.read_file("/bad").unwrap_err();
+    assert!(
+        cl.data[0].local_opens() > opens,
+        "the read did not try the files"
+    );
+    assert!(
+        e.code == ErrorCode::Checksum,
+        "not reported as damage: {e:?}"
+    );
+}
+
+#[test]
+fn no_descriptors_for_a_file_the_caller_may_not_open() {
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let root = client(&cfg);
+    root.write_file("/secret", &pattern(13, 100_000), 0o600)
+        .unwrap();
+    let opens = cl.data[0].local_opens();
+    let user = Client::connect(&cfg).unwrap().with_cred(Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    });
+    let e = user.read_file("/secret").unwrap_err();
+    assert_eq!(e.code, ErrorCode::PermissionDenied, "{e:?}");
+    assert_eq!(
+        cl.data[0].local_opens(),
+        opens,
+        "descriptors were handed out"
+    );
+}

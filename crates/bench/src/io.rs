@@ -14,7 +14,7 @@
 
 use crate::cpu::{self, PhaseCpu};
 use crate::pattern::Pattern;
-use crate::util::{drop_caches, free_bytes, mib_s, pct, progress, write_json};
+use crate::util::{client_on, drop_caches, free_bytes, mib_s, pct, progress, write_json};
 use crate::worker::{Done, Spec, Workers};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
@@ -867,13 +867,6 @@ fn colocated_hosts(cluster: &ClusterConfig, clients: u32) -> Result<Vec<String>>
     Ok((0..clients as usize)
         .map(|i| hosts[i % hosts.len()].clone())
         .collect())
-}
-
-/// A client that says it runs on `host`.
-fn client_on(cluster: &ClusterConfig, host: &str) -> Result<Client> {
-    let mut c = cluster.clone();
-    c.set_client_host(Some(host)).map_err(|e| anyhow!(e))?;
-    Ok(Client::connect(&c)?)
 }
 
 /// The same pattern on a local directory (the baseline), or on a mounted one (each

@@ -330,3 +330,22 @@ pub(crate) fn run_clients<T: Send>(
         _ => bail!("no clients ran"),
     }
 }
+
+/// A client that says it runs on `host`.
+pub fn client_on(cluster: &stripefs_rpc::ClusterConfig, host: &str) -> anyhow::Result<stripefs_client::Client> {
+    let mut c = cluster.clone();
+    c.set_client_host(Some(host)).map_err(|e| anyhow::anyhow!(e))?;
+    Ok(stripefs_client::Client::connect(&c)?)
+}
+
+/// A client on the host of data server `server` when the cluster file says which host
+/// that is (`cluster up --hosts`), else one on the cluster file's client host.
+pub fn client_beside(
+    cluster: &stripefs_rpc::ClusterConfig,
+    server: u32,
+) -> anyhow::Result<stripefs_client::Client> {
+    match cluster.data.get(server as usize).and_then(|d| d.host.as_deref()) {
+        Some(h) => client_on(cluster, h),
+        None => Ok(stripefs_client::Client::connect(cluster)?),
+    }
+}

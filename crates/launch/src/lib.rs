@@ -224,7 +224,15 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         hosts: opts.hosts,
         host_net_bytes_s: opts.host_net_bytes_s,
     };
-    let host_of = |i: u32| opts.hosts.map(|k| host_name(i % k));
+    // Without emulated hosts every server is on this machine's host, so that clients
+    // here know they are on the servers' host (short-circuit reads, the local layout).
+    let here = stripefs_rpc::host::hostname();
+    let host_of = |i: u32| {
+        Some(match opts.hosts {
+            Some(k) => host_name(i % k),
+            None => here.clone(),
+        })
+    };
     let ports = free_ports(&opts.host, opts.servers as usize + 1)?;
     let addr = |p: u16| format!("{}:{p}", opts.host);
     let cluster = ClusterConfig {

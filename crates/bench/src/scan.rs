@@ -22,7 +22,9 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use stripefs_client::{Client, OpenOptions};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use stripefs_client::{Client, OpenOptions, Traffic};
 use stripefs_rpc::units::{format_size, parse_size};
 use stripefs_rpc::ClusterConfig;
 use stripefs_wire::ServerId;
@@ -70,6 +72,11 @@ pub struct ScanArgs {
     /// Keep the input and output files afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Also run the scan twice more, relayed (every read through the data servers) and
+    /// direct (short-circuit reads where a data server is on the client's host), and
+    /// report both (`relayed`, `direct` in the JSON).
+    #[arg(long)]
+    pub compare_direct: bool,
 }
 
 fn validate(a: &ScanArgs) -> Result<()> {
@@ -190,8 +197,20 @@ pub fn run(a: ScanArgs) -> Result<serde_json::Value> {
         }
         None => None,
     };
-    let report = report_json(&a, &recs, &ours, ceiling, baseline.as_ref());
+    let mut report = report_json(&a, &recs, &ours, ceiling, baseline.as_ref());
     print_table(&a, &recs, &ours, ceiling, baseline.as_ref());
+    if a.compare_direct {
+        let store = Store::remote(&a.cluster, &a.path)?;
+        let both = relayed_and_direct(&store, || {
+            scan_on(&store, &a, &recs).map(|r| (r.secs, r.bytes_read + r.bytes_written))
+        });
+        if !a.keep {
+            store.remove_all(&file_names(a.clients));
+        }
+        let both = both?;
+        report["relayed"] = both["relayed"].clone();
+        report["direct"] = both["direct"].clone();
+    }
     if let Some(p) = &a.json {
         write_json(p, &report)?;
     }
@@ -253,6 +272,43 @@ fn print_table(
         ceiling,
         base.map(|b| b.d_mib_s()),
     );
+}
+
+/// Runs a whole benchmark pass twice on `store`, relayed (short-circuit off) and then
+/// direct (on); `pass` returns its streaming seconds and the bytes it streamed. Returns
+/// the JSON object `{"relayed": {...}, "direct": {...}}` and prints one line each.
+pub(crate) fn relayed_and_direct(
+    store: &Store,
+    mut pass: impl FnMut() -> Result<(f64, u64)>,
+) -> Result<serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    for (label, on) in [("relayed", false), ("direct", true)] {
+        store.set_direct(on);
+        store.take_traffic();
+        let r = pass();
+        store.set_direct(true);
+        let (secs, bytes) = r?;
+        let t = store.take_traffic();
+        let read = t.local_read + t.remote_read + t.direct_read;
+        let frac = (read > 0).then(|| t.direct_read as f64 / read as f64);
+        println!(
+            "{label:<8} D {:>8.1} MiB/s in {secs:.2} s; reads short-circuit: {}",
+            mib_s(bytes, secs),
+            frac.map(|f| format!("{:.0}%", f * 100.0))
+                .unwrap_or("-".into())
+        );
+        out.insert(
+            label.into(),
+            json!({
+                "d_mib_s": mib_s(bytes, secs),
+                "seconds": secs,
+                "short_circuit_read_bytes": t.direct_read,
+                "read_bytes": read,
+                "short_circuit_fraction": frac,
+            }),
+        );
+    }
+    Ok(serde_json::Value::Object(out))
 }
 
 /// The table shared with `bench transpose`: D beside the ceiling and the baseline.
@@ -437,19 +493,29 @@ fn verify_part(
 /// for the same-run reference.
 pub(crate) enum Store {
     Remote {
-        cluster: ClusterConfig,
+        cluster: Box<ClusterConfig>,
         dir: String,
         admin: Client,
+        /// Clients it opens read short-circuit where they can.
+        direct: AtomicBool,
+        /// What the clients of closed files moved.
+        traffic: Arc<Mutex<Traffic>>,
     },
     Local {
         dir: PathBuf,
     },
 }
 
+/// The client of an open stripefs file, and where its traffic is added at close.
+pub(crate) struct Counted {
+    client: Client,
+    total: Arc<Mutex<Traffic>>,
+}
+
 /// An open file of a [`Store`].
 pub(crate) enum SFile {
     // Boxed: a client file handle is large, and a local one small.
-    Remote(Box<stripefs_client::File>, String),
+    Remote(Box<stripefs_client::File>, String, Box<Counted>),
     Local(std::fs::File, PathBuf),
 }
 
@@ -464,9 +530,11 @@ impl Store {
                 .with_context(|| format!("cannot create {dir} on stripefs"))?;
         }
         Ok(Store::Remote {
-            cluster,
+            cluster: Box::new(cluster),
             dir,
             admin,
+            direct: AtomicBool::new(true),
+            traffic: Arc::default(),
         })
     }
 
@@ -475,6 +543,23 @@ impl Store {
         Ok(Store::Local {
             dir: dir.to_path_buf(),
         })
+    }
+
+    /// Whether the stripefs clients opened from now on read short-circuit.
+    pub(crate) fn set_direct(&self, on: bool) {
+        if let Store::Remote { direct, .. } = self {
+            direct.store(on, Ordering::Relaxed);
+        }
+    }
+
+    /// What the clients of files closed since the last call moved.
+    pub(crate) fn take_traffic(&self) -> Traffic {
+        match self {
+            Store::Remote { traffic, .. } => {
+                std::mem::take(&mut *traffic.lock().unwrap_or_else(|p| p.into_inner()))
+            }
+            Store::Local { .. } => Traffic::default(),
+        }
     }
 
     pub(crate) fn label(&self) -> &'static str {
@@ -508,14 +593,25 @@ impl Store {
     /// its own, so that every caller has its own connections as a separate node would.
     pub(crate) fn open(&self, name: &str, write: bool) -> Result<SFile> {
         match self {
-            Store::Remote { cluster, dir, .. } => {
+            Store::Remote {
+                cluster,
+                dir,
+                direct,
+                traffic,
+                ..
+            } => {
                 let path = format!("{dir}/{name}");
                 let client = Client::connect(cluster)?;
+                client.set_short_circuit(direct.load(Ordering::Relaxed));
                 let opts = OpenOptions::read_only().write(write);
                 let f = client
                     .open(&path, &opts)
                     .with_context(|| format!("cannot open {path} on stripefs"))?;
-                Ok(SFile::Remote(Box::new(f), path))
+                let counted = Box::new(Counted {
+                    client,
+                    total: traffic.clone(),
+                });
+                Ok(SFile::Remote(Box::new(f), path, counted))
             }
             Store::Local { dir } => {
                 let p = dir.join(name);
@@ -533,7 +629,7 @@ impl Store {
     /// cached pages of it, or locally the kernel drops the file's clean pages.
     pub(crate) fn drop_cache(&self, name: &str) -> Result<()> {
         match self.open(name, false)? {
-            SFile::Remote(f, path) => {
+            SFile::Remote(f, path, _) => {
                 f.drop_server_cache()
                     .with_context(|| format!("cannot drop the server caches of {path}"))?;
                 Ok((*f).close()?)
@@ -620,7 +716,7 @@ fn fadvise(f: &std::fs::File, advice: libc::c_int, off: u64, len: u64) -> Result
 impl SFile {
     pub(crate) fn read_exact_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         match self {
-            SFile::Remote(f, path) => {
+            SFile::Remote(f, path, _) => {
                 let mut done = 0;
                 while done < buf.len() {
                     let n = f.read_at(off + done as u64, &mut buf[done..])?;
@@ -642,7 +738,7 @@ impl SFile {
 
     pub(crate) fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
         match self {
-            SFile::Remote(f, path) => f
+            SFile::Remote(f, path, _) => f
                 .write_at(off, buf)
                 .with_context(|| format!("writing {path} at offset {off}")),
             SFile::Local(f, p) => f
@@ -654,7 +750,7 @@ impl SFile {
     /// The caller will read `[off, off + len)` from start to end.
     pub(crate) fn advise_sequential(&self, off: u64, len: u64) {
         match self {
-            SFile::Remote(f, _) => f.advise_sequential(off, len),
+            SFile::Remote(f, _, _) => f.advise_sequential(off, len),
             // A hint: if the kernel refuses it, the reads are only slower.
             SFile::Local(f, _) => drop(fadvise(f, libc::POSIX_FADV_SEQUENTIAL, off, len)),
         }
@@ -662,7 +758,7 @@ impl SFile {
 
     pub(crate) fn fsync(&self) -> Result<()> {
         match self {
-            SFile::Remote(f, path) => f.fsync().with_context(|| format!("fsync of {path}")),
+            SFile::Remote(f, path, _) => f.fsync().with_context(|| format!("fsync of {path}")),
             SFile::Local(f, p) => f
                 .sync_all()
                 .with_context(|| format!("fsync of {}", p.display())),
@@ -671,14 +767,24 @@ impl SFile {
 
     pub(crate) fn len(&self) -> Result<u64> {
         match self {
-            SFile::Remote(f, path) => Ok(f.attr().with_context(|| format!("stat of {path}"))?.size),
+            SFile::Remote(f, path, _) => {
+                Ok(f.attr().with_context(|| format!("stat of {path}"))?.size)
+            }
             SFile::Local(f, _) => Ok(f.metadata()?.len()),
         }
     }
 
     pub(crate) fn close(self) -> Result<()> {
         match self {
-            SFile::Remote(f, path) => (*f).close().with_context(|| format!("close of {path}")),
+            SFile::Remote(f, path, counted) => {
+                let r = (*f).close().with_context(|| format!("close of {path}"));
+                counted
+                    .total
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .add(&counted.client.traffic());
+                r
+            }
             SFile::Local(..) => Ok(()),
         }
     }
@@ -700,6 +806,7 @@ mod tests {
             seed: None,
             baseline: None,
             keep: false,
+            compare_direct: false,
         }
     }
 

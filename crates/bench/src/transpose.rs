@@ -61,6 +61,11 @@ pub struct TransposeArgs {
     /// Keep the input and output files afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Also run the transposition twice more, relayed (every read through the data
+    /// servers) and direct (short-circuit reads where a data server is on the client's
+    /// host), and report both (`relayed`, `direct` in the JSON).
+    #[arg(long)]
+    pub compare_direct: bool,
 }
 
 fn validate(a: &TransposeArgs) -> Result<()> {
@@ -215,7 +220,7 @@ pub fn run(a: TransposeArgs) -> Result<serde_json::Value> {
         None => None,
     };
     let d = |r: &Run| mib_s(2 * g.matrix_bytes(), r.secs);
-    let report = json!({
+    let mut report = json!({
         "benchmark": "transpose",
         "m": a.m,
         "b": a.b,
@@ -248,6 +253,18 @@ pub fn run(a: TransposeArgs) -> Result<serde_json::Value> {
         b = a.b
     );
     print_stream_table(d(&ours), ours.secs, ceiling, baseline.as_ref().map(d));
+    if a.compare_direct {
+        let store = Store::remote(&a.cluster, &a.path)?;
+        let both = crate::scan::relayed_and_direct(&store, || {
+            transpose_on(&store, &a, &g, seed).map(|r| (r.secs, 2 * g.matrix_bytes()))
+        });
+        if !a.keep {
+            store.remove_all(&names);
+        }
+        let both = both?;
+        report["relayed"] = both["relayed"].clone();
+        report["direct"] = both["direct"].clone();
+    }
     if let Some(p) = &a.json {
         write_json(p, &report)?;
     }
@@ -379,6 +396,7 @@ mod tests {
             seed: None,
             baseline: None,
             keep: false,
+            compare_direct: false,
         }
     }
 

@@ -332,9 +332,13 @@ pub(crate) fn run_clients<T: Send>(
 }
 
 /// A client that says it runs on `host`.
-pub fn client_on(cluster: &stripefs_rpc::ClusterConfig, host: &str) -> anyhow::Result<stripefs_client::Client> {
+pub fn client_on(
+    cluster: &stripefs_rpc::ClusterConfig,
+    host: &str,
+) -> anyhow::Result<stripefs_client::Client> {
     let mut c = cluster.clone();
-    c.set_client_host(Some(host)).map_err(|e| anyhow::anyhow!(e))?;
+    c.set_client_host(Some(host))
+        .map_err(|e| anyhow::anyhow!(e))?;
     Ok(stripefs_client::Client::connect(&c)?)
 }
 
@@ -344,7 +348,11 @@ pub fn client_beside(
     cluster: &stripefs_rpc::ClusterConfig,
     server: u32,
 ) -> anyhow::Result<stripefs_client::Client> {
-    match cluster.data.get(server as usize).and_then(|d| d.host.as_deref()) {
+    match cluster
+        .data
+        .get(server as usize)
+        .and_then(|d| d.host.as_deref())
+    {
         Some(h) => client_on(cluster, h),
         None => Ok(stripefs_client::Client::connect(cluster)?),
     }

@@ -107,6 +107,7 @@ pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
         a.servers,
         a.targets,
         Some(a.throttle),
+        None,
         &exe,
     )?;
     let ctx = Ctx {

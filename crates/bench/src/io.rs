@@ -73,8 +73,14 @@ pub struct IoArgs {
     /// read back its own transfers instead of its neighbour's, so that with a local
     /// layout both phases stay on each client's host. The JSON's local_bytes_fraction
     /// says how many bytes did.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "colocate_fraction")]
     pub colocate: bool,
+    /// Colocate only this fraction of the clients (0 to 1; `--colocate` is 1): the first
+    /// round(F x clients) run on their data servers' hosts as with `--colocate`, the
+    /// others on a host with no data server (`remote-client`). Every client reads back
+    /// its own transfers.
+    #[arg(long)]
+    pub colocate_fraction: Option<f64>,
     /// Placement policy of the test files (`setstripe --layout`): local puts a file on
     /// the data servers of the host of the client that creates it first (with
     /// --file-per-process, client i creates file i; a shared file is created by client
@@ -198,6 +204,11 @@ pub fn shape(a: &IoArgs) -> Result<Shape> {
     if a.xfer == 0 || a.xfer > MAX_XFER {
         bail!("--xfer must be between 1 byte and 64M, not {}", a.xfer);
     }
+    if let Some(f) = a.colocate_fraction {
+        if !(0.0..=1.0).contains(&f) {
+            bail!("--colocate-fraction must be between 0 and 1, not {f}");
+        }
+    }
     if a.interleaved && a.file_per_process {
         bail!("--interleaved interleaves the clients in one shared file; it cannot go with --file-per-process");
     }
@@ -249,7 +260,7 @@ pub fn shape(a: &IoArgs) -> Result<Shape> {
         segments,
         interleaved: a.interleaved,
         file_per_process: a.file_per_process,
-        own_reads: a.colocate,
+        own_reads: a.colocate || a.colocate_fraction.is_some(),
     })
 }
 
@@ -323,6 +334,7 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
         "baseline_write_mib_s": baseline.map(|b| b.write_mib_s),
         "baseline_read_mib_s": baseline.map(|b| b.read_mib_s),
         "colocate": a.colocate,
+        "colocate_fraction": colocate_fraction(&a),
         "layout": a.layout,
         "client_hosts": remote.hosts,
         "local_bytes_fraction": {
@@ -684,10 +696,9 @@ struct Remote {
 
 impl Remote {
     fn prepare(cluster: &ClusterConfig, a: &IoArgs, files: u32, prefix: &str) -> Result<Remote> {
-        let hosts = if a.colocate {
-            Some(colocated_hosts(cluster, a.clients)?)
-        } else {
-            None
+        let hosts = match colocate_fraction(a) {
+            Some(f) => Some(colocated_hosts(cluster, a.clients, f)?),
+            None => None,
         };
         let admin = Client::connect(cluster)?;
         let dir = a.path.trim_end_matches('/').to_string();
@@ -853,7 +864,7 @@ impl Backend for Remote {
 
 /// The host of each of `clients` clients under `--colocate`: client i on the host of
 /// data server i modulo the data servers (the cluster file's `[[data]] host`).
-fn colocated_hosts(cluster: &ClusterConfig, clients: u32) -> Result<Vec<String>> {
+fn colocated_hosts(cluster: &ClusterConfig, clients: u32, fraction: f64) -> Result<Vec<String>> {
     let hosts: Vec<&String> = cluster
         .data
         .iter()
@@ -864,9 +875,32 @@ fn colocated_hosts(cluster: &ClusterConfig, clients: u32) -> Result<Vec<String>>
                 "--colocate needs the data servers' hosts in the cluster file ([[data]] host = ...), as `cluster up --hosts K` writes them"
             )
         })?;
+    if hosts.iter().any(|h| *h == REMOTE_CLIENT_HOST) {
+        bail!("a data server's host is {REMOTE_CLIENT_HOST:?}, the host --colocate-fraction gives the other clients");
+    }
+    let near = (fraction * clients as f64).round() as usize;
     Ok((0..clients as usize)
-        .map(|i| hosts[i % hosts.len()].clone())
+        .map(|i| {
+            if i < near {
+                hosts[i % hosts.len()].clone()
+            } else {
+                REMOTE_CLIENT_HOST.to_string()
+            }
+        })
         .collect())
+}
+
+/// The host of the clients that `--colocate-fraction` does not colocate: one with no
+/// data server.
+const REMOTE_CLIENT_HOST: &str = "remote-client";
+
+/// The fraction of clients colocated: 1 with `--colocate`, else `--colocate-fraction`.
+fn colocate_fraction(a: &IoArgs) -> Option<f64> {
+    if a.colocate {
+        Some(1.0)
+    } else {
+        a.colocate_fraction
+    }
 }
 
 /// The same pattern on a local directory (the baseline), or on a mounted one (each

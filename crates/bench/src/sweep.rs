@@ -26,6 +26,11 @@ pub enum Vary {
     Servers,
     Clients,
     Xfer,
+    /// Fraction of the clients on their data servers' hosts (`bench io
+    /// --colocate-fraction`), on the given cluster.
+    Locality,
+    /// Emulated hosts: one throwaway cluster per value (`cluster up --hosts K`).
+    Hosts,
 }
 
 impl Vary {
@@ -35,7 +40,23 @@ impl Vary {
             Vary::Servers => "servers",
             Vary::Clients => "clients",
             Vary::Xfer => "xfer",
+            Vary::Locality => "locality",
+            Vary::Hosts => "hosts",
         }
+    }
+
+    /// The `bench io` option a point sets (`None`: it starts a cluster instead).
+    fn io_option(self) -> Option<&'static str> {
+        match self {
+            Vary::Servers | Vary::Hosts => None,
+            Vary::Locality => Some("colocate-fraction"),
+            v => Some(v.name()),
+        }
+    }
+
+    /// Whether each point starts a cluster of its own.
+    fn starts_clusters(self) -> bool {
+        matches!(self, Vary::Servers | Vary::Hosts)
     }
 
     /// The parameter in words, for titles.
@@ -45,6 +66,8 @@ impl Vary {
             Vary::Servers => "data servers",
             Vary::Clients => "clients",
             Vary::Xfer => "transfer size",
+            Vary::Locality => "fraction of clients colocated",
+            Vary::Hosts => "hosts",
         }
     }
 
@@ -58,6 +81,8 @@ impl Vary {
             Vary::Servers => "data servers",
             Vary::Clients => "clients",
             Vary::Xfer => "transfer size per call (bytes, log scale)",
+            Vary::Locality => "fraction of clients on their data servers' hosts",
+            Vary::Hosts => "emulated hosts",
         }
     }
 }
@@ -79,6 +104,12 @@ pub struct SweepArgs {
     /// For --vary servers: targets per data server of the clusters it starts.
     #[arg(long, default_value_t = 1)]
     pub targets: u32,
+    /// For --vary hosts: data servers of the clusters it starts.
+    #[arg(long, default_value_t = 4)]
+    pub servers: u32,
+    /// For --vary hosts: each emulated host's network rate (`cluster up --host-net`).
+    #[arg(long, value_parser = stripefs_rpc::units::parse_rate)]
+    pub host_net: Option<u64>,
     /// For --vary servers: per-target throttle of the clusters it starts.
     #[arg(long, value_parser = stripefs_rpc::units::parse_rate)]
     pub throttle: Option<u64>,
@@ -96,7 +127,7 @@ pub struct SweepArgs {
 /// One value of the sweep, parsed.
 struct Point {
     text: String,
-    number: u64,
+    number: f64,
 }
 
 fn points(a: &SweepArgs) -> Result<Vec<Point>> {
@@ -108,14 +139,21 @@ fn points(a: &SweepArgs) -> Result<Vec<Point>> {
         .map(|v| {
             let v = v.trim();
             let number = if a.vary.is_size() {
-                parse_size(v).map_err(|e| anyhow::anyhow!("{e}"))?
+                parse_size(v).map_err(|e| anyhow::anyhow!("{e}"))? as f64
+            } else if a.vary == Vary::Locality {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|f| (0.0..=1.0).contains(f))
+                    .with_context(|| {
+                        format!("--values for locality: {v:?} is not a fraction from 0 to 1")
+                    })?
             } else {
                 v.parse::<u64>().ok().filter(|&n| n > 0).with_context(|| {
                     format!(
                         "--values for {}: {v:?} is not a positive number",
                         a.vary.name()
                     )
-                })?
+                })? as f64
             };
             Ok(Point {
                 text: v.to_string(),
@@ -145,9 +183,10 @@ fn io_argv(a: &SweepArgs, p: &Point, started: Option<&Path>) -> Vec<String> {
     if let Some(b) = &a.baseline {
         argv.extend(["--baseline".into(), b.display().to_string()]);
     }
-    match started {
-        Some(c) => argv.extend(["--cluster".into(), c.display().to_string()]),
-        None => argv.extend([format!("--{}", a.vary.name()), p.text.clone()]),
+    match (started, a.vary.io_option()) {
+        (Some(c), _) => argv.extend(["--cluster".into(), c.display().to_string()]),
+        (None, Some(opt)) => argv.extend([format!("--{opt}"), p.text.clone()]),
+        (None, None) => {}
     }
     argv
 }
@@ -155,15 +194,18 @@ fn io_argv(a: &SweepArgs, p: &Point, started: Option<&Path>) -> Vec<String> {
 /// Runs the sweep, prints each run and a summary table; returns the JSON array.
 pub fn run(a: SweepArgs, exe: PathBuf) -> Result<Value> {
     let pts = points(&a)?;
-    if a.vary == Vary::Servers {
+    if a.vary.starts_clusters() {
         crate::util::interrupt_stops_clusters();
     } else if a.cluster.is_none() {
-        bail!("--cluster (or STRIPEFS_CLUSTER) is needed unless --vary servers");
+        bail!("--cluster (or STRIPEFS_CLUSTER) is needed unless --vary servers or hosts");
+    }
+    if a.host_net.is_some() && a.vary != Vary::Hosts {
+        bail!("--host-net goes with --vary hosts (other sweeps use the given cluster)");
     }
     // Check the arguments of every point before the first measurement.
     for p in &pts {
         let placeholder = Path::new("cluster.toml");
-        let cluster = (a.vary == Vary::Servers).then_some(placeholder);
+        let cluster = a.vary.starts_clusters().then_some(placeholder);
         parse_args::<IoArgs>(&io_argv(&a, p, cluster))?;
     }
     let mut rows = Vec::with_capacity(pts.len());
@@ -186,9 +228,19 @@ pub fn run(a: SweepArgs, exe: PathBuf) -> Result<Value> {
 fn run_point(a: &SweepArgs, p: &Point, exe: &Path) -> Result<Value> {
     let guard = match a.vary {
         Vary::Servers => {
-            let servers = u32::try_from(p.number).context("--values: too many servers")?;
+            let servers = u32::try_from(p.number as u64).context("--values: too many servers")?;
             Some(ClusterGuard::start(
-                None, servers, a.targets, a.throttle, exe,
+                None, servers, a.targets, a.throttle, None, exe,
+            )?)
+        }
+        Vary::Hosts => {
+            let hosts = u32::try_from(p.number as u64).context("--values: too many hosts")?;
+            let net = Some(crate::util::HostsNet {
+                hosts,
+                host_net_bytes_s: a.host_net,
+            });
+            Some(ClusterGuard::start(
+                None, a.servers, a.targets, a.throttle, net, exe,
             )?)
         }
         _ => None,
@@ -204,6 +256,10 @@ fn run_point(a: &SweepArgs, p: &Point, exe: &Path) -> Result<Value> {
         o.insert("vary".into(), json!(a.vary.name()));
         o.insert("value".into(), json!(p.number));
         o.insert("value_text".into(), json!(p.text));
+        if a.vary == Vary::Hosts {
+            o.insert("hosts".into(), json!(p.number));
+            o.insert("host_net_bytes_s".into(), json!(a.host_net));
+        }
         if a.vary == Vary::Servers {
             o.insert("servers".into(), json!(p.number));
             o.insert("targets".into(), json!(a.targets));
@@ -328,6 +384,8 @@ mod tests {
             base_args: base.into(),
             cluster: Some("c.toml".into()),
             targets: 1,
+            servers: 4,
+            host_net: None,
             throttle: None,
             baseline: None,
             json: None,
@@ -353,8 +411,15 @@ mod tests {
     #[test]
     fn sizes_parse_and_bad_values_are_refused() {
         let a = args(Vary::StripeSize, &["64K", "1M"], "");
-        let n: Vec<u64> = points(&a).unwrap().iter().map(|p| p.number).collect();
-        assert_eq!(n, [64 << 10, 1 << 20]);
+        let n: Vec<f64> = points(&a).unwrap().iter().map(|p| p.number).collect();
+        assert_eq!(n, [(64 << 10) as f64, (1 << 20) as f64]);
+        let a = args(Vary::Locality, &["0", "0.5", "1"], "");
+        let n: Vec<f64> = points(&a).unwrap().iter().map(|p| p.number).collect();
+        assert_eq!(n, [0.0, 0.5, 1.0]);
+        let io: IoArgs = parse_args(&io_argv(&a, &points(&a).unwrap()[1], None)).unwrap();
+        assert_eq!(io.colocate_fraction, Some(0.5));
+        assert!(points(&args(Vary::Locality, &["1.5"], "")).is_err());
+        assert!(points(&args(Vary::Hosts, &["0"], "")).is_err());
         assert!(points(&args(Vary::Servers, &["0"], "")).is_err());
         assert!(points(&args(Vary::Xfer, &["lots"], "")).is_err());
         let bad = args(Vary::Clients, &["2"], "--no-such-option");

@@ -121,6 +121,13 @@ pub struct ClusterGuard {
     _tmp: Option<tempfile::TempDir>,
 }
 
+/// Emulated hosts of a cluster a benchmark starts (`cluster up --hosts --host-net`).
+#[derive(Clone, Copy, Debug)]
+pub struct HostsNet {
+    pub hosts: u32,
+    pub host_net_bytes_s: Option<u64>,
+}
+
 impl ClusterGuard {
     /// Starts a cluster in `dir`, or in a new temporary directory (removed on drop).
     pub fn start(
@@ -128,6 +135,7 @@ impl ClusterGuard {
         servers: u32,
         targets: u32,
         throttle_bytes_s: Option<u64>,
+        hosts: Option<HostsNet>,
         exe: &Path,
     ) -> Result<ClusterGuard> {
         let (dir, tmp) = match dir {
@@ -152,8 +160,8 @@ impl ClusterGuard {
             servers,
             targets,
             throttle_bytes_s,
-            hosts: None,
-            host_net_bytes_s: None,
+            hosts: hosts.map(|h| h.hosts),
+            host_net_bytes_s: hosts.and_then(|h| h.host_net_bytes_s),
             defaults: stripefs_rpc::Defaults::default(),
             host: "127.0.0.1".into(),
             exe: exe.to_path_buf(),

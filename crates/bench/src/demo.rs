@@ -58,7 +58,13 @@ pub struct DemoArgs {
     /// Bytes each client writes and reads at each point of the sweep.
     #[arg(long, default_value = "64M", value_parser = parse_size, hide = true)]
     pub sweep_block: u64,
+    /// Bytes each client writes and reads in the locality runs.
+    #[arg(long, default_value = "64M", value_parser = parse_size, hide = true)]
+    pub locality_block: u64,
 }
+
+/// Hosts (one data server each) of the locality section's cluster.
+const LOCALITY_HOSTS: u32 = 4;
 
 /// What every step needs.
 struct Ctx<'a> {
@@ -88,8 +94,11 @@ impl Ctx<'_> {
 
 pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
     let started = Instant::now();
-    if a.sweep_block % (256 << 10) != 0 || a.block % (1 << 20) != 0 {
-        bail!("--block must be a multiple of 1M and --sweep-block of 256K");
+    if a.sweep_block % (256 << 10) != 0
+        || a.block % (1 << 20) != 0
+        || a.locality_block % (1 << 20) != 0
+    {
+        bail!("--block and --locality-block must be multiples of 1M and --sweep-block of 256K");
     }
     crate::util::interrupt_stops_clusters();
     std::fs::create_dir_all(&a.report)
@@ -122,7 +131,14 @@ pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
         guard.dir.display(),
         a.report.display()
     );
-    let sections = vec![io(&ctx), md(&ctx), balance(&ctx), sweep(&ctx)];
+    let mut sections = vec![io(&ctx), md(&ctx), balance(&ctx), sweep(&ctx)];
+    println!();
+    print!("stopping the cluster ... ");
+    let _ = std::io::stdout().flush();
+    drop(guard);
+    println!("done");
+    // Locality runs on a cluster of its own, with emulated hosts and host network.
+    sections.push(locality(&ctx));
     let mut rep = Report {
         title: "stripefs demo report".into(),
         setup: setup_text(&a, ceiling),
@@ -140,11 +156,6 @@ pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
         sections,
         wall_s: 0.0,
     };
-    println!();
-    print!("stopping the cluster ... ");
-    let _ = std::io::stdout().flush();
-    drop(guard);
-    println!("done");
     rep.wall_s = started.elapsed().as_secs_f64();
     println!();
     report::print_summary(&rep);
@@ -508,6 +519,156 @@ fn sweep(ctx: &Ctx) -> Section {
                     .vs("ceiling: sum of target rates", f(r, "ceiling_mib_s")),
                 );
             }
+        }
+    }
+    s
+}
+
+/// Seed 000's balance on emulated hosts: each host's network is half its disks' rate.
+/// Clients on their data servers' hosts with a local layout, against the same clients
+/// on a host with no data server; then `bench balance` on the same cluster.
+fn locality(ctx: &Ctx) -> Section {
+    let a = ctx.a;
+    let net = a.throttle / 2;
+    let mut s = Section {
+        name: "locality".into(),
+        title: "locality: colocated against remote clients, and Disk/Net balance on hosts (seeds 000, 001)"
+            .into(),
+        about: format!(
+            "A second cluster: {LOCALITY_HOSTS} emulated hosts with one data server each, one \
+             target throttled to {}/s per server and a host network of {}/s per host and \
+             direction (slower than the disk, as in seed 000). bench io with one file per \
+             client: colocated (client i on host i, local layout; reads short-circuit when \
+             the disks are not throttled) against the same clients on a host without data \
+             servers, which the host networks hold; then bench balance, whose pairs run on \
+             their producers' hosts.",
+            format_size(a.throttle),
+            format_size(net)
+        ),
+        output: Some("locality.txt".into()),
+        ..Section::default()
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("stripefs-demo-hosts-")
+        .tempdir();
+    let guard = dir.map_err(anyhow::Error::from).and_then(|d| {
+        let g = ClusterGuard::start(
+            Some(&d.path().join("cluster")),
+            LOCALITY_HOSTS,
+            1,
+            Some(a.throttle),
+            Some(crate::util::HostsNet {
+                hosts: LOCALITY_HOSTS,
+                host_net_bytes_s: Some(net),
+            }),
+            &ctx.exe,
+        )?;
+        Ok((d, g))
+    });
+    let (_tmp, guard) = match guard {
+        Ok(g) => g,
+        Err(e) => {
+            s.error = Some(format!("cannot start the hosts cluster: {e:#}"));
+            return s;
+        }
+    };
+    s.commands.push(format!(
+        "stripefs cluster up --dir H --servers {LOCALITY_HOSTS} --hosts {LOCALITY_HOSTS} --throttle {} --host-net {}",
+        rate_arg(a.throttle),
+        rate_arg(net)
+    ));
+    let cluster = guard.cluster_file.display().to_string();
+    let hosts_dir = guard.dir.display().to_string();
+    let io_argv = |json: &str, placement: &[&str]| {
+        let mut v: Vec<String> = [
+            "--cluster",
+            &cluster,
+            "--clients",
+            &LOCALITY_HOSTS.to_string(),
+            "--block",
+            &format_size_arg(a.locality_block),
+            "--file-per-process",
+            "--json",
+            &ctx.out(json),
+        ]
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+        v.extend(placement.iter().map(|w| w.to_string()));
+        v
+    };
+    let show = |bench: &str, argv: &[String]| {
+        let mut words = vec!["stripefs".to_string(), "bench".into(), bench.into()];
+        words.extend(argv.iter().cloned());
+        shell_words(&words).replace(&hosts_dir, "H")
+    };
+    let near = io_argv("io-colocated.json", &["--colocate", "--layout", "local"]);
+    let far = io_argv(
+        "io-remote.json",
+        &[
+            "--host",
+            "remote-client",
+            "--layout",
+            "spread",
+            "--stripe-count",
+            "1",
+        ],
+    );
+    let png = ctx.report.join("balance-hosts.png");
+    let _ = std::fs::remove_file(&png);
+    let bal: Vec<String> = [
+        "--cluster",
+        &cluster,
+        "--sizes",
+        "4M",
+        "--files",
+        "2",
+        "--json",
+        &ctx.out("balance-hosts.json"),
+        "--plot",
+        &png.display().to_string(),
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .collect();
+    s.commands
+        .extend([show("io", &near), show("io", &far), show("balance", &bal)]);
+    let out = step(ctx, "locality", || {
+        let n = crate::io::run(parse_args(&near)?)?;
+        let r = crate::io::run(parse_args(&far)?)?;
+        let b = crate::balance::run(parse_args(&bal)?)?;
+        Ok(serde_json::json!({"colocated": n, "remote": r, "balance": b}))
+    });
+    s.secs = out.1;
+    match out.0 {
+        Err(e) => s.error = Some(e),
+        Ok(v) => {
+            s.json = Some("io-colocated.json".into());
+            if png.exists() {
+                s.images.push("balance-hosts.png".into());
+            }
+            let (n, r) = (&v["colocated"], &v["remote"]);
+            for (phase, key) in [("write", "write_mib_s"), ("read", "read_mib_s")] {
+                s.rows.push(
+                    Row::new(
+                        format!("colocated {phase}"),
+                        "MiB/s",
+                        f(n, key).unwrap_or(f64::NAN),
+                    )
+                    .vs("ceiling: sum of target rates", f(n, "ceiling_mib_s"))
+                    .vs("remote clients, same run", f(r, key)),
+                );
+            }
+            for phase in ["write", "read"] {
+                if let Some(x) = n["local_bytes_fraction"][phase].as_f64() {
+                    s.rows.push(Row::new(
+                        format!("colocated {phase}: bytes on the client's own host"),
+                        "%",
+                        100.0 * x,
+                    ));
+                }
+            }
+            s.rows.extend(balance_rows(&v["balance"]));
         }
     }
     s

@@ -201,6 +201,8 @@ fn tiny_demo(report: &Path, block: &str, throttle: &str) -> Vec<String> {
         "1",
         "--sweep-block",
         "1M",
+        "--locality-block",
+        "2M",
         "--report",
     ]
     .map(String::from)
@@ -236,7 +238,15 @@ fn demo_writes_the_report_and_stops_its_cluster() {
     for name in ["io", "md", "balance", "sweep-stripe-size", "summary"] {
         json(&rep.join(format!("{name}.json")));
     }
-    for png in ["balance.png", "sweep-stripe-size.png"] {
+    // The locality section: its own cluster with hosts, colocated clients all local.
+    let near = json(&rep.join("io-colocated.json"));
+    assert_eq!(near["local_bytes_fraction"]["write"], 1.0, "{near}");
+    assert_eq!(
+        json(&rep.join("io-remote.json"))["local_bytes_fraction"]["read"],
+        0.0
+    );
+    json(&rep.join("balance-hosts.json"));
+    for png in ["balance.png", "sweep-stripe-size.png", "balance-hosts.png"] {
         assert_png(&rep.join(png));
         assert!(
             html.contains(&format!("<img src=\"{png}\"")),

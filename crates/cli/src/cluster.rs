@@ -230,6 +230,21 @@ fn status(a: StatusArgs) -> Result<()> {
                 .map(|n| n.to_string())
                 .unwrap_or("-".into()),
         );
+        if let (Some(sw), Some(sr), Some(ow), Some(or)) = (
+            s["same_host_bytes_written"].as_u64(),
+            s["same_host_bytes_read"].as_u64(),
+            s["other_host_bytes_written"].as_u64(),
+            s["other_host_bytes_read"].as_u64(),
+        ) {
+            println!(
+                "        bytes written/read: same host {} / {}, other hosts {} / {}; short-circuit opens {}",
+                format_size(sw),
+                format_size(sr),
+                format_size(ow),
+                format_size(or),
+                s["short_circuit_opens"].as_u64().unwrap_or(0)
+            );
+        }
         if let Some(targets) = s["targets"].as_array() {
             for t in targets {
                 println!(
@@ -319,6 +334,22 @@ fn data_status(cluster: &ClusterConfig, addr: &str, timeout: Duration) -> serde_
                 v["damaged_blocks"] = json!(damaged_blocks);
                 v["scrub_passes"] = json!(passes);
                 v["scrub_rate_bytes_s"] = json!(rate_bytes_s);
+            }
+            // Also not counted; an older server refuses it and shows no locality.
+            if let Ok(Response::LocalityStatus {
+                same_host_received,
+                same_host_sent,
+                other_host_received,
+                other_host_sent,
+                short_circuit_opens,
+                ..
+            }) = call(cluster, addr, timeout, Request::LocalityStatus {})
+            {
+                v["same_host_bytes_written"] = json!(same_host_received);
+                v["same_host_bytes_read"] = json!(same_host_sent);
+                v["other_host_bytes_written"] = json!(other_host_received);
+                v["other_host_bytes_read"] = json!(other_host_sent);
+                v["short_circuit_opens"] = json!(short_circuit_opens);
             }
             v
         }

@@ -281,3 +281,37 @@ fn bench_io_colocate_counts_local_bytes_and_cpu() {
     }
     assert_eq!(remote["short_circuit_bytes"]["read"], 0, "{remote}");
 }
+
+/// `cluster status` says how many bytes each data server moved with clients on its own
+/// host and on others, and how many short-circuit opens it answered (reads through them
+/// never reach the server).
+#[test]
+fn status_counts_same_host_and_other_host_bytes() {
+    const LEN: usize = 1 << 20;
+    let c = Cluster::up_prefixed("hh-count-", 2, 1, &["--hosts", "2"]);
+    c.ok(&["setstripe", "/a", "--servers", "1"]);
+    c.ok(&["setstripe", "/b", "--servers", "1"]);
+    let src = local_file(LEN);
+    let s = src.path().to_str().unwrap();
+    let dst = c.path().join("hh-count-dst");
+    let d = dst.to_str().unwrap();
+    c.ok(&["put", s, "/a", "--host", "host1"]);
+    c.ok(&["put", s, "/b", "--host", "host0"]);
+    c.ok(&["get", "/a", d, "--host", "host1"]);
+    c.ok(&["get", "/b", d, "--host", "host0"]);
+    let v = json(&c, &["cluster", "status", "--json"]);
+    let data1 = v["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["role"] == "data" && s["host"] == "host1")
+        .unwrap()
+        .clone();
+    let n = |k: &str| data1[k].as_u64().unwrap_or_else(|| panic!("{k}: {data1}"));
+    assert_eq!(n("same_host_bytes_written"), LEN as u64, "{data1}");
+    assert_eq!(n("other_host_bytes_written"), LEN as u64, "{data1}");
+    assert_eq!(n("other_host_bytes_read"), LEN as u64, "{data1}");
+    // The same-host read went short-circuit, past the server.
+    assert_eq!(n("same_host_bytes_read"), 0, "{data1}");
+    assert!(n("short_circuit_opens") >= 1, "{data1}");
+}

@@ -75,6 +75,7 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         },
     )?;
     let host = cfg.host_id(Role::Data)?;
+    service.set_host(host.clone());
     if let Some(rate) = cfg.host_net_bytes_s {
         service.set_host_net(host.clone(), rate)?;
     }

@@ -48,6 +48,11 @@ fn lock_set(m: &Mutex<HashSet<Key>>) -> std::sync::MutexGuard<'_, HashSet<Key>> 
 pub(crate) struct Stats {
     /// Short-circuit opens answered with descriptors.
     local_opens: AtomicU64,
+    /// Bulk bytes received from / sent to clients on this server's host and on others.
+    same_host_received: AtomicU64,
+    same_host_sent: AtomicU64,
+    other_host_received: AtomicU64,
+    other_host_sent: AtomicU64,
     requests: AtomicU64,
     errors: AtomicU64,
     bytes_read: AtomicU64,
@@ -117,6 +122,8 @@ pub struct DataService {
     canary: Option<Canary>,
     /// The emulated host link, if any (`hostnet.rs`).
     pub(crate) host_net: std::sync::OnceLock<crate::hostnet::HostNet>,
+    /// This server's host id, for the locality counters (`set_host`).
+    host: std::sync::OnceLock<String>,
 }
 
 impl DataService {
@@ -244,6 +251,7 @@ impl DataService {
             canary: opts.canary,
             zero_copy: !opts.no_zero_copy,
             host_net: std::sync::OnceLock::new(),
+            host: std::sync::OnceLock::new(),
         }))
     }
 
@@ -266,6 +274,29 @@ impl DataService {
         let mut crc = data.clone().into_os_string();
         crc.push(SIDECAR_SUFFIX);
         (data, crc.into())
+    }
+
+    /// Names this server's host (once), for the locality counters.
+    pub fn set_host(&self, host: String) {
+        let _ = self.host.set(host);
+    }
+
+    /// Counts a request's bulk bytes by whether its client is on this server's host.
+    fn count_locality(&self, conn: &ConnInfo, received: u64, sent: u64) {
+        if received == 0 && sent == 0 {
+            return;
+        }
+        let same = self
+            .host
+            .get()
+            .is_some_and(|h| conn.host.as_deref() == Some(h));
+        let (r, s) = if same {
+            (&self.stats.same_host_received, &self.stats.same_host_sent)
+        } else {
+            (&self.stats.other_host_received, &self.stats.other_host_sent)
+        };
+        r.fetch_add(received, Ordering::Relaxed);
+        s.fetch_add(sent, Ordering::Relaxed);
     }
 
     /// Short-circuit opens answered with descriptors since the server started.
@@ -1086,6 +1117,18 @@ impl DataService {
                     damaged,
                 },
             ),
+            Request::LocalityStatus {} => {
+                let s = &self.stats;
+                let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                Ok(Response::LocalityStatus {
+                    host: self.host.get().cloned().unwrap_or_default(),
+                    same_host_received: get(&s.same_host_received),
+                    same_host_sent: get(&s.same_host_sent),
+                    other_host_received: get(&s.other_host_received),
+                    other_host_sent: get(&s.other_host_sent),
+                    short_circuit_opens: get(&s.local_opens),
+                })
+            }
             Request::ScrubStatus {} => {
                 let s = &self.stats;
                 Ok(Response::ScrubStatus {
@@ -1148,12 +1191,18 @@ impl Service for DataService {
     fn handle(&self, conn: &ConnInfo, env: stripefs_wire::Envelope, data: &[u8]) -> Reply {
         // ScrubStatus rides along with DataStatus (`cluster status`) and is not counted,
         // so that one status moves the counters by one.
-        if !matches!(env.req, Request::ScrubStatus {}) {
+        if !matches!(
+            env.req,
+            Request::ScrubStatus {} | Request::LocalityStatus {}
+        ) {
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
         }
         let op = env.req.opcode();
         let reply = self.dispatch(conn, env.req, data);
         self.charge_host_net(conn, data.len(), &reply);
+        if reply.result.is_ok() {
+            self.count_locality(conn, data.len() as u64, reply.data.len());
+        }
         if let Err(e) = &reply.result {
             self.stats.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("{} from {} failed: {e}", op.name(), conn.peer);

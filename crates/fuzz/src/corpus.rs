@@ -270,6 +270,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             offset: rng.gen_range(0..64) * BLOCK_BYTES as u64,
         },
         Opcode::ScrubStatus => Request::ScrubStatus {},
+        Opcode::LocalityStatus => Request::LocalityStatus {},
     };
     (r, 0)
 }
@@ -377,6 +378,14 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                 })
                 .collect(),
             done: rng.gen(),
+        },
+        Opcode::LocalityStatus => Response::LocalityStatus {
+            host: "h0".into(),
+            same_host_received: rng.gen(),
+            same_host_sent: rng.gen(),
+            other_host_received: rng.gen(),
+            other_host_sent: rng.gen(),
+            short_circuit_opens: rng.gen(),
         },
         Opcode::SessionOpen | Opcode::SessionRenew => Response::Session {
             session: rng.gen(),

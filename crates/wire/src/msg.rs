@@ -375,6 +375,10 @@ requests! {
     // Extents are written in order (a later one wins where they overlap); answered with
     // `Written`.
     80 => WriteList { fid: InodeId, unit: u32, extents: Vec<(u64, u32)>, #[serde(with = "crc_list")] crcs: Vec<u32> },
+    // Data server: its locality counters (bulk bytes with clients on its own host and on
+    // others, short-circuit opens); answered with `LocalityStatus`. Not counted as a
+    // request, like ScrubStatus.
+    82 => LocalityStatus {},
 }
 
 /// Most extents one WriteList request carries.
@@ -531,6 +535,18 @@ pub enum Response {
     Session {
         session: u64,
         lease_ms: u64,
+    },
+    /// Answer to LocalityStatus: the data server's host and, since it started, the bulk
+    /// bytes it received from (writes) and sent to (reads) clients on its own host and on
+    /// other hosts (a connection that announced no host counts as another host's), and
+    /// the short-circuit opens it answered with descriptors.
+    LocalityStatus {
+        host: String,
+        same_host_received: u64,
+        same_host_sent: u64,
+        other_host_received: u64,
+        other_host_sent: u64,
+        short_circuit_opens: u64,
     },
 }
 

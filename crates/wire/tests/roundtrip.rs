@@ -648,6 +648,17 @@ fn variant_indices_are_pinned() {
                 lease_ms: 0,
             },
         ),
+        (
+            16,
+            Response::LocalityStatus {
+                host: String::new(),
+                same_host_received: 0,
+                same_host_sent: 0,
+                other_host_received: 0,
+                other_host_sent: 0,
+                short_circuit_opens: 0,
+            },
+        ),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
@@ -724,6 +735,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (32, "SessionEnd"),
     (4, "ClientHost"),
     (80, "WriteList"),
+    (82, "LocalityStatus"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -881,6 +893,7 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::SessionRenew => Request::SessionRenew { session: 0 },
         Opcode::SessionEnd => Request::SessionEnd { session: 0 },
         Opcode::ClientHost => Request::ClientHost { host: "h".into() },
+        Opcode::LocalityStatus => Request::LocalityStatus {},
     }
 }
 

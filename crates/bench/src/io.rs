@@ -128,6 +128,23 @@ pub struct Phases {
     pub read_traffic: Option<Traffic>,
 }
 
+impl Phases {
+    /// The timings of moving `total` bytes each way, with no CPU or traffic figures.
+    fn timed(total: u64, write_s: f64, read_s: f64, caches_dropped: bool) -> Phases {
+        Phases {
+            write_mib_s: mib_s(total, write_s),
+            read_mib_s: mib_s(total, read_s),
+            write_s,
+            read_s,
+            caches_dropped,
+            write_cpu: PhaseCpu::default(),
+            read_cpu: PhaseCpu::default(),
+            write_traffic: None,
+            read_traffic: None,
+        }
+    }
+}
+
 /// One open file of a client, on stripefs or locally.
 trait Handle: Send {
     /// The caller will read `[off, off + len)` sequentially (a hint, like posix_fadvise).
@@ -497,15 +514,11 @@ fn run_pattern(
     let read_traffic = b.take_traffic();
     pb.finish_and_clear();
     Ok(Phases {
-        write_mib_s: mib_s(total, write_s),
-        read_mib_s: mib_s(total, read_s),
-        write_s,
-        read_s,
-        caches_dropped,
         write_cpu,
         read_cpu,
         write_traffic,
         read_traffic,
+        ..Phases::timed(total, write_s, read_s, caches_dropped)
     })
 }
 
@@ -621,18 +634,8 @@ fn run_mount(files: &Remote, mount: &Path, sh: &Shape, seed: u64) -> Result<Phas
     let caches_dropped = drop_caches();
     let (read_s, r) = workers.phase("read")?;
     check_bytes(&r, sh, "read")?;
-    Ok(Phases {
-        write_mib_s: mib_s(total, write_s),
-        read_mib_s: mib_s(total, read_s),
-        write_s,
-        read_s,
-        caches_dropped,
-        // The client processes' CPU is not collected from the mount run.
-        write_cpu: PhaseCpu::default(),
-        read_cpu: PhaseCpu::default(),
-        write_traffic: None,
-        read_traffic: None,
-    })
+    // The client processes' CPU and traffic are not collected from the mount run.
+    Ok(Phases::timed(total, write_s, read_s, caches_dropped))
 }
 
 fn check_bytes(done: &[Done], sh: &Shape, what: &str) -> Result<()> {

@@ -319,7 +319,7 @@ fn from_disk(d: DiskInode) -> Result<Inode, String> {
 
 /// A format 2 record in the current on-disk form (no device number: none had one).
 fn upgrade_v2(d: DiskInodeV2) -> DiskInode {
-    DiskInode {
+    upgrade_v4(DiskInodeV4 {
         ftype: d.ftype,
         mode: d.mode,
         nlink: d.nlink,
@@ -330,11 +330,11 @@ fn upgrade_v2(d: DiskInodeV2) -> DiskInode {
         mtime_ns: d.mtime_ns,
         ctime_ns: d.ctime_ns,
         layout: d.layout,
-        dir_layout: d.dir_layout.into(),
+        dir_layout: d.dir_layout,
         target: d.target,
         parent: d.parent,
         rdev: 0,
-    }
+    })
 }
 
 /// A format 3 or 4 record in the current on-disk form (no server list, no policy).

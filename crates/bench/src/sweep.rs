@@ -130,6 +130,18 @@ struct Point {
     number: f64,
 }
 
+impl Point {
+    /// The value for the JSON: a whole number as an integer (servers, sizes), a fraction
+    /// as a float (locality).
+    fn json(&self) -> Value {
+        if self.number.fract() == 0.0 && self.number <= u64::MAX as f64 {
+            json!(self.number as u64)
+        } else {
+            json!(self.number)
+        }
+    }
+}
+
 fn points(a: &SweepArgs) -> Result<Vec<Point>> {
     if a.values.is_empty() || a.values.len() > MAX_VALUES {
         bail!("--values takes 1 to {MAX_VALUES} values");
@@ -254,14 +266,14 @@ fn run_point(a: &SweepArgs, p: &Point, exe: &Path) -> Result<Value> {
     command.extend(argv);
     if let Some(o) = report.as_object_mut() {
         o.insert("vary".into(), json!(a.vary.name()));
-        o.insert("value".into(), json!(p.number));
+        o.insert("value".into(), p.json());
         o.insert("value_text".into(), json!(p.text));
         if a.vary == Vary::Hosts {
-            o.insert("hosts".into(), json!(p.number));
+            o.insert("hosts".into(), p.json());
             o.insert("host_net_bytes_s".into(), json!(a.host_net));
         }
         if a.vary == Vary::Servers {
-            o.insert("servers".into(), json!(p.number));
+            o.insert("servers".into(), p.json());
             o.insert("targets".into(), json!(a.targets));
             o.insert("throttle_bytes_s".into(), json!(a.throttle));
         }

@@ -161,6 +161,11 @@ pub struct FuseMount {
 impl FuseMount {
     /// Mounts `cluster_file` on a fresh directory and waits until the mount is up.
     pub fn new(cluster_file: &Path) -> FuseMount {
+        FuseMount::with_args(cluster_file, &[])
+    }
+
+    /// [`FuseMount::new`] with more `stripefs mount` arguments (e.g. `--host H`).
+    pub fn with_args(cluster_file: &Path, extra: &[&str]) -> FuseMount {
         let dir = tempfile::Builder::new()
             .prefix("stripefs-mnt-")
             .tempdir()
@@ -171,6 +176,7 @@ impl FuseMount {
             .arg(cluster_file)
             .arg("--log")
             .arg(&log)
+            .args(extra)
             .arg(dir.path())
             .stdin(std::process::Stdio::null())
             .spawn()

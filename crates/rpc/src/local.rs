@@ -103,6 +103,13 @@ impl Listener {
                     format!("{} exists and is not a socket", path.display()),
                 ));
             }
+            // A live listener there (another server given the same path) keeps it.
+            if Seqpacket::connect(path, Duration::from_secs(1)).is_ok() {
+                return Err(err(
+                    io::ErrorKind::AddrInUse,
+                    format!("{} is in use by a running server", path.display()),
+                ));
+            }
             std::fs::remove_file(path)?;
         }
         let fd = new_socket()?;
@@ -529,6 +536,18 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
         drop(c);
         assert!(server.join().unwrap().is_err());
+    }
+
+    #[test]
+    fn a_live_socket_is_not_taken_over_and_a_stale_one_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (l, path) = pair(dir.path());
+        let e = Listener::bind(&path)
+            .err()
+            .expect("a second bind of a live socket");
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{e}");
+        drop(l);
+        Listener::bind(&path).expect("the stale socket file is replaced");
     }
 
     #[test]

@@ -220,6 +220,57 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     })
 }
 
+/// Bytes of an object written out together once a write completes them.
+pub const WRITEBACK_WINDOW: u64 = 1 << 20;
+
+/// Starts the write-out of every whole [`WRITEBACK_WINDOW`] of the object that the write
+/// `[off, off + len)` completes (ends in), so that streaming writes of any size reach the
+/// disk as they go. A write that ends no window starts nothing: a small file's write
+/// must not queue a device write of its own (measured: `sync_file_range` on each 4 KiB
+/// write of a new small file cost 0.38 ms of its 0.57 ms at the data server).
+fn start_writeback_behind(obj: &Object, off: u64, len: u64) {
+    if let Some((lo, n)) = windows_completed(off, len) {
+        obj.data.start_writeback(lo, n);
+    }
+}
+
+/// The whole windows `[lo, lo + n)` that a write of `len` bytes at `off` ends in (from
+/// the window holding `off`), `None` if it ends none.
+fn windows_completed(off: u64, len: u64) -> Option<(u64, u64)> {
+    let first = off / WRITEBACK_WINDOW + 1;
+    let last = (off + len) / WRITEBACK_WINDOW;
+    (first <= last).then(|| {
+        let lo = (first - 1) * WRITEBACK_WINDOW;
+        (lo, last * WRITEBACK_WINDOW - lo)
+    })
+}
+
+#[cfg(test)]
+mod writeback_tests {
+    use super::*;
+    const W: u64 = WRITEBACK_WINDOW;
+
+    #[test]
+    fn only_writes_that_end_a_window_start_write_out() {
+        assert_eq!(windows_completed(0, 4096), None);
+        assert_eq!(windows_completed(0, W), Some((0, W)));
+        assert_eq!(windows_completed(W - 10, 10), Some((0, W)));
+        assert_eq!(windows_completed(W - 10, 9), None);
+        assert_eq!(windows_completed(W, W), Some((W, W)));
+        assert_eq!(windows_completed(100, 3 * W), Some((0, 3 * W)));
+        // Small writes streaming through a window: only the one that ends it counts.
+        let mut started = 0;
+        for k in 0..(2 * W / 47008 + 1) {
+            if let Some((lo, n)) = windows_completed(k * 47008, 47008) {
+                assert_eq!(n % W, 0);
+                assert_eq!(lo % W, 0);
+                started += n;
+            }
+        }
+        assert_eq!(started, 2 * W);
+    }
+}
+
 /// The pieces of one write, computed before anything is written.
 struct WriteParts<'a> {
     off: u64,
@@ -243,7 +294,7 @@ impl WriteParts<'_> {
         self.write_mid(c, obj)?;
         // Disk write-out overlaps the transfer of the next requests instead of piling
         // up for the client's fsync (the page cache would otherwise hold it all).
-        obj.data.start_writeback(self.off, self.data.len() as u64);
+        start_writeback_behind(obj, self.off, self.data.len() as u64);
         if let Some(p) = self.tail {
             p.flush(c, obj)?;
         }

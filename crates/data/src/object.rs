@@ -245,32 +245,6 @@ fn windows_completed(off: u64, len: u64) -> Option<(u64, u64)> {
     })
 }
 
-#[cfg(test)]
-mod writeback_tests {
-    use super::*;
-    const W: u64 = WRITEBACK_WINDOW;
-
-    #[test]
-    fn only_writes_that_end_a_window_start_write_out() {
-        assert_eq!(windows_completed(0, 4096), None);
-        assert_eq!(windows_completed(0, W), Some((0, W)));
-        assert_eq!(windows_completed(W - 10, 10), Some((0, W)));
-        assert_eq!(windows_completed(W - 10, 9), None);
-        assert_eq!(windows_completed(W, W), Some((W, W)));
-        assert_eq!(windows_completed(100, 3 * W), Some((0, 3 * W)));
-        // Small writes streaming through a window: only the one that ends it counts.
-        let mut started = 0;
-        for k in 0..(2 * W / 47008 + 1) {
-            if let Some((lo, n)) = windows_completed(k * 47008, 47008) {
-                assert_eq!(n % W, 0);
-                assert_eq!(lo % W, 0);
-                started += n;
-            }
-        }
-        assert_eq!(started, 2 * W);
-    }
-}
-
 /// The pieces of one write, computed before anything is written.
 struct WriteParts<'a> {
     off: u64,
@@ -767,4 +741,30 @@ pub fn seek(c: &Ctx, obj: &Object, off: u64, hole: bool) -> Result<Option<u64>, 
         block += n;
     }
     Ok(hole.then(|| off.max(block * BLOCK)))
+}
+
+#[cfg(test)]
+mod writeback_tests {
+    use super::*;
+    const W: u64 = WRITEBACK_WINDOW;
+
+    #[test]
+    fn only_writes_that_end_a_window_start_write_out() {
+        assert_eq!(windows_completed(0, 4096), None);
+        assert_eq!(windows_completed(0, W), Some((0, W)));
+        assert_eq!(windows_completed(W - 10, 10), Some((0, W)));
+        assert_eq!(windows_completed(W - 10, 9), None);
+        assert_eq!(windows_completed(W, W), Some((W, W)));
+        assert_eq!(windows_completed(100, 3 * W), Some((0, 3 * W)));
+        // Small writes streaming through a window: only the one that ends it counts.
+        let mut started = 0;
+        for k in 0..(2 * W / 47008 + 1) {
+            if let Some((lo, n)) = windows_completed(k * 47008, 47008) {
+                assert_eq!(n % W, 0);
+                assert_eq!(lo % W, 0);
+                started += n;
+            }
+        }
+        assert_eq!(started, 2 * W);
+    }
 }

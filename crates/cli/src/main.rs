@@ -9,6 +9,7 @@ mod metalog;
 mod mount;
 mod serve;
 mod sim;
+mod wan;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -79,6 +80,11 @@ enum Cmd {
     /// Offline check and repair of a stopped metadata server's log.
     #[command(subcommand, name = "meta-log")]
     MetaLog(metalog::MetaLogCmd),
+    /// Emulate a wide-area link in front of a server: a TCP relay adding a round-trip
+    /// time, a window per connection and one shared rate limit (works for any TCP
+    /// program).
+    #[command(name = "wan-emu")]
+    WanEmu(wan::WanArgs),
 }
 
 fn main() {
@@ -103,6 +109,7 @@ fn main() {
         Cmd::Plan(a) => stripefs_bench::plan::run(a).map(|_| ()),
         Cmd::Sim(a) => sim::run(a),
         Cmd::MetaLog(c) => metalog::run(c),
+        Cmd::WanEmu(a) => wan::run(a),
     };
     if let Err(e) = result {
         eprintln!("stripefs: error: {e:#}");

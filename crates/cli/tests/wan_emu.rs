@@ -1,0 +1,152 @@
+//! `stripefs wan-emu` as a user would run it: a relay process in front of a TCP server.
+//! One connection is held to about window / RTT; all connections together to the rate.
+
+mod common;
+
+use common::exe;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The relay process; killed (and reaped) on drop, also when the test fails.
+struct Relay {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_addr() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// A server that reads every connection to its end and answers with the byte count.
+fn sink() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut n = 0u64;
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(k) = s.read(&mut buf) {
+                    if k == 0 {
+                        break;
+                    }
+                    n += k as u64;
+                }
+                let _ = s.write_all(&n.to_le_bytes());
+            });
+        }
+    });
+    addr
+}
+
+fn relay(to: &str, rtt: &str, rate: &str, window: &str) -> Relay {
+    let addr = free_addr();
+    let child = Command::new(exe())
+        .args(["wan-emu", "--listen", &addr, "--connect", to])
+        .args(["--rtt", rtt, "--rate", rate, "--window", window])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(Instant::now() < deadline, "wan-emu did not start listening");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Relay { child, addr }
+}
+
+/// Sends `len` bytes through `addr`, waits for the sink's count; returns the seconds.
+fn send(addr: &str, len: usize) -> f64 {
+    let start = Instant::now();
+    let mut s = TcpStream::connect(addr).unwrap();
+    let chunk = vec![0x5au8; 1 << 16];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(chunk.len());
+        s.write_all(&chunk[..n]).unwrap();
+        left -= n;
+    }
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut count = [0u8; 8];
+    s.read_exact(&mut count).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(count),
+        len as u64,
+        "bytes lost in the relay"
+    );
+    start.elapsed().as_secs_f64()
+}
+
+#[test]
+fn one_connection_gets_about_window_per_rtt() {
+    let r = relay(&sink(), "100ms", "100MiB", "64K");
+    let len = 1536 << 10;
+    // 64 KiB per 100 ms: 640 KiB/s, so 1.5 MiB in about 2.4 s (plus half an RTT each
+    // way for the count).
+    let expect = len as f64 / (64.0 * 1024.0 / 0.1);
+    let took = send(&r.addr, len);
+    eprintln!("1.5 MiB through a 64 KiB window at 100 ms: {took:.2} s (model {expect:.2} s)");
+    assert!(took > 0.8 * expect, "{took:.2} s: faster than window / RTT");
+    assert!(
+        took < 1.6 * expect,
+        "{took:.2} s: far slower than window / RTT"
+    );
+}
+
+#[test]
+fn connections_share_the_rate() {
+    let r = relay(&sink(), "0", "2MiB", "16M");
+    let len = 2 << 20;
+    let start = Instant::now();
+    let senders: Vec<_> = (0..2)
+        .map(|_| {
+            let a = r.addr.clone();
+            std::thread::spawn(move || send(&a, len))
+        })
+        .collect();
+    for s in senders {
+        s.join().unwrap();
+    }
+    let took = start.elapsed().as_secs_f64();
+    // 4 MiB at 2 MiB/s in all: about 2 s whatever the number of connections.
+    eprintln!("2 x 2 MiB through a shared 2 MiB/s link: {took:.2} s");
+    assert!(
+        took > 1.7,
+        "{took:.2} s: the connections did not share the rate"
+    );
+    assert!(took < 3.5, "{took:.2} s");
+}
+
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    for (args, why) in [
+        (vec!["--rtt", "50", "--rate", "1MiB"], "needs a unit"),
+        (vec!["--rtt", "50ms", "--rate", "fast"], "rate"),
+    ] {
+        let out = Command::new(exe())
+            .args([
+                "wan-emu",
+                "--listen",
+                "127.0.0.1:0",
+                "--connect",
+                "127.0.0.1:1",
+            ])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}

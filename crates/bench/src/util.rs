@@ -166,6 +166,7 @@ impl ClusterGuard {
             host: "127.0.0.1".into(),
             exe: exe.to_path_buf(),
             no_zero_copy: false,
+            wan: None,
         })
         .with_context(|| format!("cannot start a cluster in {}", guard.dir.display()))?;
         guard.cluster_file = up.cluster_file;

@@ -59,6 +59,29 @@ pub struct UpArgs {
     /// (e.g. 40MiB), shared equally by the host's data servers; same-host bytes are free.
     #[arg(long, value_parser = parse_rate)]
     host_net: Option<u64>,
+    /// Put an emulated wide-area link in front of every server (`stripefs wan-emu`, one
+    /// relay sharing RATE among all connections): RTT,RATE,WINDOW, e.g. 50ms,200Mbit,256K.
+    /// Remote clients use DIR/client-wan.toml, whose addresses go through it.
+    #[arg(long, value_parser = parse_wan)]
+    wan: Option<stripefs_launch::WanLink>,
+}
+
+fn parse_wan(text: &str) -> Result<stripefs_launch::WanLink, String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let [rtt, rate, window] = parts[..] else {
+        return Err(format!(
+            "--wan {text:?} is not RTT,RATE,WINDOW (e.g. 50ms,200Mbit,256K)"
+        ));
+    };
+    let window = parse_size(window)?;
+    if window == 0 {
+        return Err("the --wan window must be above zero".into());
+    }
+    Ok(stripefs_launch::WanLink {
+        rtt_us: crate::wan::parse_duration(rtt)?.as_micros() as u64,
+        rate_bytes_s: crate::wan::parse_link_rate(rate)?,
+        window_bytes: window,
+    })
 }
 
 #[derive(Args)]
@@ -104,6 +127,7 @@ fn up(a: UpArgs) -> Result<()> {
         host: a.host,
         exe: crate::exe(),
         no_zero_copy: a.no_zero_copy,
+        wan: a.wan,
     };
     let up = stripefs_launch::up(&opts)?;
     let differs = |asked: Option<u32>, has: u32| asked.is_some_and(|a| a != has);
@@ -135,7 +159,7 @@ fn up(a: UpArgs) -> Result<()> {
         );
     }
     let verb = if up.restarted { "restarted" } else { "started" };
-    let data = up.servers.len() - 1;
+    let data = up.data_servers;
     println!(
         "{verb} stripefs cluster: 1 metadata server, {data} data servers{}",
         if up.already_running > 0 {
@@ -152,6 +176,18 @@ fn up(a: UpArgs) -> Result<()> {
             up.host_net_bytes_s
                 .map(|r| format!("{}/s per host and direction", format_size(r)))
                 .unwrap_or_else(|| "not limited".into())
+        );
+    }
+    if let Some(w) = up.wan {
+        let file = up
+            .cluster_file
+            .with_file_name(stripefs_launch::WAN_CLIENT_FILE);
+        println!(
+            "  wide-area:    RTT {} ms, {}/s per direction shared, window {}; remote clients use {}",
+            w.rtt_us as f64 / 1000.0,
+            format_size(w.rate_bytes_s),
+            format_size(w.window_bytes),
+            file.display()
         );
     }
     if let Some(first) = up.servers.first() {

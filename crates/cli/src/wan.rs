@@ -42,6 +42,21 @@ pub struct WanArgs {
     /// Most bytes in flight per connection and direction (an untuned TCP window).
     #[arg(long, default_value = "256K", value_parser = parse_size)]
     pub window: u64,
+    /// More relays through the same link, LISTEN=CONNECT (repeatable): every server of
+    /// a cluster behind one bottleneck (`cluster up --wan` uses it).
+    #[arg(long, value_parser = parse_route)]
+    pub route: Vec<(String, String)>,
+    /// A label that names this relay's process (`cluster up --wan` gives its client
+    /// file, to find the process again).
+    #[arg(long, hide = true)]
+    pub tag: Option<String>,
+}
+
+fn parse_route(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((l, c)) if !l.is_empty() && !c.is_empty() => Ok((l.into(), c.into())),
+        _ => Err(format!("route {text:?} is not LISTEN=CONNECT")),
+    }
 }
 
 /// A duration such as `50ms`, `0.1s`, `200us` or `0`.
@@ -124,13 +139,26 @@ pub fn run(a: WanArgs) -> Result<()> {
     if a.window == 0 {
         bail!("--window must be above zero");
     }
-    let listener =
-        TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    let mut routes = vec![(a.listen.clone(), a.connect.clone())];
+    routes.extend(a.route.iter().cloned());
+    let mut listeners = Vec::with_capacity(routes.len());
+    for (l, c) in &routes {
+        let listener = TcpListener::bind(l).with_context(|| format!("cannot listen on {l}"))?;
+        listeners.push((listener, c.clone()));
+    }
     let links = Arc::new([new_link(a.rate), new_link(a.rate)]);
+    let shown: Vec<String> = listeners
+        .iter()
+        .map(|(l, c)| {
+            format!(
+                "{} -> {c}",
+                l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+            )
+        })
+        .collect();
     eprintln!(
-        "wan-emu: {} -> {}, RTT {:?}, {}/s per direction shared, window {} per connection (one connection at most {}/s)",
-        listener.local_addr()?,
-        a.connect,
+        "wan-emu: {}, RTT {:?}, {}/s per direction shared, window {} per connection (one connection at most {}/s)",
+        shown.join(", "),
         a.rtt,
         format_size(a.rate),
         format_size(a.window),
@@ -140,6 +168,20 @@ pub fn run(a: WanArgs) -> Result<()> {
             format_size((a.window as f64 / a.rtt.as_secs_f64()) as u64)
         }
     );
+    let accepters: Vec<_> = listeners
+        .into_iter()
+        .map(|(listener, connect)| {
+            let (a, links) = (a.clone(), links.clone());
+            thread::spawn(move || accept_loop(listener, &connect, &a, &links))
+        })
+        .collect();
+    for t in accepters {
+        t.join().map_err(|_| anyhow!("an accept thread panicked"))?;
+    }
+    Ok(())
+}
+
+fn accept_loop(listener: TcpListener, connect: &str, a: &WanArgs, links: &Arc<[Link; 2]>) {
     for conn in listener.incoming() {
         let client = match conn {
             Ok(c) => c,
@@ -149,14 +191,13 @@ pub fn run(a: WanArgs) -> Result<()> {
                 continue;
             }
         };
-        let (a, links) = (a.clone(), links.clone());
+        let (a, links, connect) = (a.clone(), links.clone(), connect.to_string());
         thread::spawn(move || {
-            if let Err(e) = relay(client, &a, &links) {
+            if let Err(e) = relay(client, &connect, &a, &links) {
                 eprintln!("wan-emu: connection ended: {e:#}");
             }
         });
     }
-    Ok(())
 }
 
 fn new_link(rate: u64) -> Link {
@@ -167,9 +208,9 @@ fn new_link(rate: u64) -> Link {
 }
 
 /// Relays one client connection to the server, both directions, until both end.
-fn relay(client: TcpStream, a: &WanArgs, links: &Arc<[Link; 2]>) -> Result<()> {
-    let server = TcpStream::connect(&a.connect)
-        .with_context(|| format!("cannot connect to {}", a.connect))?;
+fn relay(client: TcpStream, connect: &str, a: &WanArgs, links: &Arc<[Link; 2]>) -> Result<()> {
+    let server =
+        TcpStream::connect(connect).with_context(|| format!("cannot connect to {connect}"))?;
     for s in [&client, &server] {
         let _ = s.set_nodelay(true);
     }

@@ -150,3 +150,47 @@ fn bad_arguments_are_refused_clearly() {
         assert!(err.contains(why), "{args:?}: {err}");
     }
 }
+
+/// `cluster up --wan` starts one relay in front of every server and writes a client file
+/// through it: a put and get over it are held by the emulated rate and return the same
+/// bytes, while the cluster file's own clients are not slowed; `cluster down` stops the
+/// relay too.
+#[test]
+fn cluster_up_wan_relays_every_server_and_down_stops_it() {
+    const RATE: f64 = 8.0 * 1048576.0;
+    let c = common::Cluster::up(2, 1, &["--wan", "10ms,8MiB,1M"]);
+    let remote = c.path().join("client-wan.toml");
+    let r = remote.to_str().unwrap();
+    let len = 4 << 20;
+    let src = c.path().join("wan-src");
+    let back = c.path().join("wan-back");
+    let data = common::random_bytes(len);
+    std::fs::write(&src, &data).unwrap();
+    let timed = |args: &[&str]| {
+        let t = Instant::now();
+        c.ok(args);
+        t.elapsed().as_secs_f64()
+    };
+    let put = timed(&["put", src.to_str().unwrap(), "/far", "--cluster", r]);
+    let get = timed(&["get", "/far", back.to_str().unwrap(), "--cluster", r]);
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "the file came back different"
+    );
+    let link = len as f64 / RATE;
+    eprintln!("4 MiB over an 8 MiB/s link: put {put:.2} s, get {get:.2} s (link {link:.2} s)");
+    assert!(put > 0.8 * link && get > 0.8 * link, "faster than the link");
+    let local = timed(&["get", "/far", back.to_str().unwrap()]);
+    assert!(
+        local < 0.5 * link,
+        "the local client was slowed: {local:.2} s"
+    );
+    let relay = std::fs::read_to_string(c.path().join("run/wan.pid")).unwrap();
+    let pid: u32 = relay.trim().parse().unwrap();
+    c.down();
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        state.is_empty() || state.contains(") Z"),
+        "the relay {pid} still runs after cluster down"
+    );
+}

@@ -63,7 +63,24 @@ pub struct UpOptions {
     /// Start the data servers with `--no-zero-copy` (read replies copied through memory
     /// instead of sent with sendfile), for comparison.
     pub no_zero_copy: bool,
+    /// Put an emulated wide-area link (`stripefs wan-emu`) in front of every server and
+    /// write `DIR/client-wan.toml`, a client file whose addresses go through it.
+    pub wan: Option<WanLink>,
 }
+
+/// An emulated wide-area link (`cluster up --wan RTT,RATE,WINDOW`).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct WanLink {
+    /// Round-trip time added, in microseconds.
+    pub rtt_us: u64,
+    /// Bytes per second per direction, shared by every connection to every server.
+    pub rate_bytes_s: u64,
+    /// Most bytes in flight per connection and direction.
+    pub window_bytes: u64,
+}
+
+/// The client file of a cluster with `--wan`: its addresses are the relay's.
+pub const WAN_CLIENT_FILE: &str = "client-wan.toml";
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 struct Shape {
@@ -74,6 +91,8 @@ struct Shape {
     hosts: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     host_net_bytes_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    wan: Option<WanLink>,
 }
 
 /// Data server `i`'s short-circuit socket, `DIR/run/data{i}.sock`, or none when that
@@ -103,6 +122,8 @@ pub struct Up {
     /// Emulated hosts and host network rate of the cluster as it runs.
     pub hosts: Option<u32>,
     pub host_net_bytes_s: Option<u64>,
+    /// The emulated wide-area link, if the cluster has one (`DIR/client-wan.toml`).
+    pub wan: Option<WanLink>,
     pub servers: Vec<ServerProc>,
     pub restarted: bool,
     pub already_running: usize,
@@ -112,6 +133,12 @@ fn servers_of(dir: &Path, shape: &Shape) -> Vec<ServerProc> {
     let mut v = vec![server(dir, "meta", "meta")];
     for i in 0..shape.servers {
         v.push(server(dir, &format!("data{i}"), "data"));
+    }
+    if shape.wan.is_some() {
+        // Its "config" is the client file it serves; started after the servers.
+        let mut w = server(dir, "wan", "wan");
+        w.config = dir.join(WAN_CLIENT_FILE);
+        v.push(w);
     }
     v
 }
@@ -146,7 +173,12 @@ pub fn up(opts: &UpOptions) -> Result<Up> {
             already_running += 1;
             continue;
         }
-        match spawn(&opts.exe, s, opts.no_zero_copy) {
+        let spawned = if s.role == "wan" {
+            wan_args(&dir, &cluster, &shape).and_then(|args| spawn_cmd(&opts.exe, s, &args))
+        } else {
+            spawn(&opts.exe, s, opts.no_zero_copy)
+        };
+        match spawned {
             Ok(pid) => started.push((s.clone(), pid)),
             Err(e) => {
                 stop_started(&started);
@@ -164,6 +196,7 @@ pub fn up(opts: &UpOptions) -> Result<Up> {
         targets: shape.targets,
         hosts: shape.hosts,
         host_net_bytes_s: shape.host_net_bytes_s,
+        wan: shape.wan,
         servers,
         restarted,
         already_running,
@@ -223,7 +256,13 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         throttle_bytes_s: opts.throttle_bytes_s,
         hosts: opts.hosts,
         host_net_bytes_s: opts.host_net_bytes_s,
+        wan: opts.wan,
     };
+    if let Some(w) = &opts.wan {
+        if w.rate_bytes_s == 0 || w.window_bytes == 0 {
+            bail!("--wan needs a positive rate and window");
+        }
+    }
     // Without emulated hosts every server is on this machine's host, so that clients
     // here know they are on the servers' host (short-circuit reads, the local layout).
     let here = stripefs_rpc::host::hostname();
@@ -278,6 +317,21 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         }
         write(&d.join("server.toml"), &text)?;
     }
+    if opts.wan.is_some() {
+        // The remote clients' file: every address is a relay port of the link, no
+        // short-circuit sockets, and a host of its own.
+        let relay = free_ports(&opts.host, opts.servers as usize + 1)?;
+        let mut remote = cluster.clone();
+        remote.meta_addr = addr(relay[0]);
+        for (d, &p) in remote.data.iter_mut().zip(&relay[1..]) {
+            d.addr = addr(p);
+            d.local_socket = None;
+        }
+        remote.host = Some("remote".into());
+        remote
+            .save(&dir.join(WAN_CLIENT_FILE))
+            .with_context(|| format!("cannot write {}/{WAN_CLIENT_FILE}", dir.display()))?;
+    }
     write(&dir.join("layout.toml"), &toml::to_string(&shape)?)?;
     // Written last: its presence marks a complete cluster directory.
     cluster
@@ -291,6 +345,49 @@ fn write(p: &Path, text: &str) -> Result<()> {
 }
 
 fn spawn(exe: &Path, s: &ServerProc, no_zero_copy: bool) -> Result<u32> {
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        s.role.into(),
+        "--config".into(),
+        s.config.display().to_string(),
+        "--log".into(),
+        s.log.display().to_string(),
+    ];
+    if no_zero_copy && s.role == "data" {
+        args.push("--no-zero-copy".into());
+    }
+    spawn_cmd(exe, s, &args)
+}
+
+/// The `stripefs wan-emu` arguments of a cluster's link: one relay process for every
+/// server, so that all connections share one rate. `--tag` names the client file, so
+/// that the process is recognised as this cluster's.
+fn wan_args(dir: &Path, cluster: &ClusterConfig, shape: &Shape) -> Result<Vec<String>> {
+    let w = shape.wan.context("no --wan link in layout.toml")?;
+    let client_file = dir.join(WAN_CLIENT_FILE);
+    let remote = ClusterConfig::load(&client_file).map_err(|e| anyhow!(e))?;
+    let mut args: Vec<String> = vec![
+        "wan-emu".into(),
+        "--listen".into(),
+        remote.meta_addr.clone(),
+        "--connect".into(),
+        cluster.meta_addr.clone(),
+        "--rtt".into(),
+        format!("{}us", w.rtt_us),
+        "--rate".into(),
+        w.rate_bytes_s.to_string(),
+        "--window".into(),
+        w.window_bytes.to_string(),
+        "--tag".into(),
+        client_file.display().to_string(),
+    ];
+    for (r, d) in remote.data.iter().zip(&cluster.data) {
+        args.extend(["--route".into(), format!("{}={}", r.addr, d.addr)]);
+    }
+    Ok(args)
+}
+
+fn spawn_cmd(exe: &Path, s: &ServerProc, args: &[String]) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -298,15 +395,7 @@ fn spawn(exe: &Path, s: &ServerProc, no_zero_copy: bool) -> Result<u32> {
         .open(&s.log)
         .with_context(|| format!("cannot open log {}", s.log.display()))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("serve")
-        .arg(s.role)
-        .arg("--config")
-        .arg(&s.config)
-        .arg("--log")
-        .arg(&s.log);
-    if no_zero_copy && s.role == "data" {
-        cmd.arg("--no-zero-copy");
-    }
+    cmd.args(args);
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::from(log.try_clone()?))
@@ -330,7 +419,12 @@ fn running_pid(s: &ServerProc, _dir: &Path) -> Option<u32> {
         .ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-    let ours = cmdline.contains(" serve ") && cmdline.contains(&*s.config.to_string_lossy());
+    let verb = if s.role == "wan" {
+        " wan-emu "
+    } else {
+        " serve "
+    };
+    let ours = cmdline.contains(verb) && cmdline.contains(&*s.config.to_string_lossy());
     let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|st| {
             st.rsplit(')')
@@ -357,6 +451,12 @@ fn alive(pid: u32) -> bool {
 }
 
 fn addr_of(cluster: &ClusterConfig, s: &ServerProc) -> String {
+    if s.role == "wan" {
+        // The metadata server through the link: the relay is up when a ping passes it.
+        return ClusterConfig::load(&s.config)
+            .map(|c| c.meta_addr)
+            .unwrap_or_default();
+    }
     match s.name.strip_prefix("data") {
         Some(i) => cluster.data[i.parse::<usize>().unwrap_or(0)].addr.clone(),
         None => cluster.meta_addr.clone(),

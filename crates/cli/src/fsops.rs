@@ -25,6 +25,10 @@ pub struct ClusterArg {
     /// local layout places new files on this host's data servers.
     #[arg(long, env = "STRIPEFS_HOST", global = true)]
     host: Option<String>,
+    /// Connections (streams) to each data server (default: `streams` in the cluster
+    /// file, else 4); more keep more requests in flight on a long link.
+    #[arg(long, env = "STRIPEFS_STREAMS", global = true)]
+    streams: Option<u32>,
 }
 
 impl ClusterArg {
@@ -35,6 +39,10 @@ impl ClusterArg {
         let mut cfg = ClusterConfig::load(path).map_err(|e| anyhow!(e))?;
         cfg.set_client_host(self.host.as_deref())
             .map_err(|e| anyhow!(e))?;
+        if let Some(n) = self.streams {
+            stripefs_rpc::config::check_streams(n).map_err(|e| anyhow!(e))?;
+            cfg.streams = Some(n);
+        }
         Ok(Client::connect(&cfg)?)
     }
 }

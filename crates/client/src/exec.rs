@@ -1,15 +1,16 @@
 //! The client-wide I/O worker pool.
 //!
 //! Jobs are tagged with the data server they talk to. A worker takes the oldest job whose
-//! server has fewer than [`MAX_CONNS_PER_SERVER`] jobs running, so a slow or hung server
+//! server has fewer than its streams (connections, [`MAX_CONNS_PER_SERVER`] unless the
+//! cluster file says `streams`) jobs running, so a slow or hung server
 //! can hold at most that many workers and requests to the other servers keep flowing.
 //! Workers are started on demand up to [`IO_WORKERS`] and stop when the client is dropped.
 //! A job's result travels through a [`Promise`] / [`Completion`] pair; a job that panics
 //! (a bug) still completes, with an `Internal` error, so no caller waits forever.
 
 #[cfg(test)]
-use crate::IO_WORKERS;
-use crate::{MAX_CONNS_PER_SERVER, MAX_QUEUED_JOBS, WORKER_STACK_BYTES};
+use crate::{IO_WORKERS, MAX_CONNS_PER_SERVER};
+use crate::{MAX_QUEUED_JOBS, WORKER_STACK_BYTES};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -94,6 +95,8 @@ struct Job {
 }
 
 struct State {
+    /// Most jobs running for one server (its connections).
+    per_server: usize,
     queue: VecDeque<Job>,
     /// Jobs running per server.
     busy: Vec<usize>,
@@ -120,17 +123,18 @@ pub(crate) struct Executor {
 impl Executor {
     #[cfg(test)]
     pub fn new(servers: usize) -> Executor {
-        Executor::with_workers(servers, IO_WORKERS)
+        Executor::with_workers(servers, IO_WORKERS, MAX_CONNS_PER_SERVER)
     }
 
     /// A pool of at most `max_workers` threads (one makes the order of all I/O the
     /// order it was submitted in: the simulator's runs repeat exactly).
-    pub fn with_workers(servers: usize, max_workers: usize) -> Executor {
-        assert!(max_workers > 0);
+    pub fn with_workers(servers: usize, max_workers: usize, per_server: usize) -> Executor {
+        assert!(max_workers > 0 && per_server > 0);
         Executor {
             max_workers,
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
+                    per_server,
                     queue: VecDeque::new(),
                     busy: vec![0; servers],
                     threads: 0,
@@ -198,11 +202,8 @@ impl Drop for Executor {
 fn next_job(shared: &Shared) -> Option<Job> {
     let mut st = lock(&shared.state);
     loop {
-        let busy = &st.busy;
-        let pick = st
-            .queue
-            .iter()
-            .position(|j| busy[j.server] < MAX_CONNS_PER_SERVER);
+        let (busy, per_server) = (&st.busy, st.per_server);
+        let pick = st.queue.iter().position(|j| busy[j.server] < per_server);
         if let Some(i) = pick {
             let job = st.queue.remove(i).expect("position is in the queue");
             st.busy[job.server] += 1;

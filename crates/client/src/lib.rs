@@ -57,7 +57,8 @@ use stripefs_wire::{Request, Response, MAX_DATA_BYTES, MAX_READDIR_ENTRIES};
 
 /// Threads in the client-wide I/O worker pool.
 pub const IO_WORKERS: usize = 32;
-/// Most connections (and so requests in flight) to one data server.
+/// Connections (streams, and so requests in flight) to one data server unless the
+/// cluster file says `streams`.
 pub const MAX_CONNS_PER_SERVER: usize = 4;
 /// Most connections to the metadata server.
 pub const MAX_META_CONNS: usize = 16;
@@ -202,6 +203,9 @@ impl Client {
         via: Option<Arc<dyn pool::Transport>>,
     ) -> Result<Client, WireError> {
         let timeout = Duration::from_millis(cluster.timeout_ms);
+        let streams = cluster.streams.map_or(MAX_CONNS_PER_SERVER, |n| {
+            n.clamp(1, stripefs_rpc::config::MAX_STREAMS) as usize
+        });
         let host = cluster.client_host();
         stripefs_wire::validate_host(&host)?;
         let over = |p: ServerPool| match &via {
@@ -223,14 +227,8 @@ impl Client {
                 let id = ServerId(i as u32);
                 let same_host = d.host.as_deref() == Some(host.as_str());
                 let mut p = over(
-                    ServerPool::new(
-                        Some(id),
-                        &d.addr,
-                        &cluster.secret,
-                        timeout,
-                        MAX_CONNS_PER_SERVER,
-                    )
-                    .on_same_host(same_host),
+                    ServerPool::new(Some(id), &d.addr, &cluster.secret, timeout, streams)
+                        .on_same_host(same_host),
                 );
                 if let (true, None, Some(sock)) = (same_host, &via, &d.local_socket) {
                     p = p.with_short_circuit(sock.clone(), short_circuit_default());
@@ -248,7 +246,8 @@ impl Client {
                 data.len(),
                 via.as_ref()
                     .and_then(|v| v.io_workers())
-                    .unwrap_or(IO_WORKERS),
+                    .unwrap_or(IO_WORKERS.max(streams * data.len().min(8))),
+                streams,
             ),
             data,
             open: Mutex::new(HashMap::new()),

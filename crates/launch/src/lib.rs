@@ -291,6 +291,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         lease_ms: stripefs_rpc::limits::LEASE_MS,
         host: None,
         meta_host: host_of(0),
+        streams: None,
     };
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;

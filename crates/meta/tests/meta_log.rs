@@ -37,6 +37,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         lease_ms: stripefs_rpc::limits::LEASE_MS,
         host: None,
         meta_host: None,
+        streams: None,
     };
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
     let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));

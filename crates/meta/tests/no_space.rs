@@ -38,6 +38,7 @@ fn cluster() -> ClusterConfig {
         lease_ms: stripefs_rpc::limits::LEASE_MS,
         host: None,
         meta_host: None,
+        streams: None,
     }
 }
 

@@ -60,6 +60,7 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
         lease_ms: stripefs_rpc::limits::LEASE_MS,
         host: None,
         meta_host: None,
+        streams: None,
     };
     let svc = MetaService::open_on(
         disk,

@@ -7,6 +7,7 @@
 //! timeout_ms = 10000              # optional, client and server I/O timeout
 //! lease_ms = 30000                # optional, client session lease (limits::LEASE_MS)
 //! host = "node7"                 # optional: the host of clients using this file
+//! streams = 8                     # optional: connections per data server (default 4)
 //! [meta]
 //! addr = "127.0.0.1:7000"
 //! host = "node0"                  # optional: the metadata server's host
@@ -58,7 +59,14 @@ pub struct ClusterConfig {
     pub host: Option<String>,
     /// The metadata server's host (`[meta] host`), if the file says.
     pub meta_host: Option<String>,
+    /// Connections (streams) a client keeps to each data server, each carrying one
+    /// request at a time (top-level `streams`); `None`: the client's default. More
+    /// streams keep more requests in flight on a long link.
+    pub streams: Option<u32>,
 }
+
+/// Most streams a client may open to one data server.
+pub const MAX_STREAMS: u32 = 64;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DataServerEntry {
@@ -106,6 +114,8 @@ struct RawCluster {
     lease_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    streams: Option<u32>,
     meta: RawMeta,
     #[serde(default)]
     data: Vec<RawData>,
@@ -208,6 +218,9 @@ impl ClusterConfig {
         }
         let lease_ms = raw.lease_ms.unwrap_or(crate::limits::LEASE_MS);
         check_lease(lease_ms)?;
+        if let Some(n) = raw.streams {
+            check_streams(n)?;
+        }
         Ok(ClusterConfig {
             secret,
             timeout_ms,
@@ -225,6 +238,7 @@ impl ClusterConfig {
             lease_ms,
             host: raw.host,
             meta_host: raw.meta.host,
+            streams: raw.streams,
         })
     }
 
@@ -234,6 +248,7 @@ impl ClusterConfig {
             timeout_ms: Some(self.timeout_ms),
             lease_ms: (self.lease_ms != crate::limits::LEASE_MS).then_some(self.lease_ms),
             host: self.host.clone(),
+            streams: self.streams,
             meta: RawMeta {
                 addr: self.meta_addr.clone(),
                 host: self.meta_host.clone(),
@@ -322,6 +337,16 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             dir
         };
         std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Checks a stream count (`streams`, `--streams`).
+pub fn check_streams(n: u32) -> Result<(), String> {
+    if n == 0 || n > MAX_STREAMS {
+        return Err(format!(
+            "streams {n}: a client keeps 1 to {MAX_STREAMS} connections to each data server"
+        ));
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Human sizes and rates: `4096`, `64K`, `1M`, `1MiB`, `2G`, `1.5G`; rates the same with an
 //! optional `/s`. Binary multiples throughout (K = KiB = KB = 1024), as storage tools do.
 
+use std::time::Duration;
+
 /// Parses a size in bytes. Returns a message naming what is wrong.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
@@ -49,6 +51,58 @@ pub fn parse_rate(text: &str) -> Result<u64, String> {
     Ok(r)
 }
 
+/// A duration such as `50ms`, `0.1s`, `200us` or `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if t == "0" {
+        ("0", 1.0)
+    } else {
+        return Err(format!(
+            "duration {text:?} needs a unit: 50ms, 0.1s or 200us"
+        ));
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("duration {text:?} is not a number with a unit"))?;
+    if !(0.0..=3600.0).contains(&(v * scale)) {
+        return Err(format!("duration {text:?} must be between 0 and one hour"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+/// A link rate in bytes per second, from bits (`200Mbit`, `1Gbit`, `500Kbit`, decimal
+/// prefixes as network rates are quoted) or bytes (`25MiB`, as `parse_rate`).
+pub fn parse_link_rate(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let t = t.strip_suffix("/s").unwrap_or(t);
+    if let Some(n) = t.strip_suffix("bit") {
+        let (num, mult) = match n.chars().last() {
+            Some('K') | Some('k') => (&n[..n.len() - 1], 1e3),
+            Some('M') => (&n[..n.len() - 1], 1e6),
+            Some('G') => (&n[..n.len() - 1], 1e9),
+            _ => (n, 1.0),
+        };
+        let v: f64 = num
+            .parse()
+            .map_err(|_| format!("rate {text:?}: {num:?} is not a number"))?;
+        let bytes = v * mult / 8.0;
+        if !(1.0..1e12).contains(&bytes) {
+            return Err(format!(
+                "rate {text:?} must be between 8 bit/s and 8 Tbit/s"
+            ));
+        }
+        return Ok(bytes as u64);
+    }
+    parse_rate(t)
+}
+
 /// Formats bytes with a binary unit, e.g. `1.5 MiB`.
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -69,6 +123,24 @@ pub fn format_size(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+    #[test]
+    fn durations_and_rates_parse_with_their_units() {
+        assert_eq!(parse_duration("50ms"), Ok(Duration::from_millis(50)));
+        assert_eq!(parse_duration("0.1s"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_duration("200us"), Ok(Duration::from_micros(200)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("50").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert_eq!(parse_link_rate("200Mbit"), Ok(25_000_000));
+        assert_eq!(parse_link_rate("1Gbit/s"), Ok(125_000_000));
+        assert_eq!(parse_link_rate("800Kbit"), Ok(100_000));
+        assert_eq!(parse_link_rate("25MiB"), Ok(25 << 20));
+        assert!(parse_link_rate("0bit").is_err());
+        assert!(parse_link_rate("lots").is_err());
+    }
+
     use super::*;
 
     #[test]

@@ -105,6 +105,7 @@ impl Servers {
             lease_ms: stripefs_rpc::limits::LEASE_MS,
             host: None,
             meta_host: None,
+            streams: None,
         };
         let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
         let data_clock = Arc::new(VirtualClock::new());

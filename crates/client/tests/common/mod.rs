@@ -157,6 +157,7 @@ impl Cluster {
             lease_ms,
             host: None,
             meta_host: None,
+            streams: None,
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();

@@ -29,6 +29,7 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
         lease_ms: stripefs_rpc::limits::LEASE_MS,
         host: None,
         meta_host: None,
+        streams: None,
     }
 }
 

@@ -17,6 +17,7 @@ pub mod md;
 mod pattern;
 pub mod plan;
 pub mod plot;
+pub mod remote;
 pub mod report;
 pub mod scan;
 pub mod sweep;
@@ -49,6 +50,9 @@ pub enum BenchCmd {
     Transpose(transpose::TransposeArgs),
     /// Repeat `bench io` over values of one parameter; JSON array and a plot.
     Sweep(sweep::SweepArgs),
+    /// A remote client (e.g. through `cluster up --wan`'s client file) writes and reads
+    /// back a file per stream count, against the emulated link's rate.
+    Remote(remote::RemoteArgs),
     /// One client process of a `--mount` run (started by `bench io` and `bench md`).
     #[command(hide = true)]
     ClientWorker(worker::WorkerArgs),
@@ -63,6 +67,7 @@ pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
         BenchCmd::Scan(a) => scan::run(a).map(|_| ()),
         BenchCmd::Transpose(a) => transpose::run(a).map(|_| ()),
         BenchCmd::Sweep(a) => sweep::run(a, exe).map(|_| ()),
+        BenchCmd::Remote(a) => remote::run(a).map(|_| ()),
         BenchCmd::ClientWorker(a) => worker::serve(a),
     }
 }

@@ -209,6 +209,11 @@ fn absolute(p: &Path) -> Result<PathBuf> {
         .with_context(|| format!("cannot resolve {}", p.display()))
 }
 
+/// The emulated wide-area link of the cluster in `dir` (`cluster up --wan`), if any.
+pub fn recorded_wan(dir: &Path) -> Option<WanLink> {
+    load_shape(dir).ok()?.wan
+}
+
 fn load_shape(dir: &Path) -> Result<Shape> {
     let p = dir.join("layout.toml");
     let text = std::fs::read_to_string(&p).with_context(|| {

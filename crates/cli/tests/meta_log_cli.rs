@@ -22,6 +22,7 @@ fn cluster() -> ClusterConfig {
             addr: "127.0.0.1:1".into(),
             host: None,
             local_socket: None,
+            advertise: None,
         }],
         defaults: Defaults::default(),
         lease_ms: stripefs_rpc::limits::LEASE_MS,

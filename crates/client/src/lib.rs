@@ -219,6 +219,16 @@ impl Client {
             timeout,
             MAX_META_CONNS,
         ));
+        // A client file that lists no data servers (a remote client's, which needs only
+        // the metadata server's address): the metadata server says where they are.
+        let mut listed;
+        let cluster = if cluster.data.is_empty() {
+            listed = cluster.clone();
+            listed.data = data_servers_of(&meta)?;
+            &listed
+        } else {
+            cluster
+        };
         let data = cluster
             .data
             .iter()
@@ -355,6 +365,24 @@ impl Traffic {
         self.remote_written += o.remote_written;
         self.remote_read += o.remote_read;
         self.direct_read += o.direct_read;
+    }
+}
+
+/// The data servers as the metadata server tells them (DataServers), by id.
+fn data_servers_of(meta: &ServerPool) -> Result<Vec<stripefs_rpc::DataServerEntry>, WireError> {
+    match meta.call(&Cred::root(), Request::DataServers {}, &[], &mut [])? {
+        (Response::DataServers { servers }, _) if !servers.is_empty() => Ok(servers
+            .into_iter()
+            .map(|(addr, host)| stripefs_rpc::DataServerEntry {
+                host,
+                ..stripefs_rpc::DataServerEntry::new(addr)
+            })
+            .collect()),
+        (Response::DataServers { .. }, _) => Err(WireError::new(
+            stripefs_wire::ErrorCode::InvalidArgument,
+            "the metadata server knows no data servers",
+        )),
+        (other, _) => Err(io::unexpected(meta, "DataServers", &other)),
     }
 }
 

@@ -271,6 +271,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         },
         Opcode::ScrubStatus => Request::ScrubStatus {},
         Opcode::LocalityStatus => Request::LocalityStatus {},
+        Opcode::DataServers => Request::DataServers {},
     };
     (r, 0)
 }
@@ -378,6 +379,16 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                 })
                 .collect(),
             done: rng.gen(),
+        },
+        Opcode::DataServers => Response::DataServers {
+            servers: (0..rng.gen_range(0..4))
+                .map(|i| {
+                    (
+                        format!("10.0.0.{i}:7100"),
+                        rng.gen_bool(0.5).then(|| "h".into()),
+                    )
+                })
+                .collect(),
         },
         Opcode::LocalityStatus => Response::LocalityStatus {
             host: "h0".into(),

@@ -279,7 +279,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
     };
     let ports = free_ports(&opts.host, opts.servers as usize + 1)?;
     let addr = |p: u16| format!("{}:{p}", opts.host);
-    let cluster = ClusterConfig {
+    let mut cluster = ClusterConfig {
         secret: Secret::generate(),
         timeout_ms: stripefs_rpc::DEFAULT_TIMEOUT_MS,
         meta_addr: addr(ports[0]),
@@ -290,6 +290,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
                 addr: addr(p),
                 host: host_of(i as u32),
                 local_socket: local_socket(dir, i),
+                advertise: None,
             })
             .collect(),
         defaults: opts.defaults,
@@ -324,15 +325,16 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         write(&d.join("server.toml"), &text)?;
     }
     if opts.wan.is_some() {
-        // The remote clients' file: every address is a relay port of the link, no
-        // short-circuit sockets, and a host of its own.
+        // Each data server advertises its relay port to remote clients, whose file
+        // names only the metadata server's relay port (they ask it for the rest), and a
+        // host of their own.
         let relay = free_ports(&opts.host, opts.servers as usize + 1)?;
+        for (d, &p) in cluster.data.iter_mut().zip(&relay[1..]) {
+            d.advertise = Some(addr(p));
+        }
         let mut remote = cluster.clone();
         remote.meta_addr = addr(relay[0]);
-        for (d, &p) in remote.data.iter_mut().zip(&relay[1..]) {
-            d.addr = addr(p);
-            d.local_socket = None;
-        }
+        remote.data.clear();
         remote.host = Some("remote".into());
         remote
             .save(&dir.join(WAN_CLIENT_FILE))
@@ -387,8 +389,12 @@ fn wan_args(dir: &Path, cluster: &ClusterConfig, shape: &Shape) -> Result<Vec<St
         "--tag".into(),
         client_file.display().to_string(),
     ];
-    for (r, d) in remote.data.iter().zip(&cluster.data) {
-        args.extend(["--route".into(), format!("{}={}", r.addr, d.addr)]);
+    for d in &cluster.data {
+        let to = d
+            .advertise
+            .as_ref()
+            .context("a data server without its relay port")?;
+        args.extend(["--route".into(), format!("{to}={}", d.addr)]);
     }
     Ok(args)
 }

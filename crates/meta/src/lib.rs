@@ -350,6 +350,11 @@ impl MetaService {
             data_servers: cluster.data.len() as u32,
             defaults: cluster.defaults,
             hosts: cluster.data.iter().map(|d| d.host.clone()).collect(),
+            addrs: cluster
+                .data
+                .iter()
+                .map(|d| d.advertise.clone().unwrap_or_else(|| d.addr.clone()))
+                .collect(),
         };
         let fail = |e: WireError| format!("metadata database {}: {e}", path.display());
         let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
@@ -627,6 +632,17 @@ impl MetaService {
                 Ok(Response::Done)
             }
             Request::MetaStatus {} => self.status(),
+            Request::DataServers {} => {
+                let p = &self.core.placement;
+                Ok(Response::DataServers {
+                    servers: p
+                        .addrs
+                        .iter()
+                        .cloned()
+                        .zip(p.hosts.iter().cloned())
+                        .collect(),
+                })
+            }
             req if ops::is_mutation(&req) => self.submit(Job::Client {
                 cred,
                 req,

@@ -40,6 +40,7 @@ fn cluster() -> ClusterConfig {
                 addr: "127.0.0.1:1".into(),
                 host: None,
                 local_socket: None,
+                advertise: None,
             };
             2
         ],

@@ -53,6 +53,7 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
                 addr: "127.0.0.1:1".into(),
                 host: None,
                 local_socket: None,
+                advertise: None,
             };
             2
         ],

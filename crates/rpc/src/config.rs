@@ -16,6 +16,10 @@
 //! host = "node0"                  # optional: the host this data server runs on
 //! local_socket = "/run/stripefs/data0.sock"  # optional, absolute: short-circuit reads
 //!                                 # for clients on the same host (docs/protocol.md)
+//! advertise = "gw.example:7100"   # optional: the address remote clients use
+//!
+//! A client's file may leave out [[data]]: the client then asks the metadata server for
+//! the data servers (their `advertise` addresses where set). Servers need the full list.
 //! [defaults]                      # optional
 //! stripe_size = "1M"
 //! stripe_count = 0                # 0 = all data servers
@@ -77,6 +81,9 @@ pub struct DataServerEntry {
     /// The server's short-circuit socket (`local_socket`, an absolute path): clients on
     /// the same host get its objects' descriptors there and read them directly.
     pub local_socket: Option<PathBuf>,
+    /// The address remote clients reach the server at (`advertise`, e.g. a gateway's),
+    /// which the metadata server tells clients whose file lists no data servers.
+    pub advertise: Option<String>,
 }
 
 impl DataServerEntry {
@@ -85,6 +92,7 @@ impl DataServerEntry {
             addr,
             host: None,
             local_socket: None,
+            advertise: None,
         }
     }
 }
@@ -138,6 +146,8 @@ struct RawData {
     host: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     local_socket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    advertise: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -174,6 +184,9 @@ impl ClusterConfig {
             if let Some(h) = &d.host {
                 crate::host::check_host(h, &format!("data server {i}'s host"))?;
             }
+            if let Some(a) = &d.advertise {
+                check_addr(a, &format!("data server {i}'s advertise"))?;
+            }
             if let Some(p) = &d.local_socket {
                 if !Path::new(p).is_absolute() {
                     return Err(format!(
@@ -188,9 +201,7 @@ impl ClusterConfig {
         if let Some(h) = &raw.meta.host {
             crate::host::check_host(h, "the metadata server's host")?;
         }
-        if raw.data.is_empty() {
-            return Err("no [[data]] servers".into());
-        }
+
         let mut defaults = Defaults::default();
         if let Some(d) = raw.defaults {
             if let Some(s) = d.stripe_size {
@@ -203,7 +214,7 @@ impl ClusterConfig {
                 defaults.stripe_size_bytes = b as u32;
             }
             if let Some(c) = d.stripe_count {
-                if c as usize > raw.data.len() {
+                if !raw.data.is_empty() && c as usize > raw.data.len() {
                     return Err(format!(
                         "default stripe_count {c} exceeds the number of data servers ({})",
                         raw.data.len()
@@ -232,6 +243,7 @@ impl ClusterConfig {
                     addr: d.addr,
                     host: d.host,
                     local_socket: d.local_socket.map(PathBuf::from),
+                    advertise: d.advertise,
                 })
                 .collect(),
             defaults,
@@ -263,6 +275,7 @@ impl ClusterConfig {
                         .local_socket
                         .as_ref()
                         .map(|p| p.to_string_lossy().into_owned()),
+                    advertise: d.advertise.clone(),
                 })
                 .collect(),
             defaults: Some(RawDefaults {
@@ -411,6 +424,12 @@ impl ServerConfig {
         let raw: RawServer = toml::from_str(text).map_err(|e| e.to_string())?;
         let cluster_path = base.join(&raw.cluster);
         let cluster = ClusterConfig::load(&cluster_path)?;
+        if cluster.data.is_empty() {
+            return Err(format!(
+                "cluster file {} lists no [[data]] servers: a client file may leave them out, a server's may not",
+                cluster_path.display()
+            ));
+        }
         if let Some(l) = &raw.listen {
             check_addr(l, "listen")?;
         }

@@ -96,6 +96,7 @@ impl Servers {
                     addr: format!("sim-data-{i}:1"),
                     host: None,
                     local_socket: None,
+                    advertise: None,
                 })
                 .collect(),
             defaults: Defaults {

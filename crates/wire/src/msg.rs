@@ -379,6 +379,10 @@ requests! {
     // others, short-circuit opens); answered with `LocalityStatus`. Not counted as a
     // request, like ScrubStatus.
     82 => LocalityStatus {},
+    // Metadata server: the data servers, in id order, with the address remote clients
+    // reach each at (its `advertise`, else its address) and its host; answered with
+    // `DataServers`. A client file may then name only the metadata server.
+    33 => DataServers {},
 }
 
 /// Most extents one WriteList request carries.
@@ -547,6 +551,10 @@ pub enum Response {
         other_host_received: u64,
         other_host_sent: u64,
         short_circuit_opens: u64,
+    },
+    /// Answer to DataServers: (address, host) of each data server, by id.
+    DataServers {
+        servers: Vec<(String, Option<String>)>,
     },
 }
 

@@ -659,6 +659,7 @@ fn variant_indices_are_pinned() {
                 short_circuit_opens: 0,
             },
         ),
+        (17, Response::DataServers { servers: vec![] }),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
@@ -736,6 +737,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (4, "ClientHost"),
     (80, "WriteList"),
     (82, "LocalityStatus"),
+    (33, "DataServers"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -894,6 +896,7 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::SessionEnd => Request::SessionEnd { session: 0 },
         Opcode::ClientHost => Request::ClientHost { host: "h".into() },
         Opcode::LocalityStatus => Request::LocalityStatus {},
+        Opcode::DataServers => Request::DataServers {},
     }
 }
 

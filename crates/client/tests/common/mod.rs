@@ -148,6 +148,7 @@ impl Cluster {
                     addr: l.local_addr().unwrap().to_string(),
                     host: None,
                     local_socket: None,
+                    advertise: None,
                 })
                 .collect(),
             defaults: Defaults {

@@ -28,6 +28,9 @@ pub struct Placement {
     pub defaults: Defaults,
     /// The host of each data server (`[[data]] host`), for the local policy.
     pub hosts: std::sync::Arc<[Option<String>]>,
+    /// The address remote clients reach each data server at (`advertise`, else its
+    /// address), for DataServers.
+    pub addrs: std::sync::Arc<[String]>,
 }
 
 /// One mutation's view of the batch.

@@ -22,6 +22,7 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
                 addr: "127.0.0.1:1".into(),
                 host: None,
                 local_socket: None,
+                advertise: None,
             };
             data_servers
         ],

@@ -194,3 +194,36 @@ fn cluster_up_wan_relays_every_server_and_down_stops_it() {
         "the relay {pid} still runs after cluster down"
     );
 }
+
+/// Write-behind over a slow link never hides a lost write: a remote client writes far
+/// more than the link carries before its close, data server 0 is killed meanwhile, and
+/// the close (which waits for every write) returns the error.
+#[test]
+fn a_server_killed_during_write_behind_fails_the_close() {
+    let c = common::Cluster::up(2, 1, &["--wan", "5ms,4MiB,1M"]);
+    let cfg =
+        stripefs_rpc::ClusterConfig::load(&c.path().join("client-wan.toml")).expect("client file");
+    let client = stripefs_client::Client::connect(&cfg).expect("connect over the link");
+    let f = client
+        .open("/behind", &stripefs_client::OpenOptions::create_new(0o644))
+        .unwrap();
+    // 16 MiB into the 64 MiB write-behind window: the writes return at once, while the
+    // 4 MiB/s link needs about 4 s to carry them.
+    let chunk = vec![0x42u8; 1 << 20];
+    let start = Instant::now();
+    for i in 0..16u64 {
+        f.write_at(i << 20, &chunk).unwrap();
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "the writes waited for the link: {:?}",
+        start.elapsed()
+    );
+    stripefs_launch::kill9(c.path(), "data0").unwrap();
+    let r = f.close();
+    assert!(
+        r.is_err(),
+        "close acknowledged writes a killed server never stored"
+    );
+    eprintln!("close after the kill: {:?}", r.unwrap_err());
+}

@@ -1,0 +1,12 @@
+//! The MPI-IO layer's pure core (issue 15): derived datatypes as MPI builds them
+//! (contiguous, vector, hvector, indexed, hindexed, subarray in C and Fortran order,
+//! struct, any nesting), flattened to (offset, length) lists, and file views (displacement,
+//! elementary type, file type) that map a range of a view's data bytes to file extents.
+//! No MPI and no I/O here: the file handles, list I/O, collective buffering and
+//! asynchronous requests build on these lists.
+
+mod datatype;
+mod view;
+
+pub use datatype::{Datatype, Order, TypeError};
+pub use view::View;

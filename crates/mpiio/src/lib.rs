@@ -5,8 +5,12 @@
 //! No MPI and no I/O here: the file handles, list I/O, collective buffering and
 //! asynchronous requests build on these lists.
 
+mod comm;
 mod datatype;
+mod file;
 mod view;
 
+pub use comm::{Communicator, ThreadComm};
 pub use datatype::{Datatype, Order, TypeError};
+pub use file::{testany, waitall, File, Hints, IoError, Mode, Request, DEFAULT_SIEVE_BYTES};
 pub use view::View;

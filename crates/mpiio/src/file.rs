@@ -1,0 +1,613 @@
+//! An MPI-IO file handle over the stripefs client: views, explicit offsets and an
+//! individual file pointer, independent and collective (two-phase) reads and writes,
+//! and asynchronous requests served in FIFO order by an I/O thread.
+
+use crate::comm::Communicator;
+use crate::datatype::{Datatype, TypeError};
+use crate::view::View;
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use stripefs_client::{Client, ErrorCode, LayoutHint, OpenOptions, WireError};
+
+/// Errors of the layer: a type or view error, or the file system's.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error(transparent)]
+    Type(#[from] TypeError),
+    #[error(transparent)]
+    Fs(#[from] WireError),
+    #[error("{0}")]
+    Usage(String),
+}
+
+pub type Result<T> = std::result::Result<T, IoError>;
+
+/// ROMIO hint names this layer understands; others are kept and ignored.
+#[derive(Clone, Debug, Default)]
+pub struct Hints {
+    pub values: HashMap<String, String>,
+}
+
+impl Hints {
+    pub fn set(mut self, key: &str, value: &str) -> Hints {
+        self.values.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    fn number(&self, key: &str) -> Result<Option<u64>> {
+        match self.values.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| IoError::Usage(format!("hint {key}={v:?} is not a number"))),
+        }
+    }
+
+    fn switch(&self, key: &str) -> Result<Option<bool>> {
+        match self.values.get(key).map(String::as_str) {
+            None | Some("automatic") => Ok(None),
+            Some("enable") => Ok(Some(true)),
+            Some("disable") => Ok(Some(false)),
+            Some(v) => Err(IoError::Usage(format!(
+                "hint {key}={v:?}: enable, disable or automatic"
+            ))),
+        }
+    }
+}
+
+/// Default `ind_rd_buffer_size`: the largest span data sieving reads at once.
+pub const DEFAULT_SIEVE_BYTES: u64 = 4 << 20;
+
+/// An open file.
+pub struct File {
+    f: Arc<stripefs_client::File>,
+    view: View,
+    /// The individual file pointer, in etypes of the view.
+    pointer: u64,
+    sieve_bytes: u64,
+    cb_nodes: Option<u64>,
+    cb_write: Option<bool>,
+    cb_read: Option<bool>,
+    stripe: u64,
+    io: Mutex<Option<IoThread>>,
+}
+
+/// How to open.
+#[derive(Clone, Copy, Debug)]
+pub struct Mode {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+}
+
+impl File {
+    /// Opens `path`; striping hints (`striping_unit`, `striping_factor`) apply when this
+    /// call creates the file.
+    pub fn open(client: &Client, path: &str, mode: Mode, hints: &Hints) -> Result<File> {
+        let layout = LayoutHint {
+            stripe_size_bytes: hints.number("striping_unit")?.map(|v| v as u32),
+            stripe_count: hints.number("striping_factor")?.map(|v| v as u32),
+            ..LayoutHint::default()
+        };
+        let opts = OpenOptions::new()
+            .read(mode.read)
+            .write(mode.write)
+            .create(mode.create)
+            .mode(0o644)
+            .layout(layout);
+        let f = client.open(path, &opts)?;
+        let stripe = f.layout().stripe_size_bytes as u64;
+        Ok(File {
+            f: Arc::new(f),
+            view: View::bytes(0),
+            pointer: 0,
+            sieve_bytes: hints
+                .number("ind_rd_buffer_size")?
+                .unwrap_or(DEFAULT_SIEVE_BYTES),
+            cb_nodes: hints.number("cb_nodes")?,
+            cb_write: hints.switch("romio_cb_write")?,
+            cb_read: hints.switch("romio_cb_read")?,
+            stripe: stripe.max(1),
+            io: Mutex::new(None),
+        })
+    }
+
+    /// Sets the view; the individual file pointer goes back to 0.
+    pub fn set_view(&mut self, disp: u64, etype: &Datatype, filetype: &Datatype) -> Result<()> {
+        self.wait_io()?;
+        self.view = View::new(disp, etype, filetype)?;
+        self.pointer = 0;
+        Ok(())
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        if len as u64 % self.view.etype_size() != 0 {
+            return Err(IoError::Usage(format!(
+                "{len} bytes is not a whole number of etypes ({} bytes each)",
+                self.view.etype_size()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` at view offset `off` (etypes).
+    pub fn write_at(&self, off: u64, buf: &[u8]) -> Result<()> {
+        self.check_len(buf.len())?;
+        write_extents(&self.f, &self.view.extents(off, buf.len() as u64)?, buf)
+    }
+
+    /// Reads `buf.len()` bytes at view offset `off` (etypes); bytes past the end of
+    /// file read as zeros. Dense patterns are read with data sieving: one read of the
+    /// span, then the pieces copied out.
+    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_len(buf.len())?;
+        let ext = self.view.extents(off, buf.len() as u64)?;
+        read_extents(&self.f, &ext, buf, self.sieve_bytes)
+    }
+
+    /// Writes at the individual file pointer and moves it.
+    pub fn write(&mut self, buf: &[u8]) -> Result<()> {
+        self.write_at(self.pointer, buf)?;
+        self.pointer += buf.len() as u64 / self.view.etype_size();
+        Ok(())
+    }
+
+    /// Reads at the individual file pointer and moves it.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<()> {
+        self.read_at(self.pointer, buf)?;
+        self.pointer += buf.len() as u64 / self.view.etype_size();
+        Ok(())
+    }
+
+    pub fn seek(&mut self, etypes: u64) {
+        self.pointer = etypes;
+    }
+
+    pub fn set_size(&self, size: u64) -> Result<()> {
+        self.wait_io()?;
+        Ok(self.f.set_len(size)?)
+    }
+
+    pub fn preallocate(&self, size: u64) -> Result<()> {
+        self.wait_io()?;
+        Ok(self.f.allocate(0, size, false)?)
+    }
+
+    pub fn size(&self) -> Result<u64> {
+        Ok(self.f.attr()?.size)
+    }
+
+    /// Makes every write of this handle durable.
+    pub fn sync(&self) -> Result<()> {
+        self.wait_io()?;
+        Ok(self.f.fsync()?)
+    }
+
+    pub fn close(self) -> Result<()> {
+        self.wait_io()?;
+        drop(self.io.lock().unwrap_or_else(|p| p.into_inner()).take());
+        match Arc::try_unwrap(self.f) {
+            Ok(f) => Ok(f.close()?),
+            Err(_) => Err(IoError::Usage(
+                "the file is still in use by a request".into(),
+            )),
+        }
+    }
+
+    // ---- collective ----
+
+    /// Aggregators of a collective call: `cb_nodes`, else one per data server of the
+    /// file, at most the communicator's size.
+    fn aggregators(&self, comm: &dyn Communicator) -> usize {
+        let servers = self.f.layout().servers.len() as u64;
+        (self.cb_nodes.unwrap_or(servers).max(1) as usize).min(comm.size())
+    }
+
+    /// Collective write: every rank of `comm` calls it. With two-phase I/O (the default;
+    /// `romio_cb_write=disable` writes independently) the ranks send their pieces to
+    /// the aggregators, each owning a stripe-aligned part of the range all ranks write,
+    /// which write them as few large requests.
+    pub fn write_at_all(&self, comm: &dyn Communicator, off: u64, buf: &[u8]) -> Result<()> {
+        self.check_len(buf.len())?;
+        let ext = self.view.extents(off, buf.len() as u64)?;
+        if self.cb_write == Some(false) {
+            let r = write_extents(&self.f, &ext, buf);
+            comm.barrier();
+            return r;
+        }
+        let domains = self.domains(comm, &ext);
+        // Pieces for each aggregator: (offset, len) then the bytes.
+        let mut send = vec![Vec::new(); comm.size()];
+        let mut at = 0usize;
+        for &(fo, len) in &ext {
+            let mut done = 0;
+            while done < len {
+                let (a, dom_end) = owner(&domains, fo + done);
+                let n = (len - done).min(dom_end - (fo + done));
+                let m = &mut send[a];
+                m.extend_from_slice(&(fo + done).to_le_bytes());
+                m.extend_from_slice(&n.to_le_bytes());
+                m.extend_from_slice(&buf[at + done as usize..at + (done + n) as usize]);
+                done += n;
+            }
+            at += len as usize;
+        }
+        let got = comm.alltoallv(send);
+        // Aggregator: lay the pieces out in file order, later ranks over earlier ones,
+        // and write each contiguous run once.
+        let mut pieces: Vec<(u64, &[u8])> = Vec::new();
+        for m in &got {
+            let mut i = 0;
+            while i < m.len() {
+                let fo = u64::from_le_bytes(m[i..i + 8].try_into().expect("8 bytes"));
+                let n = u64::from_le_bytes(m[i + 8..i + 16].try_into().expect("8 bytes")) as usize;
+                pieces.push((fo, &m[i + 16..i + 16 + n]));
+                i += 16 + n;
+            }
+        }
+        pieces.sort_by_key(|p| p.0);
+        let mut result = Ok(());
+        let mut run: Option<(u64, Vec<u8>)> = None;
+        for (fo, bytes) in pieces {
+            match &mut run {
+                Some((start, data)) if *start + data.len() as u64 >= fo => {
+                    let rel = (fo - *start) as usize;
+                    if rel + bytes.len() > data.len() {
+                        data.resize(rel + bytes.len(), 0);
+                    }
+                    data[rel..rel + bytes.len()].copy_from_slice(bytes);
+                }
+                _ => {
+                    if let Some((s, d)) = run.take() {
+                        result = result.and(self.f.write_at(s, &d).map_err(IoError::from));
+                    }
+                    run = Some((fo, bytes.to_vec()));
+                }
+            }
+        }
+        if let Some((s, d)) = run {
+            result = result.and(self.f.write_at(s, &d).map_err(IoError::from));
+        }
+        // Every aggregator's writes reach the servers before any rank returns.
+        result = result.and(self.f.flush().map_err(IoError::from));
+        let ok = comm.allgather(vec![result.is_ok() as u8]);
+        result?;
+        if ok.iter().any(|v| v.first() != Some(&1)) {
+            return Err(IoError::Fs(WireError::new(
+                ErrorCode::Io,
+                "another rank's part of the collective write failed",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Collective read, the mirror of `write_at_all`: ranks send the extents they want
+    /// to the aggregators, which read their domain's runs once and send the bytes back.
+    pub fn read_at_all(&self, comm: &dyn Communicator, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_len(buf.len())?;
+        let ext = self.view.extents(off, buf.len() as u64)?;
+        if self.cb_read == Some(false) {
+            let r = read_extents(&self.f, &ext, buf, self.sieve_bytes);
+            comm.barrier();
+            return r;
+        }
+        let domains = self.domains(comm, &ext);
+        let mut ask = vec![Vec::new(); comm.size()];
+        // Where each asked piece goes in `buf`, per aggregator, in order.
+        let mut dest: Vec<Vec<(usize, usize)>> = vec![Vec::new(); comm.size()];
+        let mut at = 0usize;
+        for &(fo, len) in &ext {
+            let mut done = 0;
+            while done < len {
+                let (a, dom_end) = owner(&domains, fo + done);
+                let n = (len - done).min(dom_end - (fo + done));
+                ask[a].extend_from_slice(&(fo + done).to_le_bytes());
+                ask[a].extend_from_slice(&n.to_le_bytes());
+                dest[a].push((at + done as usize, n as usize));
+                done += n;
+            }
+            at += len as usize;
+        }
+        let asked = comm.alltoallv(ask);
+        // Aggregator: read the covering runs of everything asked, answer each rank.
+        let mut wanted: Vec<(u64, u64)> = Vec::new();
+        for m in &asked {
+            for c in m.chunks(16) {
+                let fo = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                let n = u64::from_le_bytes(c[8..].try_into().expect("8 bytes"));
+                wanted.push((fo, n));
+            }
+        }
+        let runs = merge(&wanted);
+        let mut run_data = Vec::with_capacity(runs.len());
+        let mut result: Result<()> = Ok(());
+        for &(s, n) in &runs {
+            let mut d = vec![0u8; n as usize];
+            if let Err(e) = read_full(&self.f, s, &mut d) {
+                result = Err(e);
+            }
+            run_data.push((s, d));
+        }
+        let answers: Vec<Vec<u8>> = asked
+            .iter()
+            .map(|m| {
+                let mut out = Vec::new();
+                for c in m.chunks(16) {
+                    let fo = u64::from_le_bytes(c[..8].try_into().expect("8 bytes"));
+                    let n = u64::from_le_bytes(c[8..].try_into().expect("8 bytes")) as usize;
+                    let i = run_data.partition_point(|(s, _)| *s <= fo) - 1;
+                    let (s, d) = &run_data[i];
+                    let rel = (fo - s) as usize;
+                    out.extend_from_slice(&d[rel..rel + n]);
+                }
+                out
+            })
+            .collect();
+        let got = comm.alltoallv(answers);
+        for (a, bytes) in got.iter().enumerate() {
+            let mut i = 0;
+            for &(at, n) in &dest[a] {
+                buf[at..at + n].copy_from_slice(&bytes[i..i + n]);
+                i += n;
+            }
+        }
+        let ok = comm.allgather(vec![result.is_ok() as u8]);
+        result?;
+        if ok.iter().any(|v| v.first() != Some(&1)) {
+            return Err(IoError::Fs(WireError::new(
+                ErrorCode::Io,
+                "another rank's part of the collective read failed",
+            )));
+        }
+        Ok(())
+    }
+
+    /// The aggregators' file domains: the range every rank touches, split into
+    /// stripe-aligned parts, one per aggregator (rank i for domain i).
+    fn domains(&self, comm: &dyn Communicator, ext: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let lo = ext.iter().map(|e| e.0).min().unwrap_or(u64::MAX);
+        let hi = ext.iter().map(|e| e.0 + e.1).max().unwrap_or(0);
+        let mut mine = lo.to_le_bytes().to_vec();
+        mine.extend_from_slice(&hi.to_le_bytes());
+        let all = comm.allgather(mine);
+        let lo = all
+            .iter()
+            .map(|m| u64::from_le_bytes(m[..8].try_into().expect("8 bytes")))
+            .min()
+            .unwrap_or(0);
+        let hi = all
+            .iter()
+            .map(|m| u64::from_le_bytes(m[8..].try_into().expect("8 bytes")))
+            .max()
+            .unwrap_or(0);
+        let n = self.aggregators(comm) as u64;
+        if hi <= lo {
+            return vec![(0, u64::MAX)];
+        }
+        let s = self.stripe;
+        let first = lo / s;
+        let stripes = (hi - 1) / s + 1 - first;
+        let per = stripes.div_ceil(n);
+        (0..n)
+            .map(|i| {
+                let a = if i == 0 { 0 } else { (first + i * per) * s };
+                let b = if i + 1 == n {
+                    u64::MAX
+                } else {
+                    (first + (i + 1) * per) * s
+                };
+                (a, b)
+            })
+            .collect()
+    }
+
+    // ---- asynchronous ----
+
+    fn submit(&self, job: Job) -> Request {
+        let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
+        let t = io.get_or_insert_with(|| IoThread::start(self.f.clone(), self.sieve_bytes));
+        let (tx, rx) = mpsc::channel();
+        // A send fails only once the thread is gone, when the request reports it.
+        let _ = t.jobs.send((job, tx));
+        Request { rx, done: None }
+    }
+
+    /// Starts writing `buf` at view offset `off`; the I/O thread serves the file's
+    /// requests in the order they were made.
+    pub fn iwrite_at(&self, off: u64, buf: Vec<u8>) -> Result<Request> {
+        self.check_len(buf.len())?;
+        let ext = self.view.extents(off, buf.len() as u64)?;
+        Ok(self.submit(Job::Write(ext, buf)))
+    }
+
+    /// Starts reading `len` bytes at view offset `off`; `wait` returns them.
+    pub fn iread_at(&self, off: u64, len: usize) -> Result<Request> {
+        self.check_len(len)?;
+        let ext = self.view.extents(off, len as u64)?;
+        Ok(self.submit(Job::Read(ext, len)))
+    }
+
+    /// At the individual file pointer, which moves at once.
+    pub fn iwrite(&mut self, buf: Vec<u8>) -> Result<Request> {
+        let n = buf.len() as u64 / self.view.etype_size();
+        let r = self.iwrite_at(self.pointer, buf)?;
+        self.pointer += n;
+        Ok(r)
+    }
+
+    pub fn iread(&mut self, len: usize) -> Result<Request> {
+        let r = self.iread_at(self.pointer, len)?;
+        self.pointer += len as u64 / self.view.etype_size();
+        Ok(r)
+    }
+
+    /// Waits for every request made so far.
+    fn wait_io(&self) -> Result<()> {
+        let io = self.io.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = io.as_ref() {
+            let (tx, rx) = mpsc::channel();
+            let _ = t.jobs.send((Job::Barrier, tx));
+            drop(io);
+            rx.recv()
+                .map_err(|_| IoError::Usage("the I/O thread ended".into()))?
+                .map(|_| ())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// One asynchronous request.
+pub struct Request {
+    rx: mpsc::Receiver<Result<Vec<u8>>>,
+    done: Option<Result<Vec<u8>>>,
+}
+
+impl Request {
+    /// Waits for the request: the bytes read (empty for a write), or its error.
+    pub fn wait(mut self) -> Result<Vec<u8>> {
+        if let Some(d) = self.done.take() {
+            return d;
+        }
+        self.rx
+            .recv()
+            .map_err(|_| IoError::Usage("the I/O thread ended".into()))?
+    }
+
+    /// Whether the request is complete (then `wait` returns at once).
+    pub fn test(&mut self) -> bool {
+        if self.done.is_none() {
+            if let Ok(r) = self.rx.try_recv() {
+                self.done = Some(r);
+            }
+        }
+        self.done.is_some()
+    }
+}
+
+/// Waits for all; the first error, if any, after all are done.
+pub fn waitall(reqs: Vec<Request>) -> Result<Vec<Vec<u8>>> {
+    let results: Vec<_> = reqs.into_iter().map(Request::wait).collect();
+    results.into_iter().collect()
+}
+
+/// The index of a complete request, if one is.
+pub fn testany(reqs: &mut [Request]) -> Option<usize> {
+    reqs.iter_mut().position(Request::test)
+}
+
+enum Job {
+    Write(Vec<(u64, u64)>, Vec<u8>),
+    Read(Vec<(u64, u64)>, usize),
+    Barrier,
+}
+
+struct IoThread {
+    jobs: mpsc::Sender<(Job, mpsc::Sender<Result<Vec<u8>>>)>,
+}
+
+impl IoThread {
+    fn start(f: Arc<stripefs_client::File>, sieve: u64) -> IoThread {
+        let (tx, rx) = mpsc::channel::<(Job, mpsc::Sender<Result<Vec<u8>>>)>();
+        std::thread::Builder::new()
+            .name("mpiio-io".into())
+            .spawn(move || {
+                for (job, reply) in rx {
+                    let r = match job {
+                        Job::Write(ext, buf) => write_extents(&f, &ext, &buf).map(|()| Vec::new()),
+                        Job::Read(ext, len) => {
+                            let mut buf = vec![0u8; len];
+                            read_extents(&f, &ext, &mut buf, sieve).map(|()| buf)
+                        }
+                        Job::Barrier => Ok(Vec::new()),
+                    };
+                    let _ = reply.send(r);
+                }
+            })
+            .expect("an I/O thread starts");
+        IoThread { jobs: tx }
+    }
+}
+
+fn write_extents(f: &stripefs_client::File, ext: &[(u64, u64)], buf: &[u8]) -> Result<()> {
+    let mut at = 0usize;
+    for &(fo, len) in ext {
+        f.write_at(fo, &buf[at..at + len as usize])?;
+        at += len as usize;
+    }
+    Ok(())
+}
+
+/// Reads every extent into `buf` in order; extents close together (the span at most
+/// `sieve` bytes and at most twice the data) are read as one span (data sieving).
+fn read_extents(
+    f: &stripefs_client::File,
+    ext: &[(u64, u64)],
+    buf: &mut [u8],
+    sieve: u64,
+) -> Result<()> {
+    let mut at = 0usize;
+    let mut i = 0;
+    while i < ext.len() {
+        // The longest run of extents from i, in increasing order, worth one read.
+        let start = ext[i].0;
+        let (mut j, mut data, mut end) = (i, 0u64, start);
+        while j < ext.len()
+            && ext[j].0 >= end
+            && ext[j].0 + ext[j].1 - start <= sieve.max(ext[i].1)
+            && (j == i || (ext[j].0 + ext[j].1 - start) <= 2 * (data + ext[j].1))
+        {
+            data += ext[j].1;
+            end = ext[j].0 + ext[j].1;
+            j += 1;
+        }
+        let mut span = vec![0u8; (end - start) as usize];
+        read_full(f, start, &mut span)?;
+        for &(fo, len) in &ext[i..j] {
+            let rel = (fo - start) as usize;
+            buf[at..at + len as usize].copy_from_slice(&span[rel..rel + len as usize]);
+            at += len as usize;
+        }
+        i = j;
+    }
+    Ok(())
+}
+
+/// Reads `buf.len()` bytes at `off`; past the end of file, zeros.
+fn read_full(f: &stripefs_client::File, off: u64, buf: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = f.read_at(off + done as u64, &mut buf[done..])?;
+        if n == 0 {
+            buf[done..].fill(0);
+            break;
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// The aggregator owning file offset `at`, and its domain's end.
+fn owner(domains: &[(u64, u64)], at: u64) -> (usize, u64) {
+    let i = domains.partition_point(|d| d.0 <= at) - 1;
+    (i, domains[i].1)
+}
+
+/// Sorted, merged (offset, len) runs of possibly overlapping ranges.
+fn merge(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = ranges.iter().copied().filter(|r| r.1 > 0).collect();
+    v.sort();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (s, n) in v {
+        match out.last_mut() {
+            Some(last) if last.0 + last.1 >= s => {
+                let end = (last.0 + last.1).max(s + n);
+                last.1 = end - last.0;
+            }
+            _ => out.push((s, n)),
+        }
+    }
+    out
+}

@@ -1,0 +1,243 @@
+//! The MPI-IO layer on a real (in-process) cluster: views, independent and collective
+//! I/O against each other, asynchronous requests, hints.
+
+use proptest::prelude::*;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use stripefs_client::{Client, Cred};
+use stripefs_mpiio::{
+    testany, waitall, Communicator, Datatype, File, Hints, Mode, Order, ThreadComm,
+};
+use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults, Secret};
+
+/// One metadata and `n` data servers on 127.0.0.1, stopped on drop.
+struct Cluster {
+    config: ClusterConfig,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(n: usize) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let bind = || TcpListener::bind("127.0.0.1:0").unwrap();
+        let meta_l = bind();
+        let data_l: Vec<_> = (0..n).map(|_| bind()).collect();
+        let config = ClusterConfig {
+            secret: Secret::generate(),
+            timeout_ms: 10_000,
+            meta_addr: meta_l.local_addr().unwrap().to_string(),
+            data: data_l
+                .iter()
+                .map(|l| DataServerEntry::new(l.local_addr().unwrap().to_string()))
+                .collect(),
+            defaults: Defaults {
+                stripe_size_bytes: 64 << 10,
+                stripe_count: 0,
+            },
+            lease_ms: stripefs_rpc::limits::LEASE_MS,
+            host: None,
+            meta_host: None,
+            streams: None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for (i, l) in data_l.into_iter().enumerate() {
+            let t = dir.path().join(format!("d{i}"));
+            let svc =
+                stripefs_data::DataService::open(stripefs_client::ServerId(i as u32), &[t], None)
+                    .unwrap();
+            let (s, st) = (config.secret.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                stripefs_rpc::serve(l, s, svc, st).unwrap();
+            }));
+        }
+        let meta =
+            stripefs_meta::MetaService::open(&dir.path().join("meta.redb"), &config).unwrap();
+        let (s, st) = (config.secret.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            stripefs_rpc::serve(meta_l, s, meta, st).unwrap();
+        }));
+        Cluster {
+            config,
+            stop,
+            threads,
+            _dir: dir,
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.config)
+            .unwrap()
+            .with_cred(Cred::root())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+const RW_CREATE: Mode = Mode {
+    read: true,
+    write: true,
+    create: true,
+};
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect()
+}
+
+/// A 2-D array of `n x n` cells of 8 bytes, split into a `p x p` grid of blocks: rank r's
+/// subarray view (C order).
+fn block_view(n: u64, p: u64, r: u64) -> Datatype {
+    let b = n / p;
+    Datatype::subarray(
+        vec![n, n],
+        vec![b, b],
+        vec![(r / p) * b, (r % p) * b],
+        Order::C,
+        Datatype::bytes(8),
+    )
+    .unwrap()
+}
+
+#[test]
+fn collective_and_independent_writes_through_subarray_views_agree() {
+    let cl = Cluster::start(3);
+    let (n, p) = (64u64, 2u64);
+    let ranks = (p * p) as usize;
+    let block = ((n / p) * (n / p) * 8) as usize;
+    for (name, collective) in [("/coll", true), ("/ind", false)] {
+        let comms = ThreadComm::group(ranks);
+        let threads: Vec<_> = comms
+            .into_iter()
+            .map(|comm| {
+                let client = cl.client();
+                std::thread::spawn(move || {
+                    let r = comm.rank() as u64;
+                    let hints = Hints::default().set("striping_unit", "65536");
+                    let mut f = File::open(&client, name, RW_CREATE, &hints).unwrap();
+                    f.set_view(0, &Datatype::bytes(8), &block_view(n, p, r))
+                        .unwrap();
+                    let data = pattern(r, block);
+                    if collective {
+                        f.write_at_all(&comm, 0, &data).unwrap();
+                    } else {
+                        f.write_at(0, &data).unwrap();
+                        comm.barrier();
+                    }
+                    f.sync().unwrap();
+                    comm.barrier();
+                    // Read back another rank's block, collectively and independently.
+                    let other = (r + 1) % (p * p);
+                    f.set_view(0, &Datatype::bytes(8), &block_view(n, p, other))
+                        .unwrap();
+                    let mut a = vec![0u8; block];
+                    f.read_at_all(&comm, 0, &mut a).unwrap();
+                    let mut b = vec![0u8; block];
+                    f.read_at(0, &mut b).unwrap();
+                    assert!(a == pattern(other, block), "collective read differs");
+                    assert!(b == a, "independent and collective reads differ");
+                    f.close().unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+    // The two files are byte for byte the same: the whole array in row-major order.
+    let c = cl.client();
+    let a = c.read_file("/coll").unwrap();
+    assert_eq!(a.len() as u64, n * n * 8);
+    assert!(a == c.read_file("/ind").unwrap());
+}
+
+#[test]
+fn asynchronous_requests_complete_in_order_and_report_at_wait() {
+    let cl = Cluster::start(2);
+    let c = cl.client();
+    let mut f = File::open(&c, "/async", RW_CREATE, &Hints::default()).unwrap();
+    let mut reqs = Vec::new();
+    for i in 0..8u64 {
+        reqs.push(f.iwrite(pattern(i, 100_000)).unwrap());
+    }
+    // A read queued after the writes sees them (FIFO per file).
+    let mut read = f.iread_at(0, 800_000).unwrap();
+    waitall(reqs).unwrap();
+    while !read.test() {
+        std::thread::yield_now();
+    }
+    let got = read.wait().unwrap();
+    let want: Vec<u8> = (0..8).flat_map(|i| pattern(i, 100_000)).collect();
+    assert!(got == want);
+    let mut two = vec![f.iread_at(0, 10).unwrap(), f.iread_at(10, 10).unwrap()];
+    while testany(&mut two).is_none() {
+        std::thread::yield_now();
+    }
+    // A whole number of etypes is required: refused before anything is queued.
+    f.set_view(0, &Datatype::bytes(8), &Datatype::bytes(8))
+        .unwrap();
+    assert!(f.iwrite_at(0, vec![0; 5]).is_err());
+    f.close().unwrap();
+}
+
+#[test]
+fn striping_hints_apply_at_create_and_bad_hints_are_refused() {
+    let cl = Cluster::start(3);
+    let c = cl.client();
+    let hints = Hints::default()
+        .set("striping_unit", "131072")
+        .set("striping_factor", "2");
+    let f = File::open(&c, "/hinted", RW_CREATE, &hints).unwrap();
+    f.close().unwrap();
+    let l = c.get_layout("/hinted").unwrap();
+    assert_eq!((l.stripe_size_bytes, l.servers.len()), (131072, 2));
+    let bad = Hints::default().set("striping_factor", "many");
+    assert!(File::open(&c, "/bad", RW_CREATE, &bad).is_err());
+    let bad = Hints::default().set("romio_cb_write", "sometimes");
+    assert!(File::open(&c, "/bad2", RW_CREATE, &bad).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
+    // Random vector views over 4 ranks: the collective write equals the independent one.
+    #[test]
+    fn collective_equals_independent_for_random_vector_views(
+        blocklen in 1u64..40, gap in 0u64..40, count in 1u64..20, cb_nodes in 1u64..5,
+    ) {
+        let cl = Cluster::start(2);
+        let ranks = 4usize;
+        let stride = (blocklen + gap) * ranks as u64;
+        let len = (count * blocklen) as usize;
+        for (name, coll) in [("/c", true), ("/i", false)] {
+            let comms = ThreadComm::group(ranks);
+            let threads: Vec<_> = comms.into_iter().map(|comm| {
+                let client = cl.client();
+                std::thread::spawn(move || {
+                    let r = comm.rank() as u64;
+                    let hints = Hints::default().set("cb_nodes", &cb_nodes.to_string());
+                    let mut f = File::open(&client, name, RW_CREATE, &hints).unwrap();
+                    let ft = Datatype::resized(0, stride, Datatype::bytes(blocklen));
+                    f.set_view(r * (blocklen + gap), &Datatype::bytes(1), &ft).unwrap();
+                    let data = pattern(r + 7, len);
+                    if coll { f.write_at_all(&comm, 0, &data).unwrap(); }
+                    else { f.write_at(0, &data).unwrap(); comm.barrier(); }
+                    f.close().unwrap();
+                })
+            }).collect();
+            for t in threads { t.join().unwrap(); }
+        }
+        let c = cl.client();
+        prop_assert!(c.read_file("/c").unwrap() == c.read_file("/i").unwrap());
+    }
+}

@@ -14,6 +14,7 @@ pub mod demo;
 pub mod disk;
 pub mod io;
 pub mod md;
+pub mod mpiio;
 mod pattern;
 pub mod plan;
 pub mod plot;
@@ -53,6 +54,11 @@ pub enum BenchCmd {
     /// A remote client (e.g. through `cluster up --wan`'s client file) writes and reads
     /// back a file per stream count, against the emulated link's rate.
     Remote(remote::RemoteArgs),
+    /// NAS BT-IO on the MPI-IO layer (ranks as threads): time steps of a 3-D array
+    /// written through subarray views, collectively and independently, then verified.
+    Btio(mpiio::BtioArgs),
+    /// MPI-BLAST's pattern: asynchronous reads overlapped with computation.
+    Overlap(mpiio::OverlapArgs),
     /// One client process of a `--mount` run (started by `bench io` and `bench md`).
     #[command(hide = true)]
     ClientWorker(worker::WorkerArgs),
@@ -68,6 +74,8 @@ pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
         BenchCmd::Transpose(a) => transpose::run(a).map(|_| ()),
         BenchCmd::Sweep(a) => sweep::run(a, exe).map(|_| ()),
         BenchCmd::Remote(a) => remote::run(a).map(|_| ()),
+        BenchCmd::Btio(a) => mpiio::btio(a).map(|_| ()),
+        BenchCmd::Overlap(a) => mpiio::overlap(a).map(|_| ()),
         BenchCmd::ClientWorker(a) => worker::serve(a),
     }
 }

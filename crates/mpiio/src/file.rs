@@ -506,12 +506,25 @@ enum Job {
 
 struct IoThread {
     jobs: mpsc::Sender<(Job, mpsc::Sender<Result<Vec<u8>>>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for IoThread {
+    /// Ends the thread once its queue is done, and waits for it (so that its handle
+    /// of the file is gone when this returns).
+    fn drop(&mut self) {
+        let (tx, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, tx));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 impl IoThread {
     fn start(f: Arc<stripefs_client::File>, sieve: u64) -> IoThread {
         let (tx, rx) = mpsc::channel::<(Job, mpsc::Sender<Result<Vec<u8>>>)>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("mpiio-io".into())
             .spawn(move || {
                 for (job, reply) in rx {
@@ -527,7 +540,10 @@ impl IoThread {
                 }
             })
             .expect("an I/O thread starts");
-        IoThread { jobs: tx }
+        IoThread {
+            jobs: tx,
+            thread: Some(thread),
+        }
     }
 }
 

@@ -25,13 +25,16 @@ impl View {
     /// The whole file as bytes from `disp` (MPI's default view: etype and file type
     /// MPI_BYTE).
     pub fn bytes(disp: u64) -> View {
+        // One contiguous tile as large as any file: a range maps to one extent in one
+        // step (a 1-byte tile would cost a step per byte).
+        const WHOLE: u64 = 1 << 62;
         View {
             disp,
             etype_size: 1,
-            pieces: vec![(0, 1)],
+            pieces: vec![(0, WHOLE)],
             before: vec![0],
-            tile_bytes: 1,
-            tile_extent: 1,
+            tile_bytes: WHOLE,
+            tile_extent: WHOLE,
         }
     }
 

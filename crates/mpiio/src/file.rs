@@ -272,15 +272,7 @@ impl File {
         }
         // Every aggregator's writes reach the servers before any rank returns.
         result = result.and(self.f.flush().map_err(IoError::from));
-        let ok = comm.allgather(vec![result.is_ok() as u8]);
-        result?;
-        if ok.iter().any(|v| v.first() != Some(&1)) {
-            return Err(IoError::Fs(WireError::new(
-                ErrorCode::Io,
-                "another rank's part of the collective write failed",
-            )));
-        }
-        Ok(())
+        agree(comm, result, "write")
     }
 
     /// Collective read, the mirror of `write_at_all`: ranks send the extents they want
@@ -353,15 +345,7 @@ impl File {
                 i += n;
             }
         }
-        let ok = comm.allgather(vec![result.is_ok() as u8]);
-        result?;
-        if ok.iter().any(|v| v.first() != Some(&1)) {
-            return Err(IoError::Fs(WireError::new(
-                ErrorCode::Io,
-                "another rank's part of the collective read failed",
-            )));
-        }
-        Ok(())
+        agree(comm, result, "read")
     }
 
     /// The aggregators' file domains: the range every rank touches, split into
@@ -601,6 +585,20 @@ fn read_full(f: &stripefs_client::File, off: u64, buf: &mut [u8]) -> Result<()> 
             break;
         }
         done += n;
+    }
+    Ok(())
+}
+
+/// Every rank learns whether all ranks' parts of a collective call succeeded: this
+/// rank's own error, else an error naming another rank's failure.
+fn agree(comm: &dyn Communicator, result: Result<()>, what: &str) -> Result<()> {
+    let ok = comm.allgather(vec![result.is_ok() as u8]);
+    result?;
+    if ok.iter().any(|v| v.first() != Some(&1)) {
+        return Err(IoError::Fs(WireError::new(
+            ErrorCode::Io,
+            format!("another rank's part of the collective {what} failed"),
+        )));
     }
     Ok(())
 }

@@ -220,20 +220,12 @@ impl File {
         let domains = self.domains(comm, &ext);
         // Pieces for each aggregator: (offset, len) then the bytes.
         let mut send = vec![Vec::new(); comm.size()];
-        let mut at = 0usize;
-        for &(fo, len) in &ext {
-            let mut done = 0;
-            while done < len {
-                let (a, dom_end) = owner(&domains, fo + done);
-                let n = (len - done).min(dom_end - (fo + done));
-                let m = &mut send[a];
-                m.extend_from_slice(&(fo + done).to_le_bytes());
-                m.extend_from_slice(&n.to_le_bytes());
-                m.extend_from_slice(&buf[at + done as usize..at + (done + n) as usize]);
-                done += n;
-            }
-            at += len as usize;
-        }
+        for_each_piece(&ext, &domains, |a, fo, at, n| {
+            let m = &mut send[a];
+            m.extend_from_slice(&fo.to_le_bytes());
+            m.extend_from_slice(&(n as u64).to_le_bytes());
+            m.extend_from_slice(&buf[at..at + n]);
+        });
         let got = comm.alltoallv(send);
         // Aggregator: lay the pieces out in file order, later ranks over earlier ones,
         // and write each contiguous run once.
@@ -289,19 +281,11 @@ impl File {
         let mut ask = vec![Vec::new(); comm.size()];
         // Where each asked piece goes in `buf`, per aggregator, in order.
         let mut dest: Vec<Vec<(usize, usize)>> = vec![Vec::new(); comm.size()];
-        let mut at = 0usize;
-        for &(fo, len) in &ext {
-            let mut done = 0;
-            while done < len {
-                let (a, dom_end) = owner(&domains, fo + done);
-                let n = (len - done).min(dom_end - (fo + done));
-                ask[a].extend_from_slice(&(fo + done).to_le_bytes());
-                ask[a].extend_from_slice(&n.to_le_bytes());
-                dest[a].push((at + done as usize, n as usize));
-                done += n;
-            }
-            at += len as usize;
-        }
+        for_each_piece(&ext, &domains, |a, fo, at, n| {
+            ask[a].extend_from_slice(&fo.to_le_bytes());
+            ask[a].extend_from_slice(&(n as u64).to_le_bytes());
+            dest[a].push((at, n));
+        });
         let asked = comm.alltoallv(ask);
         // Aggregator: read the covering runs of everything asked, answer each rank.
         let mut wanted: Vec<(u64, u64)> = Vec::new();
@@ -601,6 +585,27 @@ fn agree(comm: &dyn Communicator, result: Result<()>, what: &str) -> Result<()> 
         )));
     }
     Ok(())
+}
+
+/// Cuts the extents `ext` (laid out one after another in the caller's buffer) at the
+/// aggregators' domain boundaries: `f(aggregator, file offset, buffer offset, length)`
+/// for each piece, in order.
+fn for_each_piece(
+    ext: &[(u64, u64)],
+    domains: &[(u64, u64)],
+    mut f: impl FnMut(usize, u64, usize, usize),
+) {
+    let mut at = 0usize;
+    for &(fo, len) in ext {
+        let mut done = 0;
+        while done < len {
+            let (a, dom_end) = owner(domains, fo + done);
+            let n = (len - done).min(dom_end - (fo + done));
+            f(a, fo + done, at + done as usize, n as usize);
+            done += n;
+        }
+        at += len as usize;
+    }
 }
 
 /// The aggregator owning file offset `at`, and its domain's end.

@@ -4,10 +4,10 @@
 //! data path saves).
 //!
 //! The servers are found through the pid files that `cluster up` keeps beside the
-//! cluster file (`DIR/run/*.pid`, see crates/launch). A cluster started some other way,
+//! cluster file (`DIR/run/*.pid`, read by `stripefs_launch::processes`). A cluster started some other way,
 //! or on other machines, has none: its server CPU is unknown and reported as such.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// User plus system CPU seconds of this process, all its threads (ended ones included).
 pub fn self_cpu_s() -> f64 {
@@ -50,24 +50,18 @@ fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
 }
 
 /// The servers of the local cluster whose file is `cluster_file`: the live processes
-/// named by `run/*.pid` beside it. Empty when there are none.
+/// `cluster up` recorded beside it (`run/*.pid`, checked to be that cluster's servers;
+/// an emulated wide-area relay is not a server). Empty when there are none.
 pub fn cluster_server_pids(cluster_file: &Path) -> Vec<u32> {
-    let run: PathBuf = cluster_file.parent().unwrap_or(Path::new(".")).join("run");
-    let Ok(dir) = std::fs::read_dir(&run) else {
-        return Vec::new();
-    };
-    let mut pids: Vec<u32> = dir
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "pid"))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|s| s.trim().parse().ok())
-        .filter(|&pid: &u32| {
-            // Only a live stripefs process counts (a stale pid file may name another).
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains("stripefs"))
-                .unwrap_or(false)
+    let dir = cluster_file.parent().unwrap_or(Path::new("."));
+    let mut pids: Vec<u32> = stripefs_launch::processes(dir)
+        .map(|ps| {
+            ps.into_iter()
+                .filter(|(s, _)| s.role != "wan")
+                .filter_map(|(_, pid)| pid)
+                .collect()
         })
-        .collect();
+        .unwrap_or_default();
     pids.sort_unstable();
     pids
 }

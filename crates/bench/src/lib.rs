@@ -54,6 +54,10 @@ pub enum BenchCmd {
     /// A remote client (e.g. through `cluster up --wan`'s client file) writes and reads
     /// back a file per stream count, against the emulated link's rate.
     Remote(remote::RemoteArgs),
+    /// Starts a throwaway cluster behind an emulated wide-area link (RTT, rate, window)
+    /// and measures a remote client's write and read per stream count and compression,
+    /// and plain put/get, against the link rate.
+    Wan(remote::WanArgs),
     /// NAS BT-IO on the MPI-IO layer (ranks as threads): time steps of a 3-D array
     /// written through subarray views, collectively and independently, then verified.
     Btio(mpiio::BtioArgs),
@@ -74,6 +78,7 @@ pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
         BenchCmd::Transpose(a) => transpose::run(a).map(|_| ()),
         BenchCmd::Sweep(a) => sweep::run(a, exe).map(|_| ()),
         BenchCmd::Remote(a) => remote::run(a).map(|_| ()),
+        BenchCmd::Wan(a) => remote::run_wan(a, &exe).map(|_| ()),
         BenchCmd::Btio(a) => mpiio::btio(a).map(|_| ()),
         BenchCmd::Overlap(a) => mpiio::overlap(a).map(|_| ()),
         BenchCmd::ClientWorker(a) => worker::serve(a),

@@ -66,13 +66,20 @@ fn fonts() {
 }
 
 fn palette(i: usize) -> RGBColor {
-    const COLORS: [RGBColor; 6] = [
+    // As many colours as a chart has series (MAX_SERIES), so that none repeats.
+    const COLORS: [RGBColor; MAX_SERIES] = [
         RGBColor(31, 119, 180),
         RGBColor(214, 39, 40),
         RGBColor(44, 160, 44),
         RGBColor(148, 103, 189),
         RGBColor(255, 127, 14),
         RGBColor(90, 90, 90),
+        RGBColor(23, 190, 207),
+        RGBColor(227, 119, 194),
+        RGBColor(140, 86, 75),
+        RGBColor(188, 189, 34),
+        RGBColor(0, 0, 128),
+        RGBColor(128, 0, 0),
     ];
     COLORS[i % COLORS.len()]
 }

@@ -1,21 +1,26 @@
-//! `stripefs bench remote`: a client far from the cluster (through `cluster up --wan`, or
-//! any client file) writes a file and reads it back, once per stream count, against the
-//! emulated link's rate in the same run.
+//! `stripefs bench remote` and `stripefs bench wan`: a client far from the cluster writes
+//! a file and reads it back, once per (streams, compression, data), against the emulated
+//! link's rate in the same run.
 //!
-//! Each row is one (streams, data, direction): a fresh client with that many connections
-//! per data server writes `--size` bytes (fsync and close included) or reads them back
-//! and verifies every byte. The reference is the link: `--link RATE`, or the rate of the
-//! `--wan` link recorded beside the client file (`layout.toml` of `cluster up`).
-//! Compression is not built: every row says `"compress": "off"`.
+//! Each row is one (streams, compress, data, direction): a fresh client with that many
+//! connections per data server and that codec writes `--size` bytes (fsync and close
+//! included) or reads them back and verifies every byte. The reference is the link:
+//! `--link RATE`, or the rate of the `--wan` link recorded beside the client file
+//! (`layout.toml` of `cluster up`). `bench remote` runs against a cluster you started
+//! (`cluster up --wan`, or a real remote one); `bench wan` starts a throwaway cluster
+//! behind an emulated link of the given RTT, rate and window, adds rows for the plain
+//! `stripefs put` and `get` commands (run as processes, as a user would), can plot, and
+//! stops the cluster.
 
-use crate::util::{mib_s, pct, progress, write_json};
+use crate::util::{mib_s, pct, progress, write_json, ClusterGuard};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use stripefs_client::{Client, OpenOptions};
-use stripefs_rpc::units::{format_size, parse_link_rate, parse_size};
+use stripefs_rpc::compress::Codec;
+use stripefs_rpc::units::{format_size, parse_duration, parse_link_rate, parse_size};
 use stripefs_rpc::ClusterConfig;
 
 /// Bytes per write or read call.
@@ -23,31 +28,79 @@ const XFER_BYTES: usize = 8 << 20;
 /// Largest file, to catch a unit typo.
 const MAX_SIZE: u64 = 64 << 30;
 
+fn parse_codec(text: &str) -> Result<Codec, String> {
+    text.parse()
+}
+
+fn parse_data(text: &str) -> Result<String, String> {
+    match text {
+        "random" | "text" => Ok(text.to_string()),
+        _ => Err(format!("data {text:?} is not random or text")),
+    }
+}
+
+/// What every row set has: stream counts, codecs, data kinds, size.
 #[derive(Args, Debug, Clone)]
-pub struct RemoteArgs {
-    /// Client file of the remote cluster (e.g. DIR/client-wan.toml of `cluster up --wan`).
-    #[arg(long, env = "STRIPEFS_CLUSTER")]
-    pub cluster: PathBuf,
+pub struct RowArgs {
     /// Stream counts to measure (connections per data server), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub streams: Vec<u32>,
+    /// Compression to measure, comma-separated: off, lz4, zstd, zstd:LEVEL, auto.
+    #[arg(long, value_delimiter = ',', default_value = "off", value_parser = parse_codec)]
+    pub compress: Vec<Codec>,
+    /// What the file holds, comma-separated: random bytes, or text-like bytes (words
+    /// from a small vocabulary, compressible about 4:1).
+    #[arg(long, value_delimiter = ',', default_value = "random", value_parser = parse_data)]
+    pub data: Vec<String>,
     /// Bytes written and read per row.
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     pub size: u64,
-    /// What the file holds: random bytes, or text-like bytes (words from a small
-    /// vocabulary, compressible about 4:1).
-    #[arg(long, default_value = "random", value_parser = ["random", "text"])]
-    pub data: String,
-    /// The link's rate (bits like 200Mbit or bytes like 25MiB per second); default: the
-    /// `--wan` rate in layout.toml beside the client file.
-    #[arg(long, value_parser = parse_link_rate)]
-    pub link: Option<u64>,
     /// Path of the test file in stripefs.
     #[arg(long, default_value = "/bench-remote")]
     pub path: String,
     /// Write the figures as one JSON object to FILE.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RemoteArgs {
+    /// Client file of the remote cluster (e.g. DIR/client-wan.toml of `cluster up --wan`).
+    #[arg(long, env = "STRIPEFS_CLUSTER")]
+    pub cluster: PathBuf,
+    /// The link's rate (bits like 200Mbit or bytes like 25MiB per second); default: the
+    /// `--wan` rate in layout.toml beside the client file.
+    #[arg(long, value_parser = parse_link_rate)]
+    pub link: Option<u64>,
+    #[command(flatten)]
+    pub rows: RowArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct WanArgs {
+    /// Round-trip time the emulated link adds (e.g. 50ms).
+    #[arg(long, default_value = "50ms", value_parser = parse_duration)]
+    pub rtt: std::time::Duration,
+    /// The link's rate, shared by all connections (e.g. 200Mbit or 25MiB).
+    #[arg(long, default_value = "200Mbit", value_parser = parse_link_rate)]
+    pub rate: u64,
+    /// Most bytes in flight per connection and direction (an untuned TCP window).
+    #[arg(long, default_value = "256K", value_parser = parse_size)]
+    pub window: u64,
+    /// Data servers of the throwaway cluster.
+    #[arg(long, default_value_t = 2)]
+    pub servers: u32,
+    /// Skip the `put`/`get` rows.
+    #[arg(long)]
+    pub no_put: bool,
+    /// Plot MiB/s against streams, with the link rate, to this PNG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Cluster directory (default: a temporary one, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub rows: RowArgs,
 }
 
 /// The link rate `cluster up --wan` recorded beside `client_file`, if any.
@@ -84,84 +137,339 @@ fn fill(data: &str, seed: u64, off: u64, buf: &mut [u8]) {
     }
 }
 
-pub fn run(a: RemoteArgs) -> Result<serde_json::Value> {
-    if a.size == 0 || a.size > MAX_SIZE {
+fn check_rows(r: &RowArgs) -> Result<()> {
+    if r.size == 0 || r.size > MAX_SIZE {
         bail!("--size must be between 1 byte and 64G");
     }
-    if a.streams.is_empty() {
-        bail!("--streams needs at least one count");
+    if r.streams.is_empty() || r.compress.is_empty() || r.data.is_empty() {
+        bail!("--streams, --compress and --data each need at least one value");
     }
-    for &n in &a.streams {
+    for &n in &r.streams {
         stripefs_rpc::config::check_streams(n).map_err(|e| anyhow!(e))?;
     }
-    let cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
+    Ok(())
+}
+
+pub fn run(a: RemoteArgs) -> Result<serde_json::Value> {
+    check_rows(&a.rows)?;
     let link = a.link.or_else(|| recorded_link(&a.cluster));
-    let seed = crate::util::seed();
-    let link_mib = link.map(|r| r as f64 / (1u64 << 20) as f64);
-    println!(
-        "bench remote: {} of {} data per row, link {}",
-        format_size(a.size),
-        a.data,
-        link.map(|r| format!("{}/s", format_size(r)))
-            .unwrap_or("unknown (give --link)".into())
-    );
-    println!(
-        "{:>8} {:>9} {:>7} {:>10} {:>10} {:>8}",
-        "streams", "direction", "data", "MiB/s", "link", "% link"
-    );
-    let mut rows = Vec::new();
-    for &n in &a.streams {
-        let mut cfg = cluster.clone();
-        cfg.streams = Some(n);
-        for direction in ["write", "read"] {
-            let client = Client::connect(&cfg)
-                .with_context(|| format!("cannot connect with {}", a.cluster.display()))?;
-            let secs = if direction == "write" {
-                write_file(&client, &a, seed)?
-            } else {
-                read_file(&client, &a, seed)?
-            };
-            let rate = mib_s(a.size, secs);
-            println!(
-                "{:>8} {:>9} {:>7} {:>10.1} {:>10} {:>8}",
-                n,
-                direction,
-                a.data,
-                rate,
-                link_mib.map(|l| format!("{l:.1}")).unwrap_or("-".into()),
-                pct(rate, link_mib)
-            );
-            rows.push(json!({
-                "streams": n,
-                "compress": "off",
-                "data": a.data,
-                "direction": direction,
-                "mib_s": rate,
-                "seconds": secs,
-                "link_mib_s": link_mib,
-                "verified": direction == "read",
-            }));
-        }
-    }
-    if let Ok(c) = Client::connect(&cluster) {
-        let _ = c.unlink(&a.path);
-    }
+    let rows = measure(&a.cluster, link, &a.rows)?;
     let report = json!({
         "benchmark": "remote",
-        "size_bytes": a.size,
-        "data": a.data,
-        "seed": seed,
-        "link_mib_s": link_mib,
+        "size_bytes": a.rows.size,
+        "seed": crate::util::seed(),
+        "link_mib_s": link.map(to_mib),
         "rows": rows,
     });
-    if let Some(p) = &a.json {
+    if let Some(p) = &a.rows.json {
         write_json(p, &report)?;
     }
     Ok(report)
 }
 
+fn to_mib(bytes_s: u64) -> f64 {
+    bytes_s as f64 / (1u64 << 20) as f64
+}
+
+/// Every row of `r` against the cluster of `client_file`.
+fn measure(client_file: &Path, link: Option<u64>, r: &RowArgs) -> Result<Vec<serde_json::Value>> {
+    let cluster = ClusterConfig::load(client_file).map_err(|e| anyhow!(e))?;
+    let seed = crate::util::seed();
+    let link_mib = link.map(to_mib);
+    println!(
+        "bench remote: {} per row, link {}, seed {seed}",
+        format_size(r.size),
+        link.map(|r| format!("{}/s", format_size(r)))
+            .unwrap_or("unknown (give --link)".into())
+    );
+    println!(
+        "{:>8} {:>9} {:>9} {:>7} {:>10} {:>10} {:>8}",
+        "streams", "compress", "direction", "data", "MiB/s", "link", "% link"
+    );
+    let mut rows = Vec::new();
+    for data in &r.data {
+        for &codec in &r.compress {
+            for &n in &r.streams {
+                let mut cfg = cluster.clone();
+                cfg.streams = Some(n);
+                cfg.compress = Some(codec);
+                for direction in ["write", "read"] {
+                    let client = Client::connect(&cfg).with_context(|| {
+                        format!("cannot connect with {}", client_file.display())
+                    })?;
+                    let secs = if direction == "write" {
+                        write_file(&client, r, data, seed)?
+                    } else {
+                        read_file(&client, r, data, seed)?
+                    };
+                    let rate = mib_s(r.size, secs);
+                    println!(
+                        "{:>8} {:>9} {:>9} {:>7} {:>10.1} {:>10} {:>8}",
+                        n,
+                        codec.to_string(),
+                        direction,
+                        data,
+                        rate,
+                        link_mib.map(|l| format!("{l:.1}")).unwrap_or("-".into()),
+                        pct(rate, link_mib)
+                    );
+                    rows.push(json!({
+                        "streams": n,
+                        "compress": codec.to_string(),
+                        "data": data,
+                        "direction": direction,
+                        "mib_s": rate,
+                        "seconds": secs,
+                        "link_mib_s": link_mib,
+                        "verified": direction == "read",
+                    }));
+                }
+            }
+        }
+    }
+    if let Ok(c) = Client::connect(&cluster) {
+        let _ = c.unlink(&r.path);
+    }
+    Ok(rows)
+}
+
+pub fn run_wan(a: WanArgs, exe: &Path) -> Result<serde_json::Value> {
+    check_rows(&a.rows)?;
+    if a.window == 0 || a.rate == 0 {
+        bail!("--window and --rate must be above zero");
+    }
+    if a.servers == 0 || a.servers > 16 {
+        bail!("--servers must be 1 to 16");
+    }
+    let wan = stripefs_launch::WanLink {
+        rtt_us: a.rtt.as_micros() as u64,
+        rate_bytes_s: a.rate,
+        window_bytes: a.window,
+    };
+    println!(
+        "bench wan: {} data servers behind an emulated link of {} ms RTT, {}/s, window {}",
+        a.servers,
+        a.rtt.as_millis(),
+        format_size(a.rate),
+        format_size(a.window)
+    );
+    crate::util::interrupt_stops_clusters();
+    let cluster = ClusterGuard::start_wan(a.dir.as_deref(), a.servers, wan, exe)?;
+    let rows = measure(&cluster.cluster_file, Some(a.rate), &a.rows)?;
+    let transfers = if a.no_put {
+        Vec::new()
+    } else {
+        put_get(&a, &cluster.cluster_file, exe)?
+    };
+    let report = json!({
+        "benchmark": "wan",
+        "rtt_ms": a.rtt.as_secs_f64() * 1e3,
+        "link_mib_s": to_mib(a.rate),
+        "window_bytes": a.window,
+        "one_stream_window_mib_s": to_mib(a.window) / a.rtt.as_secs_f64().max(1e-6),
+        "servers": a.servers,
+        "size_bytes": a.rows.size,
+        "seed": crate::util::seed(),
+        "rows": rows,
+        "transfers": transfers,
+    });
+    if let Some(p) = &a.plot {
+        plot(&report, p)?;
+        println!("plot: {}", p.display());
+    }
+    if let Some(p) = &a.rows.json {
+        write_json(p, &report)?;
+    }
+    Ok(report)
+}
+
+/// `stripefs put` and `stripefs get` of one file of `--size` bytes, as processes, with
+/// the largest stream count, for each codec and data kind; the copy is compared with the
+/// original byte for byte.
+fn put_get(a: &WanArgs, client_file: &Path, exe: &Path) -> Result<Vec<serde_json::Value>> {
+    let tmp = tempfile::Builder::new()
+        .prefix("stripefs-wan-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let streams = *a.rows.streams.iter().max().expect("checked non-empty");
+    let seed = crate::util::seed();
+    let link_mib = to_mib(a.rate);
+    let mut out = Vec::new();
+    println!(
+        "{:>8} {:>9} {:>9} {:>7} {:>10}",
+        "streams", "compress", "command", "data", "MiB/s"
+    );
+    for data in &a.rows.data {
+        let src = tmp.path().join(format!("src-{data}"));
+        write_local(&src, data, seed, a.rows.size)?;
+        for &codec in &a.rows.compress {
+            let dst = tmp.path().join("copy");
+            let _ = std::fs::remove_file(&dst);
+            let remote = format!("{}-put", a.rows.path);
+            let common = |cmd: &mut std::process::Command| {
+                cmd.arg("--cluster")
+                    .arg(client_file)
+                    .arg("--streams")
+                    .arg(streams.to_string())
+                    .arg("--compress")
+                    .arg(codec.to_string())
+                    .stdout(std::process::Stdio::null());
+            };
+            let mut put = std::process::Command::new(exe);
+            put.arg("put").arg(&src).arg(&remote);
+            common(&mut put);
+            let put_s = timed(&mut put)?;
+            let mut get = std::process::Command::new(exe);
+            get.arg("get").arg(&remote).arg(&dst);
+            common(&mut get);
+            let get_s = timed(&mut get)?;
+            if !same_file(&src, &dst)? {
+                bail!("get returned other bytes than put stored ({data}, {codec})");
+            }
+            for (cmd, secs) in [("put", put_s), ("get", get_s)] {
+                let rate = mib_s(a.rows.size, secs);
+                println!(
+                    "{:>8} {:>9} {:>9} {:>7} {:>10.1} {:>8}",
+                    streams,
+                    codec.to_string(),
+                    cmd,
+                    data,
+                    rate,
+                    pct(rate, Some(link_mib))
+                );
+                out.push(json!({
+                    "command": cmd,
+                    "streams": streams,
+                    "compress": codec.to_string(),
+                    "data": data,
+                    "direction": if cmd == "put" { "write" } else { "read" },
+                    "mib_s": rate,
+                    "seconds": secs,
+                    "link_mib_s": link_mib,
+                    "verified": true,
+                }));
+            }
+            let mut rm = std::process::Command::new(exe);
+            rm.arg("rm").arg(&remote).arg("--cluster").arg(client_file);
+            let _ = rm.output();
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `cmd` to completion; its wall-clock seconds, or its stderr as the error.
+fn timed(cmd: &mut std::process::Command) -> Result<f64> {
+    let start = Instant::now();
+    let out = cmd
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(secs)
+}
+
+fn write_local(path: &Path, data: &str, seed: u64, size: u64) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+    );
+    let mut buf = vec![0u8; XFER_BYTES];
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(XFER_BYTES as u64) as usize;
+        fill(data, seed, off, &mut buf[..n]);
+        f.write_all(&buf[..n])?;
+        off += n as u64;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+fn same_file(a: &Path, b: &Path) -> Result<bool> {
+    use std::io::Read;
+    let (mut fa, mut fb) = (std::fs::File::open(a)?, std::fs::File::open(b)?);
+    if fa.metadata()?.len() != fb.metadata()?.len() {
+        return Ok(false);
+    }
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = fa.read(&mut ba)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        fb.read_exact(&mut bb[..n])?;
+        if ba[..n] != bb[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+/// MiB/s against streams, one line per (direction, compress, data), the link dashed.
+fn plot(report: &serde_json::Value, path: &Path) -> Result<()> {
+    use crate::plot::{line_chart, Chart, Series, XAxis};
+    let rows = report["rows"].as_array().cloned().unwrap_or_default();
+    let mut keys: Vec<(String, String, String)> = Vec::new();
+    for r in &rows {
+        let k = (
+            r["direction"].as_str().unwrap_or("").to_string(),
+            r["compress"].as_str().unwrap_or("").to_string(),
+            r["data"].as_str().unwrap_or("").to_string(),
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut series = Vec::new();
+    let mut xs: Vec<f64> = Vec::new();
+    for (i, (dir, codec, data)) in keys.iter().enumerate().take(crate::plot::MAX_SERIES - 1) {
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r["direction"] == *dir && r["compress"] == *codec && r["data"] == *data)
+            .filter_map(|r| Some((r["streams"].as_f64()?, r["mib_s"].as_f64()?)))
+            .collect();
+        xs.extend(points.iter().map(|p| p.0));
+        series.push(Series {
+            label: format!("{dir}, compress {codec}, {data} data"),
+            points,
+            // Grey (5) is the link's.
+            color: if i >= 5 { i + 1 } else { i },
+            reference: false,
+        });
+    }
+    let link = report["link_mib_s"].as_f64().unwrap_or(0.0);
+    let (lo, hi) = xs
+        .iter()
+        .fold((f64::MAX, 0f64), |(l, h), x| (l.min(*x), h.max(*x)));
+    series.push(Series {
+        label: "link rate".into(),
+        points: vec![(lo.min(hi), link), (hi, link)],
+        color: 5, // grey
+        reference: true,
+    });
+    line_chart(
+        path,
+        &Chart {
+            title: format!(
+                "Remote client over an emulated link ({} ms RTT, window {})",
+                report["rtt_ms"].as_f64().unwrap_or(0.0).round(),
+                format_size(report["window_bytes"].as_u64().unwrap_or(0))
+            ),
+            x_label: "streams (connections per data server)".into(),
+            y_label: "MiB/s".into(),
+            x_axis: XAxis::Linear,
+            series,
+        },
+    )
+}
+
 /// Writes the test file (fsync and close included); returns the seconds.
-fn write_file(c: &Client, a: &RemoteArgs, seed: u64) -> Result<f64> {
+fn write_file(c: &Client, a: &RowArgs, data: &str, seed: u64) -> Result<f64> {
     let _ = c.unlink(&a.path);
     let pb = progress(a.size, "remote w");
     let start = Instant::now();
@@ -172,7 +480,7 @@ fn write_file(c: &Client, a: &RemoteArgs, seed: u64) -> Result<f64> {
     let mut off = 0;
     while off < a.size {
         let n = (a.size - off).min(XFER_BYTES as u64) as usize;
-        fill(&a.data, seed, off, &mut buf[..n]);
+        fill(data, seed, off, &mut buf[..n]);
         f.write_at(off, &buf[..n])?;
         off += n as u64;
         pb.inc(n as u64);
@@ -184,7 +492,7 @@ fn write_file(c: &Client, a: &RemoteArgs, seed: u64) -> Result<f64> {
 }
 
 /// Reads the test file back and checks every byte; returns the seconds.
-fn read_file(c: &Client, a: &RemoteArgs, seed: u64) -> Result<f64> {
+fn read_file(c: &Client, a: &RowArgs, data: &str, seed: u64) -> Result<f64> {
     let pb = progress(a.size, "remote r");
     let start = Instant::now();
     let f = c
@@ -199,7 +507,7 @@ fn read_file(c: &Client, a: &RemoteArgs, seed: u64) -> Result<f64> {
         if got != n {
             bail!("short read: {got} of {n} bytes at {off}");
         }
-        fill(&a.data, seed, off, &mut want[..n]);
+        fill(data, seed, off, &mut want[..n]);
         if buf[..n] != want[..n] {
             bail!("verification failed: wrong bytes in the {n} bytes at offset {off}");
         }

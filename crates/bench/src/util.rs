@@ -3,7 +3,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -138,6 +138,54 @@ impl ClusterGuard {
         hosts: Option<HostsNet>,
         exe: &Path,
     ) -> Result<ClusterGuard> {
+        ClusterGuard::launch(
+            dir,
+            stripefs_launch::UpOptions {
+                dir: PathBuf::new(),
+                servers,
+                targets,
+                throttle_bytes_s,
+                hosts: hosts.map(|h| h.hosts),
+                host_net_bytes_s: hosts.and_then(|h| h.host_net_bytes_s),
+                defaults: stripefs_rpc::Defaults::default(),
+                host: "127.0.0.1".into(),
+                exe: exe.to_path_buf(),
+                no_zero_copy: false,
+                wan: None,
+            },
+        )
+    }
+
+    /// Starts `servers` data servers (one target each) behind an emulated wide-area link
+    /// (`cluster up --wan`); remote clients use `DIR/client-wan.toml`.
+    pub fn start_wan(
+        dir: Option<&Path>,
+        servers: u32,
+        wan: stripefs_launch::WanLink,
+        exe: &Path,
+    ) -> Result<ClusterGuard> {
+        let mut g = ClusterGuard::launch(
+            dir,
+            stripefs_launch::UpOptions {
+                dir: PathBuf::new(),
+                servers,
+                targets: 1,
+                throttle_bytes_s: None,
+                hosts: None,
+                host_net_bytes_s: None,
+                defaults: stripefs_rpc::Defaults::default(),
+                host: "127.0.0.1".into(),
+                exe: exe.to_path_buf(),
+                no_zero_copy: false,
+                wan: Some(wan),
+            },
+        )?;
+        g.cluster_file = g.dir.join(stripefs_launch::WAN_CLIENT_FILE);
+        Ok(g)
+    }
+
+    /// Starts the cluster `opts` describes in `dir`, or in a new temporary directory.
+    fn launch(dir: Option<&Path>, mut opts: stripefs_launch::UpOptions) -> Result<ClusterGuard> {
         let (dir, tmp) = match dir {
             Some(d) => (d.to_path_buf(), None),
             None => {
@@ -155,20 +203,9 @@ impl ClusterGuard {
             dir,
             _tmp: tmp,
         };
-        let up = stripefs_launch::up(&stripefs_launch::UpOptions {
-            dir: guard.dir.clone(),
-            servers,
-            targets,
-            throttle_bytes_s,
-            hosts: hosts.map(|h| h.hosts),
-            host_net_bytes_s: hosts.and_then(|h| h.host_net_bytes_s),
-            defaults: stripefs_rpc::Defaults::default(),
-            host: "127.0.0.1".into(),
-            exe: exe.to_path_buf(),
-            no_zero_copy: false,
-            wan: None,
-        })
-        .with_context(|| format!("cannot start a cluster in {}", guard.dir.display()))?;
+        opts.dir = guard.dir.clone();
+        let up = stripefs_launch::up(&opts)
+            .with_context(|| format!("cannot start a cluster in {}", guard.dir.display()))?;
         guard.cluster_file = up.cluster_file;
         Ok(guard)
     }

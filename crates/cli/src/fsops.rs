@@ -29,6 +29,15 @@ pub struct ClusterArg {
     /// file, else 4); more keep more requests in flight on a long link.
     #[arg(long, env = "STRIPEFS_STREAMS", global = true)]
     streams: Option<u32>,
+    /// Compression of bulk data to and from data servers: off, lz4, zstd, zstd:LEVEL
+    /// (1-19) or auto (zstd where a sample of each chunk shrinks). Default: `compress` in
+    /// the cluster file, else off. Checksums still cover the uncompressed bytes.
+    #[arg(long, env = "STRIPEFS_COMPRESS", global = true, value_parser = parse_codec)]
+    compress: Option<stripefs_rpc::compress::Codec>,
+}
+
+fn parse_codec(text: &str) -> Result<stripefs_rpc::compress::Codec, String> {
+    text.parse()
 }
 
 impl ClusterArg {
@@ -42,6 +51,9 @@ impl ClusterArg {
         if let Some(n) = self.streams {
             stripefs_rpc::config::check_streams(n).map_err(|e| anyhow!(e))?;
             cfg.streams = Some(n);
+        }
+        if let Some(c) = self.compress {
+            cfg.compress = Some(c);
         }
         Ok(Client::connect(&cfg)?)
     }

@@ -238,7 +238,8 @@ impl Client {
                 let same_host = d.host.as_deref() == Some(host.as_str());
                 let mut p = over(
                     ServerPool::new(Some(id), &d.addr, &cluster.secret, timeout, streams)
-                        .on_same_host(same_host),
+                        .on_same_host(same_host)
+                        .with_compression(cluster.compress.unwrap_or_default()),
                 );
                 if let (true, None, Some(sock)) = (same_host, &via, &d.local_socket) {
                     p = p.with_short_circuit(sock.clone(), short_circuit_default());

@@ -32,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use stripefs_rpc::compress::Codec;
 use stripefs_rpc::limits::CLIENT_IDLE_MAX;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{
@@ -116,6 +117,8 @@ pub(crate) struct ServerPool {
     max_conns: usize,
     /// The client's host, announced on every new connection (`ClientHost`).
     host: Option<String>,
+    /// Compression of bulk data on this pool's connections (`SetCompression`).
+    codec: Codec,
     /// The server runs on the client's host (by the cluster file's host ids).
     pub same_host: bool,
     /// Bulk bytes sent to and received from this server in answered calls.
@@ -128,22 +131,18 @@ pub(crate) struct ServerPool {
     flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// Connects, authenticates and, if the client has a host id, announces it
-/// (`ClientHost`), so that the server counts the connection's bytes as that host's and
-/// the metadata server places local layouts there.
+/// Connects, authenticates and, in one more round trip, announces the client's host id
+/// (`ClientHost`: the server counts the connection's bytes as that host's and the
+/// metadata server places local layouts there) and the pool's compression.
 fn dial(
     addr: &str,
     secret: &Secret,
     timeout: Duration,
     host: Option<&str>,
+    codec: Codec,
 ) -> Result<Conn, WireError> {
     let mut c = Conn::connect(addr, secret, timeout)?;
-    if let Some(host) = host {
-        let req = Request::ClientHost {
-            host: host.to_string(),
-        };
-        c.call(&Cred::root(), req, &[], &mut [])?;
-    }
+    c.announce(host, codec)?;
     Ok(c)
 }
 
@@ -152,6 +151,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ServerPool {
+    /// The pool's connections compress bulk data with `codec`.
+    pub fn with_compression(mut self, codec: Codec) -> ServerPool {
+        self.codec = codec;
+        self
+    }
+
     /// The pool announces `host` on each connection it makes.
     pub fn with_host(mut self, host: Option<String>) -> ServerPool {
         self.host = host;
@@ -174,6 +179,7 @@ impl ServerPool {
             timeout,
             max_conns,
             host: None,
+            codec: Codec::Off,
             same_host: false,
             bytes_sent: Default::default(),
             bytes_received: Default::default(),
@@ -350,8 +356,8 @@ impl ServerPool {
             let shared = self.shared.clone();
             let (addr, secret, timeout) = (self.addr.clone(), self.secret.clone(), self.timeout);
             let max_conns = self.max_conns;
-            let host = self.host.clone();
-            let connect = move || dial(&addr, &secret, timeout, host.as_deref());
+            let (host, codec) = (self.host.clone(), self.codec);
+            let connect = move || dial(&addr, &secret, timeout, host.as_deref(), codec);
             let thread = std::thread::Builder::new()
                 .name("stripefs-flush".into())
                 .spawn(move || flusher(&shared, max_conns, &connect))
@@ -416,7 +422,13 @@ impl ServerPool {
                 .unwrap_or_else(|p| p.into_inner());
         }
         drop(st);
-        match dial(&self.addr, &self.secret, self.timeout, self.host.as_deref()) {
+        match dial(
+            &self.addr,
+            &self.secret,
+            self.timeout,
+            self.host.as_deref(),
+            self.codec,
+        ) {
             Ok(c) => Ok((c, false)),
             Err(e) => {
                 lock(&self.shared.state).open -= 1;

@@ -272,6 +272,10 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::ScrubStatus => Request::ScrubStatus {},
         Opcode::LocalityStatus => Request::LocalityStatus {},
         Opcode::DataServers => Request::DataServers {},
+        Opcode::SetCompression => Request::SetCompression {
+            codec: rng.gen_range(0..5),
+            level: rng.gen_range(-2..24),
+        },
     };
     (r, 0)
 }
@@ -469,7 +473,8 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Punch
         | Opcode::Allocate
         | Opcode::SessionEnd
-        | Opcode::ClientHost => Response::Done,
+        | Opcode::ClientHost
+        | Opcode::SetCompression => Response::Done,
     };
     (r, 0)
 }

@@ -298,6 +298,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         host: None,
         meta_host: host_of(0),
         streams: None,
+        compress: None,
     };
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;

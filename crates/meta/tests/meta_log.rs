@@ -39,6 +39,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         host: None,
         meta_host: None,
         streams: None,
+        compress: None,
     };
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
     let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));

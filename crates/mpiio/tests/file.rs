@@ -41,6 +41,7 @@ impl Cluster {
             host: None,
             meta_host: None,
             streams: None,
+            compress: None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();

@@ -8,6 +8,8 @@
 //! lease_ms = 30000                # optional, client session lease (limits::LEASE_MS)
 //! host = "node7"                 # optional: the host of clients using this file
 //! streams = 8                     # optional: connections per data server (default 4)
+//! compress = "auto"               # optional: bulk data to and from data servers: off
+//!                                 # (default), lz4, zstd, zstd:LEVEL or auto
 //! [meta]
 //! addr = "127.0.0.1:7000"
 //! host = "node0"                  # optional: the metadata server's host
@@ -67,6 +69,9 @@ pub struct ClusterConfig {
     /// request at a time (top-level `streams`); `None`: the client's default. More
     /// streams keep more requests in flight on a long link.
     pub streams: Option<u32>,
+    /// How clients compress bulk data on their data-server connections (top-level
+    /// `compress`); `None`: off. `--compress` and `STRIPEFS_COMPRESS` override it.
+    pub compress: Option<crate::compress::Codec>,
 }
 
 /// Most streams a client may open to one data server.
@@ -124,6 +129,8 @@ struct RawCluster {
     host: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     streams: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compress: Option<String>,
     meta: RawMeta,
     #[serde(default)]
     data: Vec<RawData>,
@@ -232,6 +239,10 @@ impl ClusterConfig {
         if let Some(n) = raw.streams {
             check_streams(n)?;
         }
+        let compress = match &raw.compress {
+            Some(c) => Some(c.parse::<crate::compress::Codec>()?),
+            None => None,
+        };
         Ok(ClusterConfig {
             secret,
             timeout_ms,
@@ -251,6 +262,7 @@ impl ClusterConfig {
             host: raw.host,
             meta_host: raw.meta.host,
             streams: raw.streams,
+            compress,
         })
     }
 
@@ -261,6 +273,7 @@ impl ClusterConfig {
             lease_ms: (self.lease_ms != crate::limits::LEASE_MS).then_some(self.lease_ms),
             host: self.host.clone(),
             streams: self.streams,
+            compress: self.compress.map(|c| c.to_string()),
             meta: RawMeta {
                 addr: self.meta_addr.clone(),
                 host: self.meta_host.clone(),

@@ -1,12 +1,13 @@
 //! The client side of one connection.
 
 use crate::auth::{random_nonce, Secret};
+use crate::compress::Codec;
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 use stripefs_wire::{
     decode_response, encode_request, encode_request_flags, Cred, Envelope, ErrorCode, Opcode,
-    Request, Response, WireError, FLAG_NO_REPLY,
+    Request, Response, WireError, FLAG_COMPRESSED, FLAG_NO_REPLY,
 };
 
 /// Default timeout for connecting and for each read and write, in milliseconds.
@@ -29,6 +30,14 @@ pub struct Conn {
     /// the server read them, so that a server closing the connection unread
     /// (`ConnectionClosed`) loses none of them ([`Conn::take_unhandled`]).
     sent_deferred: Vec<u8>,
+    /// How request data is sent ([`Conn::set_compression`]); the server compresses its
+    /// answers' data the same way.
+    codec: Codec,
+    /// A compressed data section read off the socket, before it is decoded.
+    packed_buf: Vec<u8>,
+    /// Bulk data bytes written to and read from the socket (after compression).
+    wire_sent: u64,
+    wire_received: u64,
 }
 
 /// Most requests [`Conn::call_many`] sends before it reads their answers.
@@ -78,6 +87,10 @@ impl Conn {
             body_buf: Vec::new(),
             outbox: Vec::new(),
             sent_deferred: Vec::new(),
+            codec: Codec::Off,
+            packed_buf: Vec::new(),
+            wire_sent: 0,
+            wire_received: 0,
         };
         conn.authenticate(secret)?;
         Ok(conn)
@@ -121,6 +134,43 @@ impl Conn {
 
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// Tells the server, in one round trip, the client's host (`ClientHost`, so that the
+    /// server counts this connection's bytes as that host's) and how bulk data is to be
+    /// compressed both ways from now on (`SetCompression`; `Off` sends nothing). A server
+    /// that refuses either answers with an error, returned here; the connection then
+    /// stays uncompressed.
+    pub fn announce(&mut self, host: Option<&str>, codec: Codec) -> Result<(), WireError> {
+        let mut reqs = Vec::new();
+        if let Some(host) = host {
+            reqs.push(Request::ClientHost {
+                host: host.to_string(),
+            });
+        }
+        if codec != Codec::Off {
+            let (c, level) = codec.to_wire();
+            reqs.push(Request::SetCompression { codec: c, level });
+        }
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        for r in self.call_many(&Cred::root(), reqs)? {
+            r?;
+        }
+        self.codec = codec;
+        Ok(())
+    }
+
+    /// The connection's codec.
+    pub fn compression(&self) -> Codec {
+        self.codec
+    }
+
+    /// Bulk data bytes this connection has written and read on its socket, as they
+    /// went over the wire (compressed where they were).
+    pub fn wire_data_bytes(&self) -> (u64, u64) {
+        (self.wire_sent, self.wire_received)
     }
 
     pub fn is_broken(&self) -> bool {
@@ -293,12 +343,17 @@ impl Conn {
             cred: cred.clone(),
             req,
         };
+        let packed = self.codec.compress(data);
         let frame = if no_reply {
             assert!(data.is_empty(), "requests with data are answered");
             encode_request_flags(id, &env, 0, FLAG_NO_REPLY)
+        } else if let Some(p) = &packed {
+            encode_request_flags(id, &env, p.len() as u32, FLAG_COMPRESSED)
         } else {
             encode_request(id, &env, data.len() as u32)
         };
+        let data = packed.as_deref().unwrap_or(data);
+        self.wire_sent += data.len() as u64;
         // Deferred requests go first, in the same system call.
         let sent = write_all_parts(&mut self.stream, &[&self.outbox, &frame, data]);
         self.sent_deferred.append(&mut self.outbox);
@@ -343,17 +398,23 @@ impl Conn {
             Ok(r) => r,
             Err(e) => return Err(self.transport(format!("reading {}", opcode.name()), e)),
         };
-        let n = header.data_len as usize;
-        if n > recv.len() {
-            let _ = skip(&mut self.stream, n as u64, None);
-            return Err(self.fail(
-                ErrorCode::UnexpectedMessage,
-                &format!("sent {n} bytes of data where {} were expected", recv.len()),
-            ));
-        }
-        if let Err(e) = read_exact(&mut self.stream, &mut recv[..n], None) {
-            return Err(self.transport(format!("reading data of {}", opcode.name()), e));
-        }
+        self.wire_received += u64::from(header.data_len);
+        let n = if header.flags & FLAG_COMPRESSED != 0 {
+            self.read_packed(&header, opcode, recv)?
+        } else {
+            let n = header.data_len as usize;
+            if n > recv.len() {
+                let _ = skip(&mut self.stream, n as u64, None);
+                return Err(self.fail(
+                    ErrorCode::UnexpectedMessage,
+                    &format!("sent {n} bytes of data where {} were expected", recv.len()),
+                ));
+            }
+            if let Err(e) = read_exact(&mut self.stream, &mut recv[..n], None) {
+                return Err(self.transport(format!("reading data of {}", opcode.name()), e));
+            }
+            n
+        };
         match result {
             Ok(resp) => Ok((resp, n)),
             Err(mut err) => {
@@ -363,6 +424,41 @@ impl Conn {
                 Err(err)
             }
         }
+    }
+
+    /// Reads a compressed data section and decodes it into `recv`; returns the decoded
+    /// length. Compressed data on a connection that did not ask for it, or data that
+    /// does not decode to what its prefix says, breaks the connection.
+    fn read_packed(
+        &mut self,
+        header: &stripefs_wire::Header,
+        opcode: Opcode,
+        recv: &mut [u8],
+    ) -> Result<usize, WireError> {
+        let mut packed = std::mem::take(&mut self.packed_buf);
+        packed.resize(header.data_len as usize, 0);
+        let r = read_exact(&mut self.stream, &mut packed, None);
+        let out = match r {
+            Err(e) => Err(self.transport(format!("reading data of {}", opcode.name()), e)),
+            Ok(()) if self.codec == Codec::Off => Err(self.fail(
+                ErrorCode::UnexpectedMessage,
+                "sent compressed data on a connection that did not ask for compression",
+            )),
+            Ok(()) => match crate::compress::raw_len(&packed) {
+                Ok(n) if n > recv.len() => Err(self.fail(
+                    ErrorCode::UnexpectedMessage,
+                    &format!("sent {n} bytes of data where {} were expected", recv.len()),
+                )),
+                Ok(n) => match crate::compress::decompress_into(&packed, &mut recv[..n]) {
+                    Ok(()) => Ok(n),
+                    Err(e) => Err(self.fail(e.code, &e.message)),
+                },
+                Err(e) => Err(self.fail(e.code, &e.message)),
+            },
+        };
+        packed.clear();
+        self.packed_buf = packed;
+        out
     }
 
     /// The server's notice that it closed this connection without handling what was

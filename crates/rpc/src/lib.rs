@@ -15,6 +15,7 @@
 
 mod accept;
 pub mod auth;
+pub mod compress;
 pub mod config;
 mod conn;
 mod frame;

@@ -4,6 +4,7 @@
 
 use crate::accept::Acceptor;
 use crate::auth::Secret;
+use crate::compress::Codec;
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use crate::limits::Limits;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -11,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stripefs_wire::{
-    decode_request, encode_response, Envelope, ErrorCode, FrameError, Header, Opcode, Request,
-    Response, WireError,
+    decode_request, encode_response, encode_response_flags, Envelope, ErrorCode, FrameError,
+    Header, Opcode, Request, Response, WireError, FLAG_COMPRESSED,
 };
 
 pub use crate::limits::MAX_CONNECTIONS;
@@ -191,6 +192,8 @@ pub(crate) fn start_connection(
 struct Buffers {
     body: Vec<u8>,
     data: Vec<u8>,
+    /// A compressed data section before it is decoded into `data`.
+    packed: Vec<u8>,
     held: usize,
     stats: Arc<ConnStats>,
 }
@@ -200,6 +203,7 @@ impl Buffers {
         Buffers {
             body: Vec::new(),
             data: Vec::new(),
+            packed: Vec::new(),
             held: 0,
             stats,
         }
@@ -207,7 +211,7 @@ impl Buffers {
 
     /// Brings the server's count up to date with this connection's capacity.
     fn note(&mut self) {
-        let now = self.body.capacity() + self.data.capacity();
+        let now = self.body.capacity() + self.data.capacity() + self.packed.capacity();
         if now == self.held {
             return; // the usual case: no write to the counter all threads share
         }
@@ -224,7 +228,7 @@ impl Buffers {
     }
 
     fn shrink(&mut self, kept: usize) {
-        for b in [&mut self.body, &mut self.data] {
+        for b in [&mut self.body, &mut self.data, &mut self.packed] {
             if b.capacity() > kept {
                 b.truncate(kept);
                 b.shrink_to(kept);
@@ -238,6 +242,7 @@ impl Drop for Buffers {
     fn drop(&mut self) {
         self.body = Vec::new();
         self.data = Vec::new();
+        self.packed = Vec::new();
         self.note();
     }
 }
@@ -265,6 +270,8 @@ fn connection(
     )
     .map_err(|e| e.to_string())?;
     let mut info = ConnInfo::new(peer);
+    // What the client asked for with SetCompression: how answers' data is sent.
+    let mut codec = Codec::Off;
     let mut bufs = Buffers::new(shared.stats.clone());
     let mut last = Instant::now();
     let mut idle = true;
@@ -288,7 +295,7 @@ fn connection(
             Err(e) => return Err(e.to_string()),
         };
         idle = false;
-        let env = match read_request(&mut stream, &header, deadline, &mut bufs) {
+        let (env, data_len) = match read_request(&mut stream, &header, deadline, &mut bufs) {
             Ok(x) => x,
             Err(ReadError::Frame(f)) => {
                 let op = Opcode::from_u16(header.opcode);
@@ -298,7 +305,7 @@ fn connection(
         };
         bufs.note();
         let opcode = env.req.opcode();
-        let reply = match env.req.validate(header.data_len) {
+        let reply = match env.req.validate(data_len as u32) {
             Err(e) => Reply::err(e),
             Ok(()) if matches!(env.req, Request::Hello { .. } | Request::Auth { .. }) => {
                 Reply::err(WireError::new(
@@ -312,13 +319,27 @@ fn connection(
                 }
                 Reply::ok(Response::Done)
             }
+            Ok(()) if matches!(env.req, Request::SetCompression { .. }) => {
+                if let Request::SetCompression { codec: c, level } = env.req {
+                    match Codec::from_wire(c, level) {
+                        Ok(c) => {
+                            codec = c;
+                            Reply::ok(Response::Done)
+                        }
+                        Err(e) => Reply::err(e),
+                    }
+                } else {
+                    unreachable!()
+                }
+            }
             Ok(()) => {
-                let data = &bufs.data[..header.data_len as usize];
+                let data = &bufs.data[..data_len];
                 handle_guarded(&*shared.service, &info, env, data)
             }
         };
         if header.wants_reply() {
-            send_reply(&mut stream, header.request_id, opcode, reply).map_err(|e| e.to_string())?;
+            send_reply_with(&mut stream, header.request_id, opcode, reply, codec)
+                .map_err(|e| e.to_string())?;
         } else if let Err(e) = reply.result {
             tracing::warn!(
                 "{} from {peer} (no reply wanted) failed: {e}",
@@ -379,13 +400,14 @@ fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: &
 }
 
 /// Reads a request's body and bulk data before the frame's `deadline`; the data lands
-/// in the connection's reused buffer.
+/// (decompressed, if the frame says it is compressed) in the connection's reused buffer.
+/// Returns the request and its data's length.
 fn read_request(
     stream: &mut TcpStream,
     header: &Header,
     deadline: Option<Instant>,
     bufs: &mut Buffers,
-) -> Result<Envelope, ReadError> {
+) -> Result<(Envelope, usize), ReadError> {
     bufs.body.resize(header.body_len as usize, 0);
     read_exact(stream, &mut bufs.body, deadline)?;
     let env = match decode_request(header, &bufs.body) {
@@ -397,11 +419,31 @@ fn read_request(
         }
     };
     let n = header.data_len as usize;
-    if bufs.data.len() < n {
-        bufs.data.resize(n, 0);
+    if header.flags & FLAG_COMPRESSED == 0 {
+        if bufs.data.len() < n {
+            bufs.data.resize(n, 0);
+        }
+        read_exact(stream, &mut bufs.data[..n], deadline)?;
+        return Ok((env, n));
     }
-    read_exact(stream, &mut bufs.data[..n], deadline)?;
-    Ok(env)
+    // Compressed: whatever the peer claims, the decoded size is bounded by the frame
+    // limit (raw_len), and data that does not decode is a bad frame that ends the
+    // connection, never a request handled with wrong bytes.
+    let mut packed = std::mem::take(&mut bufs.packed);
+    packed.resize(n, 0);
+    let read = read_exact(stream, &mut packed, deadline);
+    let out = read.and_then(|()| {
+        let bad = |e: WireError| ReadError::Frame(FrameError::BadCompressed(e.message));
+        let raw = crate::compress::raw_len(&packed).map_err(bad)?;
+        if bufs.data.len() < raw {
+            bufs.data.resize(raw, 0);
+        }
+        crate::compress::decompress_into(&packed, &mut bufs.data[..raw]).map_err(bad)?;
+        Ok((env, raw))
+    });
+    packed.clear();
+    bufs.packed = packed;
+    out
 }
 
 pub(crate) fn send_reply(
@@ -410,10 +452,33 @@ pub(crate) fn send_reply(
     opcode: Opcode,
     reply: Reply,
 ) -> std::io::Result<()> {
+    send_reply_with(stream, request_id, opcode, reply, Codec::Off)
+}
+
+/// [`send_reply`] with the connection's codec: data that shrinks goes compressed (read
+/// into memory first, so a compressed answer is never sent with sendfile).
+fn send_reply_with(
+    stream: &mut impl crate::payload::ReplyStream,
+    request_id: u64,
+    opcode: Opcode,
+    reply: Reply,
+    codec: Codec,
+) -> std::io::Result<()> {
     let (result, data) = match reply.result {
         Ok(r) => (Ok(r), reply.data),
         Err(e) => (Err(e), Payload::None),
     };
+    if codec != Codec::Off && data.len() >= crate::compress::MIN_COMPRESS_BYTES as u64 {
+        let plain = data.into_bytes()?;
+        if let Some(packed) = codec.compress(&plain) {
+            let len = u32::try_from(packed.len()).expect("compressed data is smaller");
+            let frame = encode_response_flags(request_id, opcode, &result, len, FLAG_COMPRESSED);
+            return crate::payload::send(stream, &frame, Payload::Bytes(packed));
+        }
+        let len = u32::try_from(plain.len()).expect("a reply's data fits a frame");
+        let frame = encode_response(request_id, opcode, &result, len);
+        return crate::payload::send(stream, &frame, Payload::Bytes(plain));
+    }
     let len = u32::try_from(data.len()).expect("a reply's data fits a frame");
     let frame = encode_response(request_id, opcode, &result, len);
     crate::payload::send(stream, &frame, data)

@@ -531,3 +531,103 @@ fn client_host_is_kept_with_its_connection() {
     assert_eq!(say(&mut a, "host4").unwrap(), Response::Done);
     assert_eq!(pong(&mut a), "host4");
 }
+
+/// Text-like bytes (words from a small vocabulary): compressible about 4:1.
+fn text(len: usize) -> Vec<u8> {
+    let words = [
+        "stripe ", "server ", "client ", "object ", "block ", "inode ",
+    ];
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(words[(x % 6) as usize].as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+#[test]
+fn compressed_connections_carry_the_same_bytes_in_fewer_wire_bytes() {
+    use stripefs_rpc::compress::Codec;
+    let server = Server::start();
+    let mut recv = vec![0u8; MAX_DATA_BYTES as usize];
+    for codec in [Codec::Lz4, Codec::Zstd(1), Codec::Zstd(9), Codec::Auto] {
+        let mut conn = server.connect().expect("connect");
+        conn.announce(Some("h1"), codec).expect("SetCompression");
+        assert_eq!(conn.compression(), codec);
+        // Small (sent as it is), odd-sized and the largest frame.
+        let mut plain = 0u64;
+        for (offset, len) in [(0, 100), (4095, 70_001), (0, MAX_DATA_BYTES as usize)] {
+            let data = text(len);
+            let n = echo(&mut conn, offset, &data, &mut recv);
+            assert!(recv[..n] == data[..], "{codec}: {len} bytes differ");
+            plain += len as u64;
+        }
+        let (sent, received) = conn.wire_data_bytes();
+        println!("{codec}: {plain} plain bytes each way, {sent} sent, {received} received");
+        assert!(sent < plain / 2, "{codec}: {sent} of {plain} sent");
+        assert!(
+            received < plain / 2,
+            "{codec}: {received} of {plain} received"
+        );
+        assert!(!conn.is_broken());
+    }
+    // Random bytes under auto go as they are, both ways.
+    let mut conn = server.connect().expect("connect");
+    conn.announce(None, Codec::Auto).expect("SetCompression");
+    let data = pattern(1 << 20);
+    let n = echo(&mut conn, 0, &data, &mut recv);
+    assert!(recv[..n] == data[..]);
+    assert_eq!(conn.wire_data_bytes(), (1 << 20, 1 << 20));
+}
+
+#[test]
+fn an_unknown_codec_is_refused_and_the_connection_stays_plain() {
+    let server = Server::start();
+    let mut conn = server.connect().expect("connect");
+    let req = Request::SetCompression { codec: 9, level: 0 };
+    let err = conn
+        .call(&Cred::root(), req, &[], &mut [])
+        .expect_err("codec 9 accepted");
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err}");
+    assert!(err.message.contains("codec 9"), "{err}");
+    let data = text(1 << 16);
+    let mut recv = vec![0u8; data.len()];
+    echo(&mut conn, 0, &data, &mut recv);
+    assert_eq!(recv, data);
+    assert_eq!(conn.wire_data_bytes(), (1 << 16, 1 << 16));
+}
+
+#[test]
+fn compressed_data_that_does_not_decode_is_a_bad_frame() {
+    capture_logs();
+    let server = Server::start();
+    let data = text(1 << 16);
+    let good = stripefs_rpc::compress::Codec::Lz4.compress(&data).unwrap();
+    let mut lying = good.clone();
+    lying[4..8].copy_from_slice(&(data.len() as u32 + 1).to_le_bytes());
+    let mut garbage = good.clone();
+    for b in &mut garbage[8..] {
+        *b = 0xff;
+    }
+    for (what, section) in [("lying length", lying), ("garbage", garbage)] {
+        let mut s = server.raw();
+        raw_authenticate(&mut s, &server.secret);
+        let env = Envelope {
+            cred: Cred::root(),
+            req: Request::Write {
+                fid: InodeId(42),
+                unit: 1 << 20,
+                offset: 0,
+                crcs: piece_crcs(0, &data),
+            },
+        };
+        let mut frame = encode_request_flags(3, &env, section.len() as u32, FLAG_COMPRESSED);
+        frame.extend_from_slice(&section);
+        send_bad_frame(&mut s, what, &frame, 16);
+        server.assert_serving();
+    }
+}

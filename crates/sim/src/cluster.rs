@@ -107,6 +107,7 @@ impl Servers {
             host: None,
             meta_host: None,
             streams: None,
+            compress: None,
         };
         let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
         let data_clock = Arc::new(VirtualClock::new());

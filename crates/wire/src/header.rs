@@ -6,7 +6,9 @@
 //!  4     2    version     protocol version, currently 4 (see `VERSION`)
 //!  6     2    opcode      numbered operation (see `Opcode`)
 //!  8     2    flags       bit 0: this frame is a response; bit 1 (requests only): the
-//!                          sender reads no response, and none is sent
+//!                          sender reads no response, and none is sent; bit 2: the bulk
+//!                          data is compressed (after `SetCompression`, see
+//!                          docs/protocol.md "Compression")
 //! 10     2    reserved    must be zero
 //! 12     8    request_id  chosen by the client, echoed in the response
 //! 20     4    status      0 in requests and successful responses, else an ErrorCode
@@ -28,7 +30,11 @@ pub const FLAG_RESPONSE: u16 = 1;
 /// On a request: the sender reads no response, and the server sends none (an error is
 /// only logged). For requests whose failure the sender could not act on, like Close.
 pub const FLAG_NO_REPLY: u16 = 2;
-const KNOWN_FLAGS: u16 = FLAG_RESPONSE | FLAG_NO_REPLY;
+/// The bulk data after the body is compressed: an 8-byte prefix (codec, three zero
+/// bytes, uncompressed length u32 LE) and the compressed bytes, `data_len` in all. Sent
+/// only on a connection whose client asked for compression (`SetCompression`).
+pub const FLAG_COMPRESSED: u16 = 4;
+const KNOWN_FLAGS: u16 = FLAG_RESPONSE | FLAG_NO_REPLY | FLAG_COMPRESSED;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Header {
@@ -75,6 +81,8 @@ pub enum FrameError {
     OpcodeMismatch { header: u16, body: u16 },
     #[error("data length {got} does not match the {expected} bytes the message describes")]
     DataLength { got: u32, expected: u32 },
+    #[error("compressed data does not decode: {0}")]
+    BadCompressed(String),
 }
 
 impl FrameError {
@@ -96,6 +104,7 @@ impl FrameError {
             FrameError::BadBody(_) => 13,
             FrameError::OpcodeMismatch { .. } => 14,
             FrameError::DataLength { .. } => 15,
+            FrameError::BadCompressed(_) => 16,
         }
     }
 
@@ -181,7 +190,11 @@ impl Header {
         if self.version != VERSION {
             return Err(FrameError::BadVersion(self.version));
         }
-        if self.flags & !KNOWN_FLAGS != 0 || self.flags == FLAG_RESPONSE | FLAG_NO_REPLY {
+        let both = FLAG_RESPONSE | FLAG_NO_REPLY;
+        if self.flags & !KNOWN_FLAGS != 0
+            || self.flags & both == both
+            || (self.flags & FLAG_COMPRESSED != 0 && self.data_len == 0)
+        {
             return Err(FrameError::BadFlags(self.flags));
         }
         if crate::Opcode::from_u16(self.opcode).is_none() {
@@ -275,8 +288,25 @@ mod tests {
                 },
                 3,
             ),
-            (Header { flags: 4, ..h }, 5),
+            (Header { flags: 8, ..h }, 5),
             (Header { flags: 3, ..h }, 5),
+            // Compressed data needs data; with data it is accepted.
+            (
+                Header {
+                    flags: 4,
+                    data_len: 0,
+                    ..h
+                },
+                5,
+            ),
+            (
+                Header {
+                    flags: 4,
+                    data_len: 100,
+                    ..h
+                },
+                0,
+            ),
             (Header { opcode: 9999, ..h }, 7),
             (
                 Header {

@@ -18,7 +18,9 @@ mod msg;
 pub mod sidecar;
 
 pub use error::{ErrorCode, WireError};
-pub use header::{FrameError, Header, FLAG_NO_REPLY, FLAG_RESPONSE, HEADER_LEN, MAGIC, VERSION};
+pub use header::{
+    FrameError, Header, FLAG_COMPRESSED, FLAG_NO_REPLY, FLAG_RESPONSE, HEADER_LEN, MAGIC, VERSION,
+};
 pub use msg::*;
 
 /// Largest encoded body (requests and responses without bulk data), in bytes.

@@ -3,7 +3,8 @@
 //! the server side); the opcode, its name and the dispatch match all derive from it.
 
 use crate::{
-    ErrorCode, FrameError, Header, WireError, BLOCK_BYTES, FLAG_NO_REPLY, FLAG_RESPONSE, VERSION,
+    ErrorCode, FrameError, Header, WireError, BLOCK_BYTES, FLAG_COMPRESSED, FLAG_NO_REPLY,
+    FLAG_RESPONSE, VERSION,
 };
 use crate::{MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_PATH_BYTES, MAX_READDIR_ENTRIES};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -383,6 +384,11 @@ requests! {
     // reach each at (its `advertise`, else its address) and its host; answered with
     // `DataServers`. A client file may then name only the metadata server.
     33 => DataServers {},
+    // Session: from now on this connection's bulk data may be compressed with `codec`
+    // (0 off, 1 lz4, 2 zstd at `level`, 3 auto) in both directions, marked by
+    // FLAG_COMPRESSED (docs/protocol.md "Compression"). Answered by the rpc layer with
+    // `Done`, or InvalidArgument for a codec it does not know.
+    90 => SetCompression { codec: u8, level: i8 },
 }
 
 /// Most extents one WriteList request carries.
@@ -630,7 +636,11 @@ pub fn encode_request(request_id: u64, env: &Envelope, data_len: u32) -> Vec<u8>
 /// sender reads no response.
 pub fn encode_request_flags(request_id: u64, env: &Envelope, data_len: u32, flags: u16) -> Vec<u8> {
     assert!(data_len <= MAX_DATA_BYTES);
-    assert_eq!(flags & !FLAG_NO_REPLY, 0, "a request's flags");
+    assert_eq!(
+        flags & !(FLAG_NO_REPLY | FLAG_COMPRESSED),
+        0,
+        "a request's flags"
+    );
     let header = Header {
         version: VERSION,
         opcode: env.req.opcode() as u16,
@@ -690,11 +700,24 @@ pub fn encode_response(
     result: &Result<Response, WireError>,
     data_len: u32,
 ) -> Vec<u8> {
+    encode_response_flags(request_id, opcode, result, data_len, 0)
+}
+
+/// [`encode_response`] with extra header flags: 0, or [`FLAG_COMPRESSED`] when the
+/// `data_len` bytes that follow are a compressed data section.
+pub fn encode_response_flags(
+    request_id: u64,
+    opcode: Opcode,
+    result: &Result<Response, WireError>,
+    data_len: u32,
+    flags: u16,
+) -> Vec<u8> {
     assert!(data_len <= MAX_DATA_BYTES);
+    assert_eq!(flags & !FLAG_COMPRESSED, 0, "a response's extra flags");
     let header = |status| Header {
         version: VERSION,
         opcode: opcode as u16,
-        flags: FLAG_RESPONSE,
+        flags: FLAG_RESPONSE | flags,
         request_id,
         status,
         body_len: 0,

@@ -237,6 +237,8 @@ fn sparse_request() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(|session| Request::SessionRenew { session }),
         any::<u64>().prop_map(|session| Request::SessionEnd { session }),
         "[a-z0-9.-]{0,40}".prop_map(|host| Request::ClientHost { host }),
+        (any::<u8>(), any::<i8>())
+            .prop_map(|(codec, level)| Request::SetCompression { codec, level }),
     ]
 }
 
@@ -738,6 +740,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (80, "WriteList"),
     (82, "LocalityStatus"),
     (33, "DataServers"),
+    (90, "SetCompression"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -897,6 +900,7 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::ClientHost => Request::ClientHost { host: "h".into() },
         Opcode::LocalityStatus => Request::LocalityStatus {},
         Opcode::DataServers => Request::DataServers {},
+        Opcode::SetCompression => Request::SetCompression { codec: 0, level: 0 },
     }
 }
 

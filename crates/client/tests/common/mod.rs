@@ -159,6 +159,7 @@ impl Cluster {
             host: None,
             meta_host: None,
             streams: None,
+            compress: None,
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();

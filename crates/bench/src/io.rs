@@ -14,6 +14,7 @@
 
 use crate::cpu::{self, PhaseCpu};
 use crate::pattern::Pattern;
+use crate::ranks::Ranks;
 use crate::util::{client_on, drop_caches, free_bytes, mib_s, pct, progress, write_json};
 use crate::worker::{Done, Spec, Workers};
 use anyhow::{anyhow, bail, Context, Result};
@@ -490,6 +491,105 @@ fn print_table(
     );
 }
 
+/// mpi-io-test (seed 003) on `ranks`, one client per rank: each rank writes its
+/// transfers (its contiguous block by default, as `bench io`), fsyncs, and after a
+/// barrier reads back its neighbour's and verifies; each phase is timed from the
+/// barrier before it to the barrier after it. `--clients` is the number of ranks. The
+/// JSON has `bench io`'s keys for what both measure; the mount, the baseline and
+/// colocation belong to `bench io` alone.
+pub fn run_on(mut a: IoArgs, ranks: &dyn Ranks) -> Result<serde_json::Value> {
+    if a.mount.is_some() || a.baseline.is_some() || a.colocate || a.colocate_fraction.is_some() {
+        bail!("--mount, --baseline, --colocate and --colocate-fraction are options of stripefs bench io; under mpirun, io takes the pattern and layout options");
+    }
+    a.clients = u32::try_from(ranks.size()).context("too many ranks")?;
+    let sh = shape(&a)?;
+    let mut cluster = ClusterConfig::load(&a.cluster).map_err(|e| anyhow!(e))?;
+    cluster
+        .set_client_host(a.host.as_deref())
+        .map_err(|e| anyhow!(e))?;
+    let seed = ranks.from_root(crate::util::seed());
+    let pattern = Pattern::new(seed, a.xfer as usize);
+    let files = sh.files();
+    ranks.once(&|| Remote::prepare(&cluster, &a, files, "file").map(|_| ()))?;
+    let remote = Remote::attach(&cluster, &a, files, "file")?;
+    let hidden = ProgressBar::hidden();
+    let mut secs = [0f64; 2];
+    let dropped = std::sync::atomic::AtomicBool::new(false);
+    for (i, write) in [true, false].into_iter().enumerate() {
+        if !write {
+            ranks.once(&|| {
+                dropped.store(drop_caches(), std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            })?;
+        }
+        secs[i] = ranks.each(&|comm| {
+            let rank = comm.rank() as u32;
+            comm.barrier();
+            let start = Instant::now();
+            client_phase(
+                &remote,
+                &sh,
+                &pattern,
+                reader_of(&sh, rank, write),
+                write,
+                &hidden,
+            )?;
+            comm.barrier();
+            Ok(start.elapsed().as_secs_f64())
+        })?;
+    }
+    let ceiling = remote.ceiling_mib_s()?;
+    if !a.keep {
+        ranks.once(&|| {
+            remote.cleanup();
+            Ok(())
+        })?;
+    }
+    let total = sh.clients as u64 * sh.block();
+    let ours = Phases::timed(total, secs[0], secs[1], dropped.into_inner());
+    let report = json!({
+        "benchmark": "io",
+        "ranks": "mpi",
+        "clients": a.clients,
+        "block_bytes": sh.block(),
+        "xfer_bytes": sh.xfer,
+        "segments": sh.segments,
+        "interleaved": sh.interleaved,
+        "file_per_process": a.file_per_process,
+        "stripe_size_bytes": remote.stripe_size,
+        "stripe_count": remote.stripe_count,
+        "servers": remote.servers,
+        "host": cluster.client_host(),
+        "seed": seed,
+        "write_mib_s": ours.write_mib_s,
+        "read_mib_s": ours.read_mib_s,
+        "write_s": ours.write_s,
+        "read_s": ours.read_s,
+        "verified": true,
+        "caches_dropped": ours.caches_dropped,
+        "ceiling_mib_s": ceiling,
+        "layout": a.layout,
+    });
+    if ranks.is_root() {
+        println!(
+            "io: {} ranks x {} in {} transfers of {}: write {:.1} MiB/s{}, read {:.1} MiB/s{} (verified{})",
+            a.clients,
+            format_size(sh.block()),
+            sh.segments,
+            format_size(sh.xfer),
+            ours.write_mib_s,
+            ceiling.map(|c| format!(" ({} of the disk ceiling)", pct(ours.write_mib_s, Some(c)))).unwrap_or_default(),
+            ours.read_mib_s,
+            ceiling.map(|c| format!(" ({})", pct(ours.read_mib_s, Some(c)))).unwrap_or_default(),
+            if ours.caches_dropped { ", caches dropped" } else { "" }
+        );
+        if let Some(p) = &a.json {
+            write_json(p, &report)?;
+        }
+    }
+    Ok(report)
+}
+
 /// Writes, fsyncs, drops caches, reads back and verifies; returns the timings.
 fn run_pattern(
     b: &dyn Backend,
@@ -756,6 +856,36 @@ impl Remote {
             servers: servers.into_iter().collect(),
             admin,
             hosts,
+            traffic: Arc::default(),
+        })
+    }
+
+    /// The test files [`Remote::prepare`] made (in another process of the job): for the
+    /// ranks of `stripefs-mpi io`, which open them but create nothing.
+    fn attach(cluster: &ClusterConfig, a: &IoArgs, files: u32, prefix: &str) -> Result<Remote> {
+        let admin = Client::connect(cluster)?;
+        let dir = a.path.trim_end_matches('/').to_string();
+        let mut servers = std::collections::BTreeSet::new();
+        let (mut ss, mut sc) = (0, 0);
+        for f in 0..files {
+            let path = format!("{dir}/{prefix}{f}");
+            let layout = admin
+                .get_layout(&path)
+                .with_context(|| format!("cannot find {path}"))?;
+            ss = layout.stripe_size_bytes;
+            sc = layout.servers.len() as u32;
+            servers.extend(layout.servers.iter().map(|s| s.0));
+        }
+        Ok(Remote {
+            cluster: cluster.clone(),
+            dir,
+            prefix: prefix.to_string(),
+            files,
+            stripe_size: ss,
+            stripe_count: sc,
+            servers: servers.into_iter().collect(),
+            admin,
+            hosts: None,
             traffic: Arc::default(),
         })
     }

@@ -18,6 +18,7 @@ pub mod mpiio;
 mod pattern;
 pub mod plan;
 pub mod plot;
+pub mod ranks;
 pub mod remote;
 pub mod report;
 pub mod scan;
@@ -63,6 +64,13 @@ pub enum BenchCmd {
     Btio(mpiio::BtioArgs),
     /// MPI-BLAST's pattern: asynchronous reads overlapped with computation.
     Overlap(mpiio::OverlapArgs),
+    /// ROMIO perf on the MPI-IO layer: each rank writes and reads its array at its
+    /// rank's offset, without and with sync (ranks as threads; `stripefs-mpi perf` runs
+    /// it under mpirun).
+    Perf(mpiio::PerfArgs),
+    /// mpi-md-test: collective create, open and resize of files, timed per call (ranks
+    /// as threads; `stripefs-mpi md` runs it under mpirun).
+    MpiMd(mpiio::MpiMdArgs),
     /// One client process of a `--mount` run (started by `bench io` and `bench md`).
     #[command(hide = true)]
     ClientWorker(worker::WorkerArgs),
@@ -81,6 +89,8 @@ pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
         BenchCmd::Wan(a) => remote::run_wan(a, &exe).map(|_| ()),
         BenchCmd::Btio(a) => mpiio::btio(a).map(|_| ()),
         BenchCmd::Overlap(a) => mpiio::overlap(a).map(|_| ()),
+        BenchCmd::Perf(a) => mpiio::perf(a).map(|_| ()),
+        BenchCmd::MpiMd(a) => mpiio::mpi_md(a).map(|_| ()),
         BenchCmd::ClientWorker(a) => worker::serve(a),
     }
 }

@@ -198,6 +198,68 @@ impl File {
 
     // ---- collective ----
 
+    /// Collective open (MPI_File_open on a communicator): every rank of `comm` calls it
+    /// with the same path and mode. With `create`, rank 0 creates the file first (the
+    /// striping hints apply) and the others open it after, so that no two ranks race to
+    /// create; every rank gets an error if any rank's open failed.
+    pub fn open_all(
+        comm: &dyn Communicator,
+        client: &Client,
+        path: &str,
+        mode: Mode,
+        hints: &Hints,
+    ) -> Result<File> {
+        let first = if comm.rank() == 0 || !mode.create {
+            Some(File::open(client, path, mode, hints))
+        } else {
+            None
+        };
+        let created = first.as_ref().map_or(Ok(()), |r| match r {
+            Ok(_) => Ok(()),
+            Err(e) => Err(IoError::Usage(e.to_string())),
+        });
+        if mode.create {
+            // The others wait for rank 0's create (and learn whether it worked).
+            agree(comm, created, "create")?;
+        }
+        let f = match first {
+            Some(f) => f,
+            None => File::open(
+                client,
+                path,
+                Mode {
+                    create: false,
+                    ..mode
+                },
+                hints,
+            ),
+        };
+        let outcome = f
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| IoError::Usage(e.to_string()));
+        match (agree(comm, outcome, "open"), f) {
+            (Ok(()), Ok(f)) => Ok(f),
+            (_, Err(e)) => Err(e),
+            (Err(e), Ok(f)) => {
+                let _ = f.close();
+                Err(e)
+            }
+        }
+    }
+
+    /// Collective resize (MPI_File_set_size): every rank of `comm` calls it with the same
+    /// size; one rank changes the size, all return when it has, with its outcome.
+    pub fn set_size_all(&self, comm: &dyn Communicator, size: u64) -> Result<()> {
+        self.wait_io()?;
+        let r = if comm.rank() == 0 {
+            self.f.set_len(size).map_err(IoError::from)
+        } else {
+            Ok(())
+        };
+        agree(comm, r, "resize")
+    }
+
     /// Aggregators of a collective call: `cb_nodes`, else one per data server of the
     /// file, at most the communicator's size.
     fn aggregators(&self, comm: &dyn Communicator) -> usize {

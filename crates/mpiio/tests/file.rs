@@ -209,6 +209,42 @@ fn striping_hints_apply_at_create_and_bad_hints_are_refused() {
     assert!(File::open(&c, "/bad2", RW_CREATE, &bad).is_err());
 }
 
+#[test]
+fn collective_open_creates_once_and_collective_resize_is_seen_by_all() {
+    let cl = Cluster::start(2);
+    let hints = Hints::default().set("striping_factor", "1");
+    let comms = ThreadComm::group(4);
+    let threads: Vec<_> = comms
+        .into_iter()
+        .map(|comm| {
+            let client = cl.client();
+            let hints = hints.clone();
+            std::thread::spawn(move || {
+                let f = File::open_all(&comm, &client, "/coll", RW_CREATE, &hints).unwrap();
+                f.set_size_all(&comm, 12345).unwrap();
+                // Every rank sees the new size once the collective call returned.
+                assert_eq!(f.size().unwrap(), 12345);
+                comm.barrier();
+                f.close().unwrap();
+                // A collective open of a file that is not there, without create, fails at
+                // every rank.
+                let ro = Mode {
+                    read: true,
+                    write: false,
+                    create: false,
+                };
+                assert!(File::open_all(&comm, &client, "/absent", ro, &hints).is_err());
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let c = cl.client();
+    assert_eq!(c.get_layout("/coll").unwrap().servers.len(), 1);
+    assert_eq!(c.stat("/coll").unwrap().size, 12345);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
     // Random vector views over 4 ranks: the collective write equals the independent one.

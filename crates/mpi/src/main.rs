@@ -1,0 +1,80 @@
+//! `stripefs-mpi`: stripefs's MPI-IO benchmarks as an MPI program, one client per rank.
+//!
+//! ```text
+//! mpirun -n 4 target/release/stripefs-mpi io --cluster DIR/cluster.toml --block 8M
+//! mpirun -n 4 target/release/stripefs-mpi md|perf|btio|overlap --cluster ... [--json F]
+//! ```
+//!
+//! The benchmarks are those of `stripefs bench` (crates/bench), written once against its
+//! `Ranks` trait; here the ranks are the job's processes and the communicator is MPI's
+//! (`MpiComm`), where `stripefs bench` runs them as threads. Rank 0 prints the table and
+//! writes the JSON. A rank that fails prints its error and aborts the job, as MPI
+//! programs do, so that no rank waits forever in a collective call.
+
+mod comm;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use comm::MpiRanks;
+use stripefs_bench::{io, mpiio};
+use stripefs_mpiio::Communicator as _;
+
+#[derive(Parser)]
+#[command(
+    name = "stripefs-mpi",
+    version,
+    about = "stripefs MPI-IO benchmarks under mpirun: one client per rank",
+    after_help = "Run under mpirun, e.g.: mpirun -n 4 stripefs-mpi io --cluster DIR/cluster.toml\n(as root, OpenMPI needs --allow-run-as-root; more ranks than cores need --oversubscribe)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// mpi-io-test: each rank writes its block, syncs, reads back its neighbour's and
+    /// verifies (`stripefs bench io`'s options; the ranks are the clients).
+    Io(io::IoArgs),
+    /// mpi-md-test: collective create, open and resize, timed per call.
+    Md(mpiio::MpiMdArgs),
+    /// ROMIO perf: each rank writes and reads its array, without and with sync.
+    Perf(mpiio::PerfArgs),
+    /// NAS BT-IO: collective writes through subarray views, verified (square rank count).
+    Btio(mpiio::BtioArgs),
+    /// MPI-BLAST pattern: compute overlapped with asynchronous reads.
+    Overlap(mpiio::OverlapArgs),
+}
+
+fn main() {
+    let Some(ranks) = MpiRanks::init() else {
+        eprintln!("stripefs-mpi: MPI could not be initialised (run it under mpirun)");
+        std::process::exit(1);
+    };
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // Help and version are printed once; a usage error stops every rank.
+            if ranks.comm().rank() == 0 {
+                let _ = e.print();
+            }
+            let code = e.exit_code();
+            drop(ranks);
+            std::process::exit(code);
+        }
+    };
+    if let Err(e) = run(cli.cmd, &ranks) {
+        eprintln!("stripefs-mpi: rank {}: {e:#}", ranks.comm().rank());
+        ranks.abort(1);
+    }
+}
+
+fn run(cmd: Cmd, ranks: &MpiRanks) -> Result<()> {
+    match cmd {
+        Cmd::Io(a) => io::run_on(a, ranks).map(|_| ()),
+        Cmd::Md(a) => mpiio::mpi_md_on(&a, ranks).map(|_| ()),
+        Cmd::Perf(a) => mpiio::perf_on(&a, ranks).map(|_| ()),
+        Cmd::Btio(a) => mpiio::btio_on(&a, ranks).map(|_| ()),
+        Cmd::Overlap(a) => mpiio::overlap_on(&a, ranks).map(|_| ()),
+    }
+}

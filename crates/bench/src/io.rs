@@ -507,7 +507,7 @@ pub fn run_on(mut a: IoArgs, ranks: &dyn Ranks) -> Result<serde_json::Value> {
     cluster
         .set_client_host(a.host.as_deref())
         .map_err(|e| anyhow!(e))?;
-    let seed = ranks.from_root(crate::util::seed());
+    let seed = ranks.root_value(crate::util::seed());
     let pattern = Pattern::new(seed, a.xfer as usize);
     let files = sh.files();
     ranks.once(&|| Remote::prepare(&cluster, &a, files, "file").map(|_| ()))?;

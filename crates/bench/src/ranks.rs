@@ -25,7 +25,7 @@ pub trait Ranks {
     /// rank wait until it is done; its error is every rank's error.
     fn once(&self, f: &dyn Fn() -> Result<()>) -> Result<()>;
     /// Rank 0's `v`, at every rank (a broadcast: the seed every rank must share).
-    fn from_root(&self, v: u64) -> u64;
+    fn root_value(&self, v: u64) -> u64;
 }
 
 /// Ranks as threads of this process, each with its own client.
@@ -59,7 +59,7 @@ impl Ranks for Threads {
         f()
     }
 
-    fn from_root(&self, v: u64) -> u64 {
+    fn root_value(&self, v: u64) -> u64 {
         v
     }
 }

@@ -191,7 +191,7 @@ impl Ranks for MpiRanks {
         }
     }
 
-    fn from_root(&self, v: u64) -> u64 {
+    fn root_value(&self, v: u64) -> u64 {
         let mut v = v;
         let _g = self.comm.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.comm.world.process_at_rank(0).broadcast_into(&mut v);

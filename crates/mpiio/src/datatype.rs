@@ -580,6 +580,15 @@ pub(crate) mod tests {
     }
 
     proptest! {
+        // The compact text form reads back as the same type.
+        #[test]
+        fn descriptions_round_trip(t in datatype()) {
+            let text = t.to_string();
+            prop_assert_eq!(Datatype::parse(&text).unwrap(), t, "{}", text);
+        }
+    }
+
+    proptest! {
         // Flattening equals the byte-by-byte definition, for nested types and several
         // elements; sizes agree; no piece is empty.
         #[test]

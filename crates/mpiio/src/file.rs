@@ -249,9 +249,11 @@ impl File {
     }
 
     /// Collective resize (MPI_File_set_size): every rank of `comm` calls it with the same
-    /// size; one rank changes the size, all return when it has, with its outcome.
+    /// size; one rank changes the size once every rank has called (so that no rank's
+    /// earlier I/O races with a truncation), and all return when it has, with its outcome.
     pub fn set_size_all(&self, comm: &dyn Communicator, size: u64) -> Result<()> {
         self.wait_io()?;
+        comm.barrier();
         let r = if comm.rank() == 0 {
             self.f.set_len(size).map_err(IoError::from)
         } else {

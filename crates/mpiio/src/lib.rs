@@ -7,10 +7,12 @@
 
 mod comm;
 mod datatype;
+mod describe;
 mod file;
 mod view;
 
 pub use comm::{Communicator, ThreadComm};
 pub use datatype::{Datatype, Order, TypeError};
+pub use describe::MAX_DESCRIPTION_BYTES;
 pub use file::{testany, waitall, File, Hints, IoError, Mode, Request, DEFAULT_SIEVE_BYTES};
 pub use view::View;

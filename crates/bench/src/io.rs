@@ -322,69 +322,54 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
         }
         None => None,
     };
-    let report = json!({
-        "benchmark": "io",
-        "clients": a.clients,
-        "block_bytes": sh.block(),
-        "xfer_bytes": sh.xfer,
-        "segments": sh.segments,
-        "interleaved": sh.interleaved,
-        "file_per_process": a.file_per_process,
-        "stripe_size_bytes": remote.stripe_size,
-        "stripe_count": remote.stripe_count,
-        "servers": remote.servers,
-        "host": cluster.client_host(),
-        "seed": seed,
-        "write_mib_s": ours.write_mib_s,
-        "read_mib_s": ours.read_mib_s,
-        "write_s": ours.write_s,
-        "read_s": ours.read_s,
-        "verified": true,
-        "caches_dropped": ours.caches_dropped,
-        "ceiling_mib_s": ceiling,
-        "mount": a.mount.as_ref().map(|d| d.display().to_string()),
-        "mount_write_mib_s": mount.map(|m| m.write_mib_s),
-        "mount_read_mib_s": mount.map(|m| m.read_mib_s),
-        "mount_write_s": mount.map(|m| m.write_s),
-        "mount_read_s": mount.map(|m| m.read_s),
-        "mount_caches_dropped": mount.map(|m| m.caches_dropped),
-        "baseline_dir": a.baseline.as_ref().map(|d| d.display().to_string()),
-        "baseline_write_mib_s": baseline.map(|b| b.write_mib_s),
-        "baseline_read_mib_s": baseline.map(|b| b.read_mib_s),
-        "colocate": a.colocate,
-        "colocate_fraction": colocate_fraction(&a),
-        "layout": a.layout,
-        "client_hosts": remote.hosts,
-        "local_bytes_fraction": {
-            "write": ours.write_traffic.and_then(|t| local_fraction(&t, true)),
-            "read": ours.read_traffic.and_then(|t| local_fraction(&t, false)),
-        },
-        "local_bytes": {
-            "write": ours.write_traffic.map(|t| t.local_written),
-            "read": ours.read_traffic.map(|t| t.local_read + t.direct_read),
-        },
-        "short_circuit_bytes": {
-            "write": ours.write_traffic.map(|_| 0),
-            "read": ours.read_traffic.map(|t| t.direct_read),
-        },
-        "remote_bytes": {
-            "write": ours.write_traffic.map(|t| t.remote_written),
-            "read": ours.read_traffic.map(|t| t.remote_read),
-        },
-        "server_cpu_s_per_gib": {
-            "write": cpu::per_gib(ours.write_cpu.server_s, total),
-            "read": cpu::per_gib(ours.read_cpu.server_s, total),
-        },
-        "total_cpu_s_per_gib": {
-            "write": cpu::per_gib(ours.write_cpu.total_s(), total),
-            "read": cpu::per_gib(ours.read_cpu.total_s(), total),
-        },
-        "client_cpu_s_per_gib": {
-            "write": cpu::per_gib(Some(ours.write_cpu.client_s), total),
-            "read": cpu::per_gib(Some(ours.read_cpu.client_s), total),
-        },
-        "server_cpu_known": servers.known(),
-    });
+    let mut report = shared_report(&a, &sh, &remote, &cluster, seed, &ours, ceiling);
+    extend(
+        &mut report,
+        json!({
+            "mount": a.mount.as_ref().map(|d| d.display().to_string()),
+            "mount_write_mib_s": mount.map(|m| m.write_mib_s),
+            "mount_read_mib_s": mount.map(|m| m.read_mib_s),
+            "mount_write_s": mount.map(|m| m.write_s),
+            "mount_read_s": mount.map(|m| m.read_s),
+            "mount_caches_dropped": mount.map(|m| m.caches_dropped),
+            "baseline_dir": a.baseline.as_ref().map(|d| d.display().to_string()),
+            "baseline_write_mib_s": baseline.map(|b| b.write_mib_s),
+            "baseline_read_mib_s": baseline.map(|b| b.read_mib_s),
+            "colocate": a.colocate,
+            "colocate_fraction": colocate_fraction(&a),
+            "layout": a.layout,
+            "client_hosts": remote.hosts,
+            "local_bytes_fraction": {
+                "write": ours.write_traffic.and_then(|t| local_fraction(&t, true)),
+                "read": ours.read_traffic.and_then(|t| local_fraction(&t, false)),
+            },
+            "local_bytes": {
+                "write": ours.write_traffic.map(|t| t.local_written),
+                "read": ours.read_traffic.map(|t| t.local_read + t.direct_read),
+            },
+            "short_circuit_bytes": {
+                "write": ours.write_traffic.map(|_| 0),
+                "read": ours.read_traffic.map(|t| t.direct_read),
+            },
+            "remote_bytes": {
+                "write": ours.write_traffic.map(|t| t.remote_written),
+                "read": ours.read_traffic.map(|t| t.remote_read),
+            },
+            "server_cpu_s_per_gib": {
+                "write": cpu::per_gib(ours.write_cpu.server_s, total),
+                "read": cpu::per_gib(ours.read_cpu.server_s, total),
+            },
+            "total_cpu_s_per_gib": {
+                "write": cpu::per_gib(ours.write_cpu.total_s(), total),
+                "read": cpu::per_gib(ours.read_cpu.total_s(), total),
+            },
+            "client_cpu_s_per_gib": {
+                "write": cpu::per_gib(Some(ours.write_cpu.client_s), total),
+                "read": cpu::per_gib(Some(ours.read_cpu.client_s), total),
+            },
+            "server_cpu_known": servers.known(),
+        }),
+    );
     print_table(
         &sh,
         &remote,
@@ -547,29 +532,14 @@ pub fn run_on(mut a: IoArgs, ranks: &dyn Ranks) -> Result<serde_json::Value> {
     }
     let total = sh.clients as u64 * sh.block();
     let ours = Phases::timed(total, secs[0], secs[1], dropped.into_inner());
-    let report = json!({
-        "benchmark": "io",
-        "ranks": "mpi",
-        "clients": a.clients,
-        "block_bytes": sh.block(),
-        "xfer_bytes": sh.xfer,
-        "segments": sh.segments,
-        "interleaved": sh.interleaved,
-        "file_per_process": a.file_per_process,
-        "stripe_size_bytes": remote.stripe_size,
-        "stripe_count": remote.stripe_count,
-        "servers": remote.servers,
-        "host": cluster.client_host(),
-        "seed": seed,
-        "write_mib_s": ours.write_mib_s,
-        "read_mib_s": ours.read_mib_s,
-        "write_s": ours.write_s,
-        "read_s": ours.read_s,
-        "verified": true,
-        "caches_dropped": ours.caches_dropped,
-        "ceiling_mib_s": ceiling,
-        "layout": a.layout,
-    });
+    let mut report = shared_report(&a, &sh, &remote, &cluster, seed, &ours, ceiling);
+    extend(
+        &mut report,
+        json!({
+            "ranks": "mpi",
+            "layout": a.layout,
+        }),
+    );
     if ranks.is_root() {
         println!(
             "io: {} ranks x {} in {} transfers of {}: write {:.1} MiB/s{}, read {:.1} MiB/s{} (verified{})",
@@ -588,6 +558,46 @@ pub fn run_on(mut a: IoArgs, ranks: &dyn Ranks) -> Result<serde_json::Value> {
         }
     }
     Ok(report)
+}
+
+/// The figures `bench io` and `stripefs-mpi io` both report, under the same keys.
+fn shared_report(
+    a: &IoArgs,
+    sh: &Shape,
+    remote: &Remote,
+    cluster: &ClusterConfig,
+    seed: u64,
+    ours: &Phases,
+    ceiling: Option<f64>,
+) -> serde_json::Value {
+    json!({
+        "benchmark": "io",
+        "clients": a.clients,
+        "block_bytes": sh.block(),
+        "xfer_bytes": sh.xfer,
+        "segments": sh.segments,
+        "interleaved": sh.interleaved,
+        "file_per_process": a.file_per_process,
+        "stripe_size_bytes": remote.stripe_size,
+        "stripe_count": remote.stripe_count,
+        "servers": remote.servers,
+        "host": cluster.client_host(),
+        "seed": seed,
+        "write_mib_s": ours.write_mib_s,
+        "read_mib_s": ours.read_mib_s,
+        "write_s": ours.write_s,
+        "read_s": ours.read_s,
+        "verified": true,
+        "caches_dropped": ours.caches_dropped,
+        "ceiling_mib_s": ceiling,
+    })
+}
+
+/// Adds `more`'s fields to the object `report`.
+fn extend(report: &mut serde_json::Value, more: serde_json::Value) {
+    if let (Some(r), serde_json::Value::Object(m)) = (report.as_object_mut(), more) {
+        r.extend(m);
+    }
 }
 
 /// Writes, fsyncs, drops caches, reads back and verifies; returns the timings.

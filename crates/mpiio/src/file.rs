@@ -326,8 +326,10 @@ impl File {
         if let Some((s, d)) = run {
             result = result.and(self.f.write_at(s, &d).map_err(IoError::from));
         }
-        // Every aggregator's writes reach the servers before any rank returns.
-        result = result.and(self.f.flush().map_err(IoError::from));
+        // The aggregators' writes go on behind the call, as independent writes do, so
+        // that consecutive collective writes keep the servers busy (no drain per call).
+        // What MPI promises holds: `sync` (and close) flushes them and reports any
+        // failure, and a collective read first flushes every rank's writes.
         agree(comm, result, "write")
     }
 
@@ -336,8 +338,13 @@ impl File {
     pub fn read_at_all(&self, comm: &dyn Communicator, off: u64, buf: &mut [u8]) -> Result<()> {
         self.check_len(buf.len())?;
         let ext = self.view.extents(off, buf.len() as u64)?;
+        // Writes of this handle still behind (a collective write's aggregation) reach
+        // the servers before any aggregator reads: every rank flushes before it sends
+        // its requests, and the aggregators read only once they have all requests.
+        let flushed = self.f.flush().map_err(IoError::from);
         if self.cb_read == Some(false) {
-            let r = read_extents(&self.f, &ext, buf, self.sieve_bytes);
+            comm.barrier();
+            let r = flushed.and(read_extents(&self.f, &ext, buf, self.sieve_bytes));
             comm.barrier();
             return r;
         }
@@ -362,7 +369,7 @@ impl File {
         }
         let runs = merge(&wanted);
         let mut run_data = Vec::with_capacity(runs.len());
-        let mut result: Result<()> = Ok(());
+        let mut result: Result<()> = flushed;
         for &(s, n) in &runs {
             let mut d = vec![0u8; n as usize];
             if let Err(e) = read_full(&self.f, s, &mut d) {

@@ -218,6 +218,35 @@ impl File {
         Ok(n)
     }
 
+    /// Reads the extents `(offset, length)` into `buf`, one after another (`buf` is as
+    /// long as their lengths added up), with one list request per data server and batch
+    /// instead of a request per extent: for noncontiguous reads (MPI-IO file views).
+    /// Bytes at or past the end of the file read as zeros.
+    pub fn read_list(&self, extents: &[(u64, u64)], buf: &mut [u8]) -> Result<(), WireError> {
+        if !self.read {
+            return Err(WireError::new(
+                ErrorCode::BadHandle,
+                format!("{} is not open for reading", self.describe()),
+            ));
+        }
+        let total = extents
+            .iter()
+            .try_fold(0u64, |t, e| t.checked_add(e.1))
+            .filter(|&t| t == buf.len() as u64);
+        if total.is_none() || extents.iter().any(|e| e.0.checked_add(e.1).is_none()) {
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "a list read of {} extents does not fit its buffer of {} bytes",
+                    extents.len(),
+                    buf.len()
+                ),
+            ));
+        }
+        self.io.check_lost()?;
+        self.io.read_list(&self.cred, extents, buf)
+    }
+
     /// Reads up to `len` bytes at `offset` and hands `f` the bytes where they arrived,
     /// in file order (fewer than `len` at the end of the file), instead of copying them
     /// into a buffer: for callers that copy them on anyway, as a FUSE reply does.

@@ -1075,6 +1075,26 @@ impl DataService {
                     Err(e) => Reply::err(e),
                 };
             }
+            Request::ReadList { fid, unit, ranges } => {
+                // Range by range through memory: each range's locks are released before
+                // the next is taken, so a list read never waits holding a lock.
+                let total: usize = ranges.iter().map(|r| r.1 as usize).sum();
+                let mut all_crcs = Vec::with_capacity(total / BLOCK_BYTES as usize);
+                let mut bytes = Vec::with_capacity(total);
+                for (offset, len) in ranges {
+                    match self.read(fid, unit, offset, len) {
+                        Ok((crcs, b)) => {
+                            all_crcs.extend(crcs);
+                            bytes.extend_from_slice(&b);
+                        }
+                        Err(e) => return Reply::err(e),
+                    }
+                }
+                return Reply {
+                    result: Ok(Response::ReadData { crcs: all_crcs }),
+                    data: Payload::Bytes(bytes),
+                };
+            }
             Request::Truncate {
                 fid,
                 unit,

@@ -226,6 +226,18 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             offset: rng.gen_range(0..64) * BLOCK_BYTES as u64,
             len: rng.gen_range(0..64) * BLOCK_BYTES,
         },
+        Opcode::ReadList => Request::ReadList {
+            fid: ino(rng),
+            unit: unit(rng),
+            ranges: (0..rng.gen_range(0..5))
+                .map(|_| {
+                    (
+                        rng.gen_range(0..64) * BLOCK_BYTES as u64,
+                        rng.gen_range(0..16) * BLOCK_BYTES,
+                    )
+                })
+                .collect(),
+        },
         Opcode::Truncate => Request::Truncate {
             fid: ino(rng),
             unit: unit(rng),
@@ -414,7 +426,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             db_bytes: rng.gen(),
             counters: counters(rng),
         },
-        Opcode::Read => {
+        Opcode::Read | Opcode::ReadList => {
             let blocks = rng.gen_range(0..4u32);
             let crcs = (0..blocks).map(|_| rng.gen()).collect();
             return (Response::ReadData { crcs }, blocks * BLOCK_BYTES);

@@ -368,14 +368,33 @@ impl File {
             }
         }
         let runs = merge(&wanted);
-        let mut run_data = Vec::with_capacity(runs.len());
+        let mut run_data: Vec<(u64, Vec<u8>)> = runs
+            .iter()
+            .map(|&(s, n)| (s, vec![0u8; n as usize]))
+            .collect();
         let mut result: Result<()> = flushed;
-        for &(s, n) in &runs {
-            let mut d = vec![0u8; n as usize];
-            if let Err(e) = read_full(&self.f, s, &mut d) {
-                result = Err(e);
+        // The runs as list reads (a request per data server), a batch at a time.
+        let mut k = 0;
+        while k < runs.len() {
+            let mut m = k;
+            let mut bytes = 0u64;
+            while m < runs.len() && (m == k || bytes + runs[m].1 <= LIST_READ_BYTES) {
+                bytes += runs[m].1;
+                m += 1;
             }
-            run_data.push((s, d));
+            let mut data = vec![0u8; bytes as usize];
+            match self.f.read_list(&runs[k..m], &mut data) {
+                Ok(()) => {
+                    let mut at = 0usize;
+                    for (_, d) in &mut run_data[k..m] {
+                        let n = d.len();
+                        d.copy_from_slice(&data[at..at + n]);
+                        at += n;
+                    }
+                }
+                Err(e) => result = Err(e.into()),
+            }
+            k = m;
         }
         let answers: Vec<Vec<u8>> = asked
             .iter()
@@ -595,15 +614,21 @@ fn write_extents(f: &stripefs_client::File, ext: &[(u64, u64)], buf: &[u8]) -> R
     Ok(())
 }
 
-/// Reads every extent into `buf` in order; extents close together (the span at most
-/// `sieve` bytes and at most twice the data) are read as one span (data sieving).
+/// Most bytes of spans one list read fetches at once.
+const LIST_READ_BYTES: u64 = 64 << 20;
+
+/// Reads every extent into `buf` in order. Extents close together (the span at most
+/// `sieve` bytes and at most twice the data) are read as one span (data sieving); the
+/// spans go out as list reads (one request per data server for many spans), not a
+/// request each.
 fn read_extents(
     f: &stripefs_client::File,
     ext: &[(u64, u64)],
     buf: &mut [u8],
     sieve: u64,
 ) -> Result<()> {
-    let mut at = 0usize;
+    // (span start, span length, extents i..j it covers)
+    let mut spans: Vec<(u64, u64, usize, usize)> = Vec::new();
     let mut i = 0;
     while i < ext.len() {
         // The longest run of extents from i, in increasing order, worth one read.
@@ -618,28 +643,32 @@ fn read_extents(
             end = ext[j].0 + ext[j].1;
             j += 1;
         }
-        let mut span = vec![0u8; (end - start) as usize];
-        read_full(f, start, &mut span)?;
-        for &(fo, len) in &ext[i..j] {
-            let rel = (fo - start) as usize;
-            buf[at..at + len as usize].copy_from_slice(&span[rel..rel + len as usize]);
-            at += len as usize;
-        }
+        spans.push((start, end - start, i, j));
         i = j;
     }
-    Ok(())
-}
-
-/// Reads `buf.len()` bytes at `off`; past the end of file, zeros.
-fn read_full(f: &stripefs_client::File, off: u64, buf: &mut [u8]) -> Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        let n = f.read_at(off + done as u64, &mut buf[done..])?;
-        if n == 0 {
-            buf[done..].fill(0);
-            break;
+    let mut at = 0usize;
+    let mut k = 0;
+    while k < spans.len() {
+        // A batch of spans worth one list read.
+        let mut bytes = 0u64;
+        let mut m = k;
+        while m < spans.len() && (m == k || bytes + spans[m].1 <= LIST_READ_BYTES) {
+            bytes += spans[m].1;
+            m += 1;
         }
-        done += n;
+        let list: Vec<(u64, u64)> = spans[k..m].iter().map(|s| (s.0, s.1)).collect();
+        let mut data = vec![0u8; bytes as usize];
+        f.read_list(&list, &mut data)?;
+        let mut base = 0usize;
+        for &(start, len, i, j) in &spans[k..m] {
+            for &(fo, n) in &ext[i..j] {
+                let rel = base + (fo - start) as usize;
+                buf[at..at + n as usize].copy_from_slice(&data[rel..rel + n as usize]);
+                at += n as usize;
+            }
+            base += len as usize;
+        }
+        k = m;
     }
     Ok(())
 }

@@ -389,6 +389,10 @@ requests! {
     // FLAG_COMPRESSED (docs/protocol.md "Compression"). Answered by the rpc layer with
     // `Done`, or InvalidArgument for a codec it does not know.
     90 => SetCompression { codec: u8, level: i8 },
+    // Data: many block-aligned ranges of one object in one request (list I/O for
+    // noncontiguous reads). Answered with `ReadData`: the checksums of every block of
+    // every range, in order, and the ranges' bytes one after another as the data.
+    81 => ReadList { fid: InodeId, unit: u32, ranges: Vec<(u64, u32)> },
 }
 
 /// Most extents one WriteList request carries.
@@ -986,6 +990,37 @@ impl Request {
                         "a list write of {} extents has {} checksums, needs {n}",
                         extents.len(),
                         crcs.len()
+                    ));
+                }
+                Ok(())
+            }
+            Request::ReadList { unit, ranges, .. } => {
+                check_unit(*unit)?;
+                let bad = |m: String| Err(WireError::new(ErrorCode::InvalidArgument, m));
+                if ranges.is_empty() || ranges.len() > MAX_LIST_EXTENTS {
+                    return bad(format!(
+                        "a list read has {} ranges, not 1..={MAX_LIST_EXTENTS}",
+                        ranges.len()
+                    ));
+                }
+                let mut total: u64 = 0;
+                for &(offset, len) in ranges {
+                    if len == 0 || offset % BLOCK_BYTES as u64 != 0 || len % BLOCK_BYTES != 0 {
+                        return bad(format!(
+                            "list read range at {offset} of {len} bytes is empty or not block-aligned"
+                        ));
+                    }
+                    if offset.checked_add(len as u64).is_none() {
+                        return Err(WireError::new(
+                            ErrorCode::FileTooBig,
+                            "read beyond the largest offset",
+                        ));
+                    }
+                    total += len as u64;
+                }
+                if total > MAX_DATA_BYTES as u64 {
+                    return bad(format!(
+                        "a list read of {total} bytes exceeds {MAX_DATA_BYTES}"
                     ));
                 }
                 Ok(())

@@ -239,6 +239,16 @@ fn sparse_request() -> impl Strategy<Value = Request> {
         "[a-z0-9.-]{0,40}".prop_map(|host| Request::ClientHost { host }),
         (any::<u8>(), any::<i8>())
             .prop_map(|(codec, level)| Request::SetCompression { codec, level }),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            prop::collection::vec((any::<u64>(), any::<u32>()), 0..4)
+        )
+            .prop_map(|(f, unit, ranges)| Request::ReadList {
+                fid: InodeId(f),
+                unit,
+                ranges
+            }),
     ]
 }
 
@@ -741,6 +751,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (82, "LocalityStatus"),
     (33, "DataServers"),
     (90, "SetCompression"),
+    (81, "ReadList"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -901,6 +912,11 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::LocalityStatus => Request::LocalityStatus {},
         Opcode::DataServers => Request::DataServers {},
         Opcode::SetCompression => Request::SetCompression { codec: 0, level: 0 },
+        Opcode::ReadList => Request::ReadList {
+            fid: ino,
+            unit: 0,
+            ranges: vec![],
+        },
     }
 }
 

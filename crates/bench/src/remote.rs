@@ -10,7 +10,8 @@
 //! (`cluster up --wan`, or a real remote one); `bench wan` starts a throwaway cluster
 //! behind an emulated link of the given RTT, rate and window, adds rows for the plain
 //! `stripefs put` and `get` commands (run as processes, as a user would), can plot, and
-//! stops the cluster.
+//! stops the cluster. Each row's `wire_bytes` is what crossed the link for its data
+//! (after compression; the table's `wire` column is that over the plain bytes).
 
 use crate::util::{mib_s, pct, progress, write_json, ClusterGuard};
 use anyhow::{anyhow, bail, Context, Result};
@@ -183,8 +184,8 @@ fn measure(client_file: &Path, link: Option<u64>, r: &RowArgs) -> Result<Vec<ser
             .unwrap_or("unknown (give --link)".into())
     );
     println!(
-        "{:>8} {:>9} {:>9} {:>7} {:>10} {:>10} {:>8}",
-        "streams", "compress", "direction", "data", "MiB/s", "link", "% link"
+        "{:>8} {:>9} {:>9} {:>7} {:>10} {:>10} {:>8} {:>6}",
+        "streams", "compress", "direction", "data", "MiB/s", "link", "% link", "wire"
     );
     let mut rows = Vec::new();
     for data in &r.data {
@@ -203,15 +204,21 @@ fn measure(client_file: &Path, link: Option<u64>, r: &RowArgs) -> Result<Vec<ser
                         read_file(&client, r, data, seed)?
                     };
                     let rate = mib_s(r.size, secs);
+                    let wire = if direction == "write" {
+                        client.wire_bytes().0
+                    } else {
+                        client.wire_bytes().1
+                    };
                     println!(
-                        "{:>8} {:>9} {:>9} {:>7} {:>10.1} {:>10} {:>8}",
+                        "{:>8} {:>9} {:>9} {:>7} {:>10.1} {:>10} {:>8} {:>6.2}",
                         n,
                         codec.to_string(),
                         direction,
                         data,
                         rate,
                         link_mib.map(|l| format!("{l:.1}")).unwrap_or("-".into()),
-                        pct(rate, link_mib)
+                        pct(rate, link_mib),
+                        wire as f64 / r.size as f64
                     );
                     rows.push(json!({
                         "streams": n,
@@ -221,6 +228,7 @@ fn measure(client_file: &Path, link: Option<u64>, r: &RowArgs) -> Result<Vec<ser
                         "mib_s": rate,
                         "seconds": secs,
                         "link_mib_s": link_mib,
+                        "wire_bytes": wire,
                         "verified": direction == "read",
                     }));
                 }

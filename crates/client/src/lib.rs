@@ -300,6 +300,18 @@ impl Client {
         t
     }
 
+    /// Bulk data bytes this client sent to and received from its data servers as they
+    /// crossed the wire: what [`Client::traffic`] counts, after compression.
+    pub fn wire_bytes(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.inner.data.iter().fold((0, 0), |(s, r), p| {
+            (
+                s + p.wire_sent.load(Relaxed),
+                r + p.wire_received.load(Relaxed),
+            )
+        })
+    }
+
     /// Turns short-circuit reads (from the files of data servers on this client's host,
     /// see `local.rs`) on or off; they are on unless `STRIPEFS_SHORT_CIRCUIT=0`.
     pub fn set_short_circuit(&self, on: bool) {
@@ -348,6 +360,16 @@ pub struct Traffic {
 }
 
 impl Traffic {
+    /// Bytes written through data servers, on this host and others.
+    pub fn total_written(&self) -> u64 {
+        self.local_written + self.remote_written
+    }
+
+    /// Bytes read through data servers (not short-circuit), on this host and others.
+    pub fn total_read(&self) -> u64 {
+        self.local_read + self.remote_read
+    }
+
     /// The counts since `earlier` (a reading of the same client).
     pub fn since(&self, earlier: &Traffic) -> Traffic {
         Traffic {

@@ -124,6 +124,9 @@ pub(crate) struct ServerPool {
     /// Bulk bytes sent to and received from this server in answered calls.
     pub bytes_sent: std::sync::atomic::AtomicU64,
     pub bytes_received: std::sync::atomic::AtomicU64,
+    /// Bulk bytes as they crossed the wire both ways (after compression).
+    pub wire_sent: std::sync::atomic::AtomicU64,
+    pub wire_received: std::sync::atomic::AtomicU64,
     /// Short-circuit reads from this server's files (same host, `local_socket`).
     pub local: Option<crate::local::ShortCircuit>,
     shared: Arc<Shared>,
@@ -183,6 +186,8 @@ impl ServerPool {
             same_host: false,
             bytes_sent: Default::default(),
             bytes_received: Default::default(),
+            wire_sent: Default::default(),
+            wire_received: Default::default(),
             local: None,
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
@@ -225,6 +230,13 @@ impl ServerPool {
         }
     }
 
+    /// Adds what a connection moved on the wire between two of its readings.
+    fn count_wire(&self, before: (u64, u64), after: (u64, u64)) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.wire_sent.fetch_add(after.0 - before.0, Relaxed);
+        self.wire_received.fetch_add(after.1 - before.1, Relaxed);
+    }
+
     /// A pool whose requests travel over `via` rather than TCP.
     pub fn over(mut self, via: Arc<dyn Transport>) -> ServerPool {
         self.via = Some(via);
@@ -264,7 +276,9 @@ impl ServerPool {
         }
         let again = req.clone();
         let (mut conn, reused) = self.checkout()?;
+        let before = conn.wire_data_bytes();
         let r = conn.call(cred, req, data, recv);
+        self.count_wire(before, conn.wire_data_bytes());
         let stale =
             reused && conn.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
         // The server closed the connection before handling the request: safe to resend.
@@ -277,9 +291,11 @@ impl ServerPool {
         self.checkin(conn);
         if unhandled || (stale && idempotent(&again)) {
             let mut conn = self.connect_new()?;
+            let before = conn.wire_data_bytes();
             let r = conn
                 .defer_frames(&carried)
                 .and_then(|()| conn.call(cred, again, data, recv));
+            self.count_wire(before, conn.wire_data_bytes());
             self.checkin(conn);
             return r;
         }

@@ -42,6 +42,8 @@ pub struct Conn {
 
 /// Most requests [`Conn::call_many`] sends before it reads their answers.
 pub const MAX_PENDING: usize = 32;
+/// Largest buffer for compressed answers a connection keeps between calls.
+const KEPT_PACKED_BYTES: usize = 1 << 20;
 /// Deferred frames are written at once when they reach this many bytes.
 pub const MAX_OUTBOX_BYTES: usize = 64 << 10;
 
@@ -456,8 +458,12 @@ impl Conn {
                 Err(e) => Err(self.fail(e.code, &e.message)),
             },
         };
-        packed.clear();
-        self.packed_buf = packed;
+        // Kept for the next answer unless large: a client may hold many connections
+        // (streams x servers), and each must not keep a whole frame's worth.
+        if packed.capacity() <= KEPT_PACKED_BYTES {
+            packed.clear();
+            self.packed_buf = packed;
+        }
         out
     }
 

@@ -40,7 +40,8 @@ pub struct BtioArgs {
     /// Cluster description file.
     #[arg(long, env = "STRIPEFS_CLUSTER")]
     pub cluster: PathBuf,
-    /// Ranks (a square: 1, 4, 9, 16, ...).
+    /// Ranks (a square: 1, 4, 9, 16, ...; threads, each with its own client; under
+    /// mpirun, the job's ranks and this is ignored).
     #[arg(long, default_value_t = 4)]
     pub ranks: u32,
     /// Cells per side of the 3-D array (a multiple of the grid side).
@@ -200,7 +201,8 @@ pub struct OverlapArgs {
     /// Cluster description file.
     #[arg(long, env = "STRIPEFS_CLUSTER")]
     pub cluster: PathBuf,
-    /// Ranks (threads, each with its own client).
+    /// Ranks (threads, each with its own client; under mpirun, the job's ranks and this is
+    /// ignored).
     #[arg(long, default_value_t = 4)]
     pub ranks: u32,
     /// Bytes each rank reads.
@@ -367,7 +369,8 @@ pub struct PerfArgs {
     /// Cluster description file.
     #[arg(long, env = "STRIPEFS_CLUSTER")]
     pub cluster: PathBuf,
-    /// Ranks (threads, each with its own client; under mpirun, the job's ranks).
+    /// Ranks (threads, each with its own client; under mpirun, the job's ranks and this is
+    /// ignored).
     #[arg(long, default_value_t = 4)]
     pub ranks: u32,
     /// Bytes of each rank's array (ROMIO perf's default: 4 MiB).
@@ -472,7 +475,8 @@ pub struct MpiMdArgs {
     /// Cluster description file.
     #[arg(long, env = "STRIPEFS_CLUSTER")]
     pub cluster: PathBuf,
-    /// Ranks (threads, each with its own client; under mpirun, the job's ranks).
+    /// Ranks (threads, each with its own client; under mpirun, the job's ranks and this is
+    /// ignored).
     #[arg(long, default_value_t = 4)]
     pub ranks: u32,
     /// Files created, opened and resized (one collective call each).

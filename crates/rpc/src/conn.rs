@@ -30,7 +30,7 @@ pub struct Conn {
     /// the server read them, so that a server closing the connection unread
     /// (`ConnectionClosed`) loses none of them ([`Conn::take_unhandled`]).
     sent_deferred: Vec<u8>,
-    /// How request data is sent ([`Conn::set_compression`]); the server compresses its
+    /// How request data is sent ([`Conn::announce`]); the server compresses its
     /// answers' data the same way.
     codec: Codec,
     /// A compressed data section read off the socket, before it is decoded.

@@ -61,6 +61,9 @@ pub struct DemoArgs {
     /// Bytes each client writes and reads in the locality runs.
     #[arg(long, default_value = "64M", value_parser = parse_size, hide = true)]
     pub locality_block: u64,
+    /// Bytes the remote client writes and reads per row of the wide-area section.
+    #[arg(long, default_value = "32M", value_parser = parse_size, hide = true)]
+    pub wan_size: u64,
 }
 
 /// Hosts (one data server each) of the locality section's cluster.
@@ -137,8 +140,10 @@ pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
     let _ = std::io::stdout().flush();
     drop(guard);
     println!("done");
-    // Locality runs on a cluster of its own, with emulated hosts and host network.
+    // Locality runs on a cluster of its own, with emulated hosts and host network;
+    // remote access on one behind an emulated wide-area link.
     sections.push(locality(&ctx));
+    sections.push(wan(&ctx));
     let mut rep = Report {
         title: "stripefs demo report".into(),
         setup: setup_text(&a, ceiling),
@@ -669,6 +674,100 @@ fn locality(ctx: &Ctx) -> Section {
                 }
             }
             s.rows.extend(balance_rows(&v["balance"]));
+        }
+    }
+    s
+}
+
+/// The emulated wide-area link of the remote-access section: seed 004's setting.
+const WAN_RTT: &str = "50ms";
+const WAN_RATE: &str = "200Mbit";
+const WAN_WINDOW: &str = "256K";
+
+fn wan(ctx: &Ctx) -> Section {
+    let png = ctx.report.join("wan.png");
+    let _ = std::fs::remove_file(&png);
+    let argv: Vec<String> = [
+        "--rtt",
+        WAN_RTT,
+        "--rate",
+        WAN_RATE,
+        "--window",
+        WAN_WINDOW,
+        "--streams",
+        "1,8",
+        "--compress",
+        "off,auto",
+        "--data",
+        "text",
+        "--size",
+        &format_size_arg(ctx.a.wan_size),
+        "--no-put",
+        "--plot",
+        &png.display().to_string(),
+        "--json",
+        &ctx.out("wan.json"),
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .collect();
+    let out = step(ctx, "wan", || {
+        crate::remote::run_wan(parse_args(&argv)?, &ctx.exe)
+    });
+    let mut s = section(
+        "wan",
+        "wan: a remote client over an emulated wide-area link (seed 004)",
+        "A third cluster (2 data servers) behind one emulated link of 50 ms round trip, \
+         200 Mbit/s and a 256 KiB TCP window per connection (one connection gets at most \
+         window / RTT = 5 MiB/s). A remote client writes and reads back text-like data with \
+         1 and 8 connections (streams) per data server, without compression and with \
+         --compress auto.",
+        shell_words(
+            &["stripefs", "bench", "wan"]
+                .iter()
+                .map(|w| w.to_string())
+                .chain(argv.iter().cloned())
+                .collect::<Vec<_>>(),
+        )
+        .replace(&ctx.report.display().to_string(), "R"),
+        &out,
+    );
+    if let Ok(v) = &out.0 {
+        s.json = Some("wan.json".into());
+        if png.exists() {
+            s.images.push("wan.png".into());
+        }
+        let link = f(v, "link_mib_s");
+        let rows = v["rows"].as_array().cloned().unwrap_or_default();
+        let rate = |streams: u64, codec: &str, dir: &str| {
+            rows.iter()
+                .find(|r| {
+                    r["streams"].as_u64() == Some(streams)
+                        && r["compress"] == codec
+                        && r["direction"] == dir
+                })
+                .and_then(|r| r["mib_s"].as_f64())
+        };
+        for dir in ["write", "read"] {
+            for streams in [1, 8] {
+                s.rows.push(
+                    Row::new(
+                        format!("{streams} stream(s) per server, {dir}"),
+                        "MiB/s",
+                        rate(streams, "off", dir).unwrap_or(f64::NAN),
+                    )
+                    .vs("link rate", link),
+                );
+            }
+            s.rows.push(
+                Row::new(
+                    format!("8 streams, --compress auto, text, {dir}"),
+                    "MiB/s",
+                    rate(8, "auto", dir).unwrap_or(f64::NAN),
+                )
+                .vs("the same uncompressed", rate(8, "off", dir))
+                .vs("link rate", link),
+            );
         }
     }
     s

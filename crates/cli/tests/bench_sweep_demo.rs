@@ -203,6 +203,8 @@ fn tiny_demo(report: &Path, block: &str, throttle: &str) -> Vec<String> {
         "1M",
         "--locality-block",
         "2M",
+        "--wan-size",
+        "2M",
         "--report",
     ]
     .map(String::from)
@@ -246,7 +248,15 @@ fn demo_writes_the_report_and_stops_its_cluster() {
         0.0
     );
     json(&rep.join("balance-hosts.json"));
-    for png in ["balance.png", "sweep-stripe-size.png", "balance-hosts.png"] {
+    // The remote-access section: rows for 1 and 8 streams, off and auto, both ways.
+    let wan = json(&rep.join("wan.json"));
+    assert_eq!(wan["rows"].as_array().map(Vec::len), Some(8), "{wan}");
+    for png in [
+        "balance.png",
+        "sweep-stripe-size.png",
+        "balance-hosts.png",
+        "wan.png",
+    ] {
         assert_png(&rep.join(png));
         assert!(
             html.contains(&format!("<img src=\"{png}\"")),

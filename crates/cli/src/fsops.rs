@@ -34,6 +34,10 @@ pub struct ClusterArg {
     /// the cluster file, else off. Checksums still cover the uncompressed bytes.
     #[arg(long, env = "STRIPEFS_COMPRESS", global = true, value_parser = parse_codec)]
     compress: Option<stripefs_rpc::compress::Codec>,
+    /// Authenticate with this scoped token (`stripefs token create`) instead of the
+    /// cluster secret, even if the cluster file holds the secret.
+    #[arg(long, env = "STRIPEFS_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
 }
 
 fn parse_codec(text: &str) -> Result<stripefs_rpc::compress::Codec, String> {
@@ -54,6 +58,10 @@ impl ClusterArg {
         }
         if let Some(c) = self.compress {
             cfg.compress = Some(c);
+        }
+        if let Some(t) = &self.token {
+            stripefs_rpc::token::Token::parse(t).map_err(|e| anyhow!("--token: {e}"))?;
+            cfg.token = Some(t.clone());
         }
         Ok(Client::connect(&cfg)?)
     }

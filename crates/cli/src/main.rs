@@ -9,6 +9,7 @@ mod metalog;
 mod mount;
 mod serve;
 mod sim;
+mod token;
 mod wan;
 
 use anyhow::Result;
@@ -85,6 +86,10 @@ enum Cmd {
     /// program).
     #[command(name = "wan-emu")]
     WanEmu(wan::WanArgs),
+    /// Scoped tokens for collaborators: a subtree, read-only or not, an expiry; they
+    /// authenticate instead of the cluster secret.
+    #[command(subcommand)]
+    Token(token::TokenCmd),
 }
 
 fn main() {
@@ -110,6 +115,7 @@ fn main() {
         Cmd::Sim(a) => sim::run(a),
         Cmd::MetaLog(c) => metalog::run(c),
         Cmd::WanEmu(a) => wan::run(a),
+        Cmd::Token(c) => token::run(c),
     };
     if let Err(e) = result {
         eprintln!("stripefs: error: {e:#}");
@@ -121,7 +127,8 @@ fn exe() -> PathBuf {
     std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stripefs"))
 }
 
-/// Moves `--cluster FILE` given before the command to the end of the command's own
+/// Moves `--cluster FILE` (and the other client options: `--token`, `--host`,
+/// `--streams`, `--compress`) given before the command to the end of the command's own
 /// arguments (before a `--`), where every command that talks to a cluster declares it:
 /// `stripefs --cluster F ls /` is `stripefs ls / --cluster F`. A clap global argument
 /// cannot do this, since nested commands such as `bench md` require the option while
@@ -131,9 +138,10 @@ fn hoist_cluster(mut args: Vec<OsString>) -> Vec<OsString> {
     let mut i = 1;
     while i < args.len() {
         let a = args[i].to_string_lossy();
-        if a == "--cluster" && i + 1 < args.len() {
+        let hoisted = ["--cluster", "--token", "--host", "--streams", "--compress"];
+        if hoisted.contains(&a.as_ref()) && i + 1 < args.len() {
             moved.extend(args.drain(i..i + 2));
-        } else if a.starts_with("--cluster=") {
+        } else if hoisted.iter().any(|h| a.starts_with(&format!("{h}="))) {
             moved.push(args.remove(i));
         } else if a.starts_with('-') {
             i += 1;

@@ -208,9 +208,16 @@ impl Client {
         });
         let host = cluster.client_host();
         stripefs_wire::validate_host(&host)?;
+        let token = match &cluster.token {
+            Some(text) => Some(Arc::new(
+                stripefs_rpc::token::TokenCred::parse(text)
+                    .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e))?,
+            )),
+            None => None,
+        };
         let over = |p: ServerPool| match &via {
             Some(v) => p.over(v.clone()),
-            None => p.with_host(Some(host.clone())),
+            None => p.with_host(Some(host.clone())).with_token(token.clone()),
         };
         let meta = over(ServerPool::new(
             None,
@@ -241,7 +248,9 @@ impl Client {
                         .on_same_host(same_host)
                         .with_compression(cluster.compress.unwrap_or_default()),
                 );
-                if let (true, None, Some(sock)) = (same_host, &via, &d.local_socket) {
+                // Short-circuit reads authenticate with the secret, which a token holder
+                // does not have.
+                if let (true, None, Some(sock), None) = (same_host, &via, &d.local_socket, &token) {
                     p = p.with_short_circuit(sock.clone(), short_circuit_default());
                 }
                 Arc::new(p)

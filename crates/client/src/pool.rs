@@ -34,6 +34,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stripefs_rpc::compress::Codec;
 use stripefs_rpc::limits::CLIENT_IDLE_MAX;
+use stripefs_rpc::token::TokenCred;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{
     encode_request_flags, Cred, Envelope, ErrorCode, Request, Response, ServerId, WireError,
@@ -119,6 +120,8 @@ pub(crate) struct ServerPool {
     host: Option<String>,
     /// Compression of bulk data on this pool's connections (`SetCompression`).
     codec: Codec,
+    /// A scoped token to authenticate with instead of the secret.
+    token: Option<Arc<TokenCred>>,
     /// The server runs on the client's host (by the cluster file's host ids).
     pub same_host: bool,
     /// Bulk bytes sent to and received from this server in answered calls.
@@ -140,11 +143,15 @@ pub(crate) struct ServerPool {
 fn dial(
     addr: &str,
     secret: &Secret,
+    token: Option<&TokenCred>,
     timeout: Duration,
     host: Option<&str>,
     codec: Codec,
 ) -> Result<Conn, WireError> {
-    let mut c = Conn::connect(addr, secret, timeout)?;
+    let mut c = match token {
+        Some(t) => Conn::connect_token(addr, t, timeout)?,
+        None => Conn::connect(addr, secret, timeout)?,
+    };
     c.announce(host, codec)?;
     Ok(c)
 }
@@ -154,6 +161,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ServerPool {
+    /// The pool authenticates with a scoped token instead of the secret.
+    pub fn with_token(mut self, token: Option<Arc<TokenCred>>) -> ServerPool {
+        self.token = token;
+        self
+    }
+
     /// The pool's connections compress bulk data with `codec`.
     pub fn with_compression(mut self, codec: Codec) -> ServerPool {
         self.codec = codec;
@@ -183,6 +196,7 @@ impl ServerPool {
             max_conns,
             host: None,
             codec: Codec::Off,
+            token: None,
             same_host: false,
             bytes_sent: Default::default(),
             bytes_received: Default::default(),
@@ -372,8 +386,17 @@ impl ServerPool {
             let shared = self.shared.clone();
             let (addr, secret, timeout) = (self.addr.clone(), self.secret.clone(), self.timeout);
             let max_conns = self.max_conns;
-            let (host, codec) = (self.host.clone(), self.codec);
-            let connect = move || dial(&addr, &secret, timeout, host.as_deref(), codec);
+            let (host, codec, token) = (self.host.clone(), self.codec, self.token.clone());
+            let connect = move || {
+                dial(
+                    &addr,
+                    &secret,
+                    token.as_deref(),
+                    timeout,
+                    host.as_deref(),
+                    codec,
+                )
+            };
             let thread = std::thread::Builder::new()
                 .name("stripefs-flush".into())
                 .spawn(move || flusher(&shared, max_conns, &connect))
@@ -441,6 +464,7 @@ impl ServerPool {
         match dial(
             &self.addr,
             &self.secret,
+            self.token.as_deref(),
             self.timeout,
             self.host.as_deref(),
             self.codec,

@@ -28,6 +28,7 @@ mod object;
 mod service;
 mod store;
 mod throttle;
+pub mod tokens;
 
 #[cfg(test)]
 mod tests;
@@ -76,6 +77,11 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
     )?;
     let host = cfg.host_id(Role::Data)?;
     service.set_host(host.clone());
+    service.set_token_checker(tokens::TokenChecker::new(
+        cfg.cluster.meta_addr.clone(),
+        cfg.cluster.secret.clone(),
+        std::time::Duration::from_millis(cfg.cluster.timeout_ms),
+    ));
     if let Some(rate) = cfg.host_net_bytes_s {
         service.set_host_net(host.clone(), rate)?;
     }

@@ -124,6 +124,9 @@ pub struct DataService {
     pub(crate) host_net: std::sync::OnceLock<crate::hostnet::HostNet>,
     /// This server's host id, for the locality counters (`set_host`).
     host: std::sync::OnceLock<String>,
+    /// Asks the metadata server about scoped tokens (`set_token_checker`); without one,
+    /// connections made with a token are refused every file request.
+    tokens: std::sync::OnceLock<crate::tokens::TokenChecker>,
 }
 
 impl DataService {
@@ -252,6 +255,7 @@ impl DataService {
             zero_copy: !opts.no_zero_copy,
             host_net: std::sync::OnceLock::new(),
             host: std::sync::OnceLock::new(),
+            tokens: std::sync::OnceLock::new(),
         }))
     }
 
@@ -277,6 +281,53 @@ impl DataService {
     }
 
     /// Names this server's host (once), for the locality counters.
+    /// How this server checks requests made with scoped tokens (`tokens.rs`).
+    pub fn set_token_checker(&self, checker: crate::tokens::TokenChecker) {
+        let _ = self.tokens.set(checker);
+    }
+
+    /// A request made with a scoped token: what it may do here.
+    fn token_allows(&self, t: &stripefs_rpc::token::Token, req: &Request) -> Result<(), WireError> {
+        let denied = |why: String| {
+            WireError::new(
+                ErrorCode::PermissionDenied,
+                format!("token {:016x} (for {}): {why}", t.id, t.path),
+            )
+        };
+        let (fid, write) = match req {
+            Request::Ping {} | Request::DataStatus {} | Request::LocalityStatus {} => return Ok(()),
+            Request::Read { fid, .. }
+            | Request::ReadList { fid, .. }
+            | Request::Seek { fid, .. }
+            | Request::Allocated { fid }
+            | Request::Fsync { fid }
+            | Request::DropCache { fid } => (*fid, false),
+            Request::Write { fid, .. }
+            | Request::WriteList { fid, .. }
+            | Request::Truncate { fid, .. }
+            | Request::Punch { fid, .. }
+            | Request::Allocate { fid, .. } => (*fid, true),
+            other => {
+                return Err(denied(format!(
+                    "{} needs the cluster secret",
+                    other.opcode().name()
+                )))
+            }
+        };
+        if write && t.read_only {
+            return Err(denied(format!(
+                "read-only: {} refused",
+                req.opcode().name()
+            )));
+        }
+        match self.tokens.get() {
+            Some(c) => c.check(t, fid, write),
+            None => Err(denied(
+                "this data server cannot check tokens (no metadata server known)".into(),
+            )),
+        }
+    }
+
     pub fn set_host(&self, host: String) {
         let _ = self.host.set(host);
     }
@@ -1218,6 +1269,13 @@ impl Service for DataService {
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
         }
         let op = env.req.opcode();
+        if let Some(t) = &conn.token {
+            if let Err(e) = self.token_allows(t, &env.req) {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("{} from {} refused: {e}", op.name(), conn.peer);
+                return Reply::err(e);
+            }
+        }
         let reply = self.dispatch(conn, env.req, data);
         self.charge_host_net(conn, data.len(), &reply);
         if reply.result.is_ok() {

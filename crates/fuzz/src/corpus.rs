@@ -284,6 +284,16 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::ScrubStatus => Request::ScrubStatus {},
         Opcode::LocalityStatus => Request::LocalityStatus {},
         Opcode::DataServers => Request::DataServers {},
+        Opcode::TokenHello => Request::TokenHello {
+            nonce: rng.gen(),
+            token: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
+        },
+        Opcode::TokenRevoke => Request::TokenRevoke { id: rng.gen() },
+        Opcode::TokenAllows => Request::TokenAllows {
+            token: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
+            fid: ino(rng),
+            write: rng.gen(),
+        },
         Opcode::SetCompression => Request::SetCompression {
             codec: rng.gen_range(0..5),
             level: rng.gen_range(-2..24),
@@ -364,7 +374,7 @@ fn counters(rng: &mut StdRng) -> Counters {
 /// A plausible successful response to opcode `op` and its bulk data length.
 fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
     let r = match op {
-        Opcode::Hello => Response::Challenge {
+        Opcode::Hello | Opcode::TokenHello => Response::Challenge {
             nonce: rng.gen(),
             proof: rng.gen(),
         },
@@ -486,7 +496,9 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Allocate
         | Opcode::SessionEnd
         | Opcode::ClientHost
-        | Opcode::SetCompression => Response::Done,
+        | Opcode::SetCompression
+        | Opcode::TokenRevoke
+        | Opcode::TokenAllows => Response::Done,
     };
     (r, 0)
 }

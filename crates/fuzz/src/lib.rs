@@ -18,8 +18,8 @@ use rand::SeedableRng;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use stripefs_wire::{
-    decode_request, decode_response, encode_request_flags, encode_response, FrameError, Header,
-    Opcode, HEADER_LEN,
+    decode_request, decode_response, encode_request_flags, encode_response_flags, FrameError,
+    Header, Opcode, HEADER_LEN,
 };
 
 /// Error messages longer than this are cut by `encode_response`, so such frames do not
@@ -126,7 +126,8 @@ fn decode_as_response(h: &Header, body: &[u8], frame: &[u8]) -> Outcome {
     let op = Opcode::from_u16(h.opcode).expect("Header::decode checked the opcode");
     let long = matches!(&result, Err(e) if e.message.len() > MAX_ERROR_MESSAGE_BYTES);
     if !long {
-        let again = encode_response(h.request_id, op, &result, h.data_len);
+        let flags = h.flags & stripefs_wire::FLAG_COMPRESSED;
+        let again = encode_response_flags(h.request_id, op, &result, h.data_len, flags);
         assert!(again == frame, "response does not re-encode to its bytes");
     }
     Outcome::Accepted

@@ -225,10 +225,38 @@ fn load_shape(dir: &Path) -> Result<Shape> {
     toml::from_str(&text).with_context(|| format!("bad {}", p.display()))
 }
 
-/// Picks free TCP ports on `host` by binding port 0.
+/// Picks free TCP ports on `host` for the servers. They come from below the kernel's
+/// ephemeral range where it can be read (10000 up to it), so that no outgoing
+/// connection of any program takes one between this choice and the server's bind (port
+/// 0 would hand out ephemeral ports, which clients also get); each is checked by
+/// binding it, and held until all are chosen.
 fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(0);
     let mut held = Vec::new();
-    for _ in 0..n {
+    if low > 11_000 {
+        let span = u64::from(low - 10_000);
+        let mut x = u64::from_le_bytes(
+            stripefs_rpc::auth::random_nonce()[..8]
+                .try_into()
+                .expect("8 bytes"),
+        );
+        for _ in 0..n * 64 {
+            if held.len() == n {
+                break;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let port = 10_000 + (x % span) as u16;
+            if let Ok(l) = std::net::TcpListener::bind((host, port)) {
+                held.push(l);
+            }
+        }
+    }
+    while held.len() < n {
         let l = std::net::TcpListener::bind((host, 0))
             .with_context(|| format!("cannot bind a port on {host}"))?;
         held.push(l);
@@ -299,6 +327,8 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         meta_host: host_of(0),
         streams: None,
         compress: None,
+        token: None,
+        has_secret: true,
     };
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;

@@ -45,6 +45,7 @@ mod ops;
 mod overlay;
 mod perm;
 mod purge;
+pub mod scope;
 mod sessions;
 mod store;
 mod wal;
@@ -290,6 +291,8 @@ pub struct MetaService {
     purger: Mutex<Option<purge::Purger>>,
     /// Ends sessions whose lease ran out (`sweep_leases`).
     sweep: Option<std::thread::JoinHandle<()>>,
+    /// Scoped tokens: their subtrees, the files they reached, the revoked ones.
+    scopes: scope::Scopes,
 }
 
 impl MetaService {
@@ -386,6 +389,7 @@ impl MetaService {
             grace_end,
             writer: Writer::new(),
         });
+        let scopes = scope::Scopes::new(path)?;
         Writer::start(&core, wal)?;
         let purger = purge::Purger::new(core.clone(), net);
         if !tuning.background {
@@ -394,6 +398,7 @@ impl MetaService {
                 purge: None,
                 purger: Mutex::new(Some(purger)),
                 sweep: None,
+                scopes,
             }));
         }
         let purge = std::thread::Builder::new()
@@ -411,6 +416,7 @@ impl MetaService {
             purge: Some(purge),
             purger: Mutex::new(None),
             sweep: None,
+            scopes,
         };
         let sweep = std::thread::Builder::new()
             .name("meta-leases".into())
@@ -822,13 +828,82 @@ fn check_open(
     perm::check(cred, inode, ino, mask)
 }
 
+impl scope::Namespace for MetaService {
+    fn dir_parent(&self, ino: u64) -> Result<Option<u64>, WireError> {
+        let inode = self.core.with_view(|v| need(v, ino))?;
+        Ok((inode.ftype == FileType::Dir).then_some(inode.parent))
+    }
+
+    fn resolve(&self, path: &str) -> Result<u64, WireError> {
+        let req = Request::Resolve {
+            path: path.to_string(),
+            follow: true,
+        };
+        match self.read(&Cred::root(), &req)? {
+            Response::Attr(a) => Ok(a.ino.0),
+            other => Err(WireError::new(
+                ErrorCode::Internal,
+                format!("Resolve answered {other:?}"),
+            )),
+        }
+    }
+
+    fn lookup(&self, parent: u64, name: &str) -> Result<u64, WireError> {
+        let req = Request::Lookup {
+            parent: InodeId(parent),
+            name: name.to_string(),
+        };
+        match self.read(&Cred::root(), &req)? {
+            Response::Attr(a) => Ok(a.ino.0),
+            other => Err(WireError::new(
+                ErrorCode::Internal,
+                format!("Lookup answered {other:?}"),
+            )),
+        }
+    }
+}
+
+impl MetaService {
+    /// A request made with a scoped token: checked against its tree and mode before,
+    /// and its answer after (which also records the files it reached).
+    fn scoped(&self, t: &stripefs_rpc::token::Token, env: Envelope, host: Option<&str>) -> Answer {
+        self.scopes.authorize(t, self, &env.req)?;
+        let req = env.req.clone();
+        let answer = self.dispatch(env, host)?;
+        self.scopes.admit(t, self, &req, &answer)?;
+        Ok(answer)
+    }
+
+    /// Token administration, for peers that hold the cluster secret.
+    fn token_admin(&self, req: &Request) -> Option<Answer> {
+        match req {
+            Request::TokenRevoke { id } => Some(self.scopes.revoke(*id).map(|()| Response::Done)),
+            Request::TokenAllows { token, fid, write } => Some(
+                stripefs_rpc::token::Token::from_payload(token)
+                    .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e))
+                    .and_then(|t| self.scopes.allows(&t, self, fid.0, *write))
+                    .map(|()| Response::Done),
+            ),
+            _ => None,
+        }
+    }
+}
+
 impl Service for MetaService {
+    fn check_token(&self, t: &stripefs_rpc::token::Token) -> Result<(), WireError> {
+        self.scopes.check_revoked(t)
+    }
+
     fn handle(&self, conn: &ConnInfo, env: Envelope, _data: &[u8]) -> Reply {
         self.core.requests.fetch_add(1, Ordering::Relaxed);
         if self.core.in_grace.load(Ordering::Relaxed) {
             self.end_grace_if_due();
         }
-        let answer = self.dispatch(env, conn.host.as_deref());
+        let answer = match (&conn.token, self.token_admin(&env.req)) {
+            (Some(t), _) => self.scoped(t, env, conn.host.as_deref()),
+            (None, Some(a)) => a,
+            (None, None) => self.dispatch(env, conn.host.as_deref()),
+        };
         if answer.is_err() {
             self.core.errors.fetch_add(1, Ordering::Relaxed);
         }

@@ -40,6 +40,8 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         meta_host: None,
         streams: None,
         compress: None,
+        token: None,
+        has_secret: true,
     };
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
     let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
@@ -57,6 +59,7 @@ fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
         host: None,
+        token: None,
     };
     let env = Envelope {
         cred: Cred::root(),

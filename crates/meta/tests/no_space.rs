@@ -41,6 +41,8 @@ fn cluster() -> ClusterConfig {
         meta_host: None,
         streams: None,
         compress: None,
+        token: None,
+        has_secret: true,
     }
 }
 
@@ -61,6 +63,7 @@ fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
         host: None,
+        token: None,
     };
     let env = Envelope {
         cred: Cred::root(),

@@ -50,6 +50,8 @@ fn cluster() -> ClusterConfig {
         meta_host: None,
         streams: None,
         compress: None,
+        token: None,
+        has_secret: true,
     }
 }
 
@@ -69,6 +71,7 @@ fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
         host: None,
+        token: None,
     };
     let reply = svc.handle(
         &conn,

@@ -31,6 +31,7 @@ fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
         host: None,
+        token: None,
     };
     let env = Envelope {
         cred: Cred::root(),
@@ -63,6 +64,8 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
         meta_host: None,
         streams: None,
         compress: None,
+        token: None,
+        has_secret: true,
     };
     let svc = MetaService::open_on(
         disk,

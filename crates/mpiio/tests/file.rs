@@ -42,6 +42,8 @@ impl Cluster {
             meta_host: None,
             streams: None,
             compress: None,
+            token: None,
+            has_secret: true,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();

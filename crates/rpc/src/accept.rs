@@ -19,7 +19,8 @@
 
 use crate::auth::{random_nonce, Secret};
 use crate::limits::{LISTEN_BACKLOG, MAX_HANDSHAKE_BODY_BYTES};
-use crate::server::{refuse, send_reply, start_connection, Reply, Shared};
+use crate::server::{refuse, send_reply, start_connection, Reply, Service, Shared};
+use crate::token::Token as Scope;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use std::collections::{BTreeSet, HashMap};
@@ -44,6 +45,8 @@ enum Stage {
     Auth {
         nonce_c: [u8; 32],
         nonce_s: [u8; 32],
+        /// A token's key and scope (TokenHello); `None`: the cluster secret (Hello).
+        token: Option<(Secret, Scope)>,
     },
 }
 
@@ -63,7 +66,7 @@ enum Step {
     /// Refused or gone; the reason, for the log (already logged when `None`).
     Close(Option<String>),
     /// Auth with a good proof arrived, request id given: hand the connection over.
-    Authenticated(u64),
+    Authenticated(u64, Option<Scope>),
 }
 
 /// Why a frame of the handshake is refused, with the answer it gets.
@@ -311,7 +314,7 @@ impl Acceptor {
             return; // evicted earlier in this round of events
         };
         let tier = p.tier();
-        match p.advance(&self.secret) {
+        match p.advance(&self.secret, &*self.shared.service) {
             Step::Wait => {
                 let (now, ip) = (p.tier(), p.peer.ip());
                 if now != tier {
@@ -329,11 +332,11 @@ impl Acceptor {
                     }
                 }
             }
-            Step::Authenticated(auth_id) => {
+            Step::Authenticated(auth_id, token) => {
                 if let Some(p) = self.take(id) {
                     // SAFETY: the descriptor moves from the mio stream to the std one.
                     let std = unsafe { std::net::TcpStream::from_raw_fd(p.stream.into_raw_fd()) };
-                    start_connection(std, p.peer, auth_id, &self.shared);
+                    start_connection(std, p.peer, auth_id, token, &self.shared);
                 }
             }
         }
@@ -350,11 +353,11 @@ impl Pending {
         }
     }
 
-    fn advance(&mut self, secret: &Secret) -> Step {
+    fn advance(&mut self, secret: &Secret, service: &dyn Service) -> Step {
         loop {
             match self.parse() {
                 Err(r) => return self.refuse(r),
-                Ok(Some((h, env))) => match self.answer(secret, h, env) {
+                Ok(Some((h, env))) => match self.answer(secret, service, h, env) {
                     Step::Wait => continue,
                     other => return other,
                 },
@@ -380,7 +383,7 @@ impl Pending {
         }
         let h = Header::decode(&self.buf[..HEADER_LEN]).map_err(|f| Refusal::Frame(0, None, f))?;
         let op = Opcode::from_u16(h.opcode);
-        let handshake_op = matches!(op, Some(Opcode::Hello | Opcode::Auth));
+        let handshake_op = matches!(op, Some(Opcode::Hello | Opcode::TokenHello | Opcode::Auth));
         if !handshake_op || h.data_len != 0 || h.body_len > MAX_HANDSHAKE_BODY_BYTES {
             let op = op.unwrap_or(Opcode::Hello);
             let why = if handshake_op {
@@ -409,16 +412,79 @@ impl Pending {
     }
 
     /// Answers one handshake frame.
-    fn answer(&mut self, secret: &Secret, h: Header, env: Envelope) -> Step {
-        match (&self.stage, env.req) {
-            (Stage::Hello, Request::Hello { nonce: nonce_c }) => {
+    fn answer(&mut self, secret: &Secret, service: &dyn Service, h: Header, env: Envelope) -> Step {
+        let (nonce_c, token) = match (&self.stage, env.req) {
+            (Stage::Hello, Request::Hello { nonce }) => (nonce, None),
+            (Stage::Hello, Request::TokenHello { nonce, token }) => {
+                // Checked before the challenge: the token is well formed, current and not
+                // revoked; whether it was signed with our secret the proof will tell.
+                let t = match Scope::from_payload(&token) {
+                    Ok(t) => t,
+                    Err(why) => {
+                        return self.refuse(Refusal::Auth(h.request_id, Opcode::TokenHello, why))
+                    }
+                };
+                if t.expired(crate::token::now_s()) {
+                    let why = format!("token {:016x} has expired", t.id);
+                    return self.refuse(Refusal::Auth(h.request_id, Opcode::TokenHello, why));
+                }
+                if let Err(e) = service.check_token(&t) {
+                    return self.refuse(Refusal::Auth(h.request_id, Opcode::TokenHello, e.message));
+                }
+                (nonce, Some((crate::token::key(secret, &token), t)))
+            }
+            (
+                Stage::Auth {
+                    nonce_c,
+                    nonce_s,
+                    token,
+                },
+                Request::Auth { proof },
+            ) => {
+                let key = token.as_ref().map_or(secret, |t| &t.0);
+                return if key.verify_client_proof(nonce_s, nonce_c, &proof) {
+                    Step::Authenticated(h.request_id, token.as_ref().map(|t| t.1.clone()))
+                } else {
+                    let why = match token {
+                        Some((_, t)) => format!(
+                            "token {:016x} was not made with this cluster's secret, or was altered",
+                            t.id
+                        ),
+                        None => "wrong cluster secret".into(),
+                    };
+                    self.refuse(Refusal::Auth(h.request_id, Opcode::Auth, why))
+                };
+            }
+            (Stage::Hello, req) => {
+                return self.refuse(Refusal::Auth(
+                    h.request_id,
+                    req.opcode(),
+                    "first message was not Hello".into(),
+                ))
+            }
+            (Stage::Auth { .. }, req) => {
+                return self.refuse(Refusal::Auth(
+                    h.request_id,
+                    req.opcode(),
+                    "second message was not Auth".into(),
+                ))
+            }
+        };
+        {
+            {
+                let key = token.as_ref().map_or(secret, |t: &(Secret, Scope)| &t.0);
                 let nonce_s = random_nonce();
-                let proof = secret.server_proof(&nonce_c, &nonce_s);
+                let proof = key.server_proof(&nonce_c, &nonce_s);
                 let challenge = Ok(Response::Challenge {
                     nonce: nonce_s,
                     proof,
                 });
-                let frame = encode_response(h.request_id, Opcode::Hello, &challenge, 0);
+                let op = if token.is_some() {
+                    Opcode::TokenHello
+                } else {
+                    Opcode::Hello
+                };
+                let frame = encode_response(h.request_id, op, &challenge, 0);
                 // A fresh socket's send buffer takes a frame this small at once; a peer
                 // whose buffer is full is not reading and is dropped.
                 match self.stream.write(&frame) {
@@ -426,30 +492,13 @@ impl Pending {
                     Ok(_) => return Step::Close(Some("does not read its challenge".into())),
                     Err(e) => return Step::Close(Some(e.to_string())),
                 }
-                self.stage = Stage::Auth { nonce_c, nonce_s };
+                self.stage = Stage::Auth {
+                    nonce_c,
+                    nonce_s,
+                    token,
+                };
                 Step::Wait
             }
-            (Stage::Auth { nonce_c, nonce_s }, Request::Auth { proof }) => {
-                if secret.verify_client_proof(nonce_s, nonce_c, &proof) {
-                    Step::Authenticated(h.request_id)
-                } else {
-                    self.refuse(Refusal::Auth(
-                        h.request_id,
-                        Opcode::Auth,
-                        "wrong cluster secret".into(),
-                    ))
-                }
-            }
-            (Stage::Hello, req) => self.refuse(Refusal::Auth(
-                h.request_id,
-                req.opcode(),
-                "first message was not Hello".into(),
-            )),
-            (Stage::Auth { .. }, req) => self.refuse(Refusal::Auth(
-                h.request_id,
-                req.opcode(),
-                "second message was not Auth".into(),
-            )),
         }
     }
 

@@ -38,6 +38,15 @@ impl Secret {
         hex::encode(self.0)
     }
 
+    /// A key made elsewhere (a token's, see token.rs).
+    pub fn from_bytes(b: [u8; 32]) -> Secret {
+        Secret(b)
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     fn hmac(&self, label: &[u8], a: &[u8; 32], b: &[u8; 32]) -> Hmac<Sha256> {
         let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key");
         m.update(label);

@@ -4,6 +4,8 @@
 //!
 //! ```toml
 //! secret = "64 hex digits"        # the file is mode 0600
+//! token = "sft1...."              # instead of the secret, in a collaborator's client
+//!                                 # file: a scoped token (`stripefs token create`)
 //! timeout_ms = 10000              # optional, client and server I/O timeout
 //! lease_ms = 30000                # optional, client session lease (limits::LEASE_MS)
 //! host = "node7"                 # optional: the host of clients using this file
@@ -72,6 +74,12 @@ pub struct ClusterConfig {
     /// How clients compress bulk data on their data-server connections (top-level
     /// `compress`); `None`: off. `--compress` and `STRIPEFS_COMPRESS` override it.
     pub compress: Option<crate::compress::Codec>,
+    /// A scoped token (top-level `token`, or `--token` / `STRIPEFS_TOKEN`): clients
+    /// authenticate with it instead of the secret, even when the file has the secret.
+    /// A file with a token may leave the secret out; servers need the secret.
+    pub token: Option<String>,
+    /// Whether the file held the secret (`secret` is a random stand-in otherwise).
+    pub has_secret: bool,
 }
 
 /// Most streams a client may open to one data server.
@@ -131,6 +139,8 @@ struct RawCluster {
     streams: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     compress: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
     meta: RawMeta,
     #[serde(default)]
     data: Vec<RawData>,
@@ -181,10 +191,20 @@ impl ClusterConfig {
 
     pub fn parse(text: &str) -> Result<ClusterConfig, String> {
         let raw: RawCluster = toml::from_str(text).map_err(|e| e.to_string())?;
-        let secret = raw
-            .secret
-            .ok_or("no `secret`: every connection authenticates with the cluster secret")?;
-        let secret = Secret::from_hex(&secret)?;
+        if let Some(t) = &raw.token {
+            crate::token::Token::parse(t).map_err(|e| format!("token: {e}"))?;
+        }
+        let has_secret = raw.secret.is_some();
+        let secret = match (&raw.secret, &raw.token) {
+            (Some(s), _) => Secret::from_hex(s)?,
+            // Never used: a client with a token authenticates with it.
+            (None, Some(_)) => Secret::generate(),
+            (None, None) => {
+                return Err(
+                    "no `secret` and no `token`: a client authenticates with one of them".into(),
+                )
+            }
+        };
         check_addr(&raw.meta.addr, "metadata server")?;
         for (i, d) in raw.data.iter().enumerate() {
             check_addr(&d.addr, &format!("data server {i}"))?;
@@ -263,12 +283,15 @@ impl ClusterConfig {
             meta_host: raw.meta.host,
             streams: raw.streams,
             compress,
+            token: raw.token,
+            has_secret,
         })
     }
 
     pub fn to_toml(&self) -> String {
         let raw = RawCluster {
-            secret: Some(self.secret.to_hex()),
+            secret: self.has_secret.then(|| self.secret.to_hex()),
+            token: self.token.clone(),
             timeout_ms: Some(self.timeout_ms),
             lease_ms: (self.lease_ms != crate::limits::LEASE_MS).then_some(self.lease_ms),
             host: self.host.clone(),
@@ -437,6 +460,12 @@ impl ServerConfig {
         let raw: RawServer = toml::from_str(text).map_err(|e| e.to_string())?;
         let cluster_path = base.join(&raw.cluster);
         let cluster = ClusterConfig::load(&cluster_path)?;
+        if !cluster.has_secret {
+            return Err(format!(
+                "cluster file {}: a server needs the cluster `secret` (a token is for clients)",
+                cluster_path.display()
+            ));
+        }
         if cluster.data.is_empty() {
             return Err(format!(
                 "cluster file {} lists no [[data]] servers: a client file may leave them out, a server's may not",

@@ -50,6 +50,34 @@ pub const MAX_OUTBOX_BYTES: usize = 64 << 10;
 impl Conn {
     /// Connects to `addr` and authenticates with `secret`. Every error names `addr`.
     pub fn connect(addr: &str, secret: &Secret, timeout: Duration) -> Result<Conn, WireError> {
+        let mut conn = Conn::open(addr, timeout)?;
+        conn.authenticate(
+            Request::Hello {
+                nonce: random_nonce(),
+            },
+            secret,
+        )?;
+        Ok(conn)
+    }
+
+    /// Connects to `addr` and authenticates with a scoped token instead of the secret
+    /// (`TokenHello`; see token.rs).
+    pub fn connect_token(
+        addr: &str,
+        token: &crate::token::TokenCred,
+        timeout: Duration,
+    ) -> Result<Conn, WireError> {
+        let mut conn = Conn::open(addr, timeout)?;
+        let hello = Request::TokenHello {
+            nonce: random_nonce(),
+            token: token.payload.clone(),
+        };
+        conn.authenticate(hello, &token.key)?;
+        Ok(conn)
+    }
+
+    /// A connected, not yet authenticated connection.
+    fn open(addr: &str, timeout: Duration) -> Result<Conn, WireError> {
         let unreachable = |why: String| {
             WireError::new(
                 ErrorCode::Unreachable,
@@ -81,7 +109,7 @@ impl Conn {
             .and_then(|_| stream.set_read_timeout(Some(timeout)))
             .and_then(|_| stream.set_write_timeout(Some(timeout)))
             .map_err(|e| unreachable(e.to_string()))?;
-        let mut conn = Conn {
+        let conn = Conn {
             stream,
             addr: addr.to_string(),
             next_id: 1,
@@ -94,14 +122,19 @@ impl Conn {
             wire_sent: 0,
             wire_received: 0,
         };
-        conn.authenticate(secret)?;
         Ok(conn)
     }
 
-    fn authenticate(&mut self, secret: &Secret) -> Result<(), WireError> {
-        let nonce_c = random_nonce();
+    /// The handshake: `hello` (Hello or TokenHello, carrying the client nonce), the
+    /// server's challenge checked with `secret`, then Auth.
+    fn authenticate(&mut self, hello: Request, secret: &Secret) -> Result<(), WireError> {
+        let (nonce_c, with_token) = match &hello {
+            Request::Hello { nonce } => (*nonce, false),
+            Request::TokenHello { nonce, .. } => (*nonce, true),
+            _ => unreachable!("a handshake starts with Hello or TokenHello"),
+        };
         let cred = Cred::root();
-        let resp = self.call(&cred, Request::Hello { nonce: nonce_c }, &[], &mut [])?;
+        let resp = self.call(&cred, hello, &[], &mut [])?;
         let Response::Challenge { nonce, proof } = resp.0 else {
             return Err(self.fail(
                 ErrorCode::UnexpectedMessage,
@@ -109,16 +142,18 @@ impl Conn {
             ));
         };
         if !secret.verify_server_proof(&nonce_c, &nonce, &proof) {
-            return Err(self.fail(
-                ErrorCode::AuthFailed,
-                "authentication failed: the server does not know this cluster's secret (check cluster.toml)",
-            ));
+            let why = if with_token {
+                "authentication failed: the token was not made with this cluster's secret, or was altered"
+            } else {
+                "authentication failed: the server does not know this cluster's secret (check cluster.toml)"
+            };
+            return Err(self.fail(ErrorCode::AuthFailed, why));
         }
         let proof = secret.client_proof(&nonce, &nonce_c);
         match self.call(&cred, Request::Auth { proof }, &[], &mut []) {
             Ok((Response::Done, _)) => Ok(()),
             Ok(_) => Err(self.fail(ErrorCode::UnexpectedMessage, "answered Auth oddly")),
-            Err(e) if e.code == ErrorCode::AuthFailed => Err(WireError::new(
+            Err(e) if e.code == ErrorCode::AuthFailed && !with_token => Err(WireError::new(
                 ErrorCode::AuthFailed,
                 format!(
                     "server {} refused our credentials: wrong cluster secret (check cluster.toml)",

@@ -24,6 +24,7 @@ pub mod limits;
 pub mod local;
 mod payload;
 mod server;
+pub mod token;
 pub mod units;
 
 pub use auth::Secret;

@@ -49,7 +49,7 @@ pub const CLIENT_IDLE_MAX: Duration = Duration::from_secs(IDLE_TIMEOUT.as_secs()
 pub const KEPT_BUFFER_BYTES: usize = 1 << 20;
 
 /// Largest body read before a peer has authenticated.
-pub const MAX_HANDSHAKE_BODY_BYTES: u32 = 1024;
+pub const MAX_HANDSHAKE_BODY_BYTES: u32 = 2048;
 
 /// How often an idle connection thread, and the acceptor, look at the shutdown flag
 /// and the clock.

@@ -7,6 +7,7 @@ use crate::auth::Secret;
 use crate::compress::Codec;
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use crate::limits::Limits;
+use crate::token::Token;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -55,11 +56,20 @@ pub struct ConnInfo {
     pub peer: SocketAddr,
     /// The host the client announced with `ClientHost`, if it did.
     pub host: Option<String>,
+    /// The scoped token the client authenticated with (`TokenHello`); `None`: it holds
+    /// the cluster secret. The rpc layer has checked its signature, expiry and (through
+    /// [`Service::check_token`]) revocation, and made every request act as its user;
+    /// services enforce its path and mode.
+    pub token: Option<Arc<Token>>,
 }
 
 impl ConnInfo {
     pub fn new(peer: SocketAddr) -> ConnInfo {
-        ConnInfo { peer, host: None }
+        ConnInfo {
+            peer,
+            host: None,
+            token: None,
+        }
     }
 }
 
@@ -67,6 +77,13 @@ impl ConnInfo {
 /// (`Request::validate`); `data` is the bulk data that followed the request.
 pub trait Service: Send + Sync + 'static {
     fn handle(&self, conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply;
+
+    /// Whether a token (signed with the cluster secret, not expired) may still be used:
+    /// asked at its handshake and before each of its requests. The metadata server
+    /// refuses revoked tokens; by default every token is accepted.
+    fn check_token(&self, _token: &Token) -> Result<(), WireError> {
+        Ok(())
+    }
 }
 
 /// Counters of a server's connections, for tests and status: what the limits did.
@@ -153,6 +170,7 @@ pub(crate) fn start_connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     auth_id: u64,
+    token: Option<Token>,
     shared: &Arc<Shared>,
 ) {
     let (limits, stats) = (&shared.limits, &shared.stats);
@@ -176,7 +194,7 @@ pub(crate) fn start_connection(
         .name(format!("conn-{peer}"))
         .spawn(move || {
             let _slot = slot;
-            if let Err(why) = connection(stream, peer, auth_id, &sh) {
+            if let Err(why) = connection(stream, peer, auth_id, token, &sh) {
                 tracing::info!("connection from {peer} closed: {why}");
             }
         });
@@ -253,6 +271,7 @@ fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     auth_id: u64,
+    token: Option<Token>,
     shared: &Shared,
 ) -> Result<(), String> {
     let limits = &shared.limits;
@@ -270,6 +289,7 @@ fn connection(
     )
     .map_err(|e| e.to_string())?;
     let mut info = ConnInfo::new(peer);
+    info.token = token.map(Arc::new);
     // What the client asked for with SetCompression: how answers' data is sent.
     let mut codec = Codec::Off;
     let mut bufs = Buffers::new(shared.stats.clone());
@@ -295,7 +315,7 @@ fn connection(
             Err(e) => return Err(e.to_string()),
         };
         idle = false;
-        let (env, data_len) = match read_request(&mut stream, &header, deadline, &mut bufs) {
+        let (mut env, data_len) = match read_request(&mut stream, &header, deadline, &mut bufs) {
             Ok(x) => x,
             Err(ReadError::Frame(f)) => {
                 let op = Opcode::from_u16(header.opcode);
@@ -305,9 +325,34 @@ fn connection(
         };
         bufs.note();
         let opcode = env.req.opcode();
+        // A token's requests act as its user, whatever they claim, and only while it is
+        // current and not revoked.
+        let scoped = info.token.as_ref().map(|t| {
+            env.cred = stripefs_wire::Cred {
+                uid: t.uid,
+                gid: t.gid,
+                groups: Vec::new(),
+            };
+            if t.expired(crate::token::now_s()) {
+                Err(WireError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("token {:016x} has expired", t.id),
+                ))
+            } else {
+                shared.service.check_token(t)
+            }
+        });
         let reply = match env.req.validate(data_len as u32) {
             Err(e) => Reply::err(e),
-            Ok(()) if matches!(env.req, Request::Hello { .. } | Request::Auth { .. }) => {
+            Ok(()) if matches!(scoped, Some(Err(_))) => {
+                Reply::err(scoped.expect("matched").expect_err("matched"))
+            }
+            Ok(())
+                if matches!(
+                    env.req,
+                    Request::Hello { .. } | Request::TokenHello { .. } | Request::Auth { .. }
+                ) =>
+            {
                 Reply::err(WireError::new(
                     ErrorCode::UnexpectedMessage,
                     "already authenticated",

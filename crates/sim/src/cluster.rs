@@ -40,6 +40,7 @@ impl DataNet for PurgeNet {
         let conn = ConnInfo {
             peer: "127.0.0.1:1".parse().expect("a socket address"),
             host: None,
+            token: None,
         };
         Ok(reqs
             .into_iter()
@@ -108,6 +109,8 @@ impl Servers {
             meta_host: None,
             streams: None,
             compress: None,
+            token: None,
+            has_secret: true,
         };
         let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
         let data_clock = Arc::new(VirtualClock::new());

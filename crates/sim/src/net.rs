@@ -190,6 +190,7 @@ impl Net {
         let conn = ConnInfo {
             peer: "127.0.0.1:1".parse().expect("a socket address"),
             host: None,
+            token: None,
         };
         let reply = svc.handle(&conn, env, data);
         let bytes = reply.data.into_bytes().map_err(|e| {

@@ -393,6 +393,16 @@ requests! {
     // noncontiguous reads). Answered with `ReadData`: the checksums of every block of
     // every range, in order, and the ranges' bytes one after another as the data.
     81 => ReadList { fid: InodeId, unit: u32, ranges: Vec<(u64, u32)> },
+    // Handshake with a scoped token instead of the cluster secret: `token` is the
+    // token's payload; answered with `Challenge` keyed by the token (rpc token.rs).
+    5 => TokenHello { nonce: [u8; 32], token: Vec<u8> },
+    // Metadata: refuse the token with this id from now on (remembered across restarts).
+    // Only for clients that hold the cluster secret.
+    91 => TokenRevoke { id: u64 },
+    // Metadata, from a data server: may a connection authenticated with this token
+    // touch file `fid` (for writing if `write`)? Answered `Done`, or the refusal. Only
+    // for peers that hold the cluster secret.
+    92 => TokenAllows { token: Vec<u8>, fid: InodeId, write: bool },
 }
 
 /// Most extents one WriteList request carries.

@@ -237,6 +237,9 @@ fn sparse_request() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(|session| Request::SessionRenew { session }),
         any::<u64>().prop_map(|session| Request::SessionEnd { session }),
         "[a-z0-9.-]{0,40}".prop_map(|host| Request::ClientHost { host }),
+        (any::<[u8; 32]>(), prop::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(nonce, token)| Request::TokenHello { nonce, token }),
+        any::<u64>().prop_map(|id| Request::TokenRevoke { id }),
         (any::<u8>(), any::<i8>())
             .prop_map(|(codec, level)| Request::SetCompression { codec, level }),
         (
@@ -752,6 +755,9 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (33, "DataServers"),
     (90, "SetCompression"),
     (81, "ReadList"),
+    (5, "TokenHello"),
+    (91, "TokenRevoke"),
+    (92, "TokenAllows"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -916,6 +922,16 @@ fn ping_like(op: Opcode) -> Request {
             fid: ino,
             unit: 0,
             ranges: vec![],
+        },
+        Opcode::TokenHello => Request::TokenHello {
+            nonce: [0; 32],
+            token: vec![],
+        },
+        Opcode::TokenRevoke => Request::TokenRevoke { id: 0 },
+        Opcode::TokenAllows => Request::TokenAllows {
+            token: vec![],
+            fid: ino,
+            write: false,
         },
     }
 }

@@ -160,6 +160,8 @@ impl Cluster {
             meta_host: None,
             streams: None,
             compress: None,
+            token: None,
+            has_secret: true,
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();

@@ -26,6 +26,7 @@ pub fn conn() -> ConnInfo {
     ConnInfo {
         peer: "127.0.0.1:40000".parse().unwrap(),
         host: None,
+        token: None,
     }
 }
 

@@ -32,6 +32,8 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
         meta_host: None,
         streams: None,
         compress: None,
+        token: None,
+        has_secret: true,
     }
 }
 
@@ -259,6 +261,7 @@ pub fn call(svc: &MetaService, cred: &Cred, req: Request) -> Result<Response, Wi
     let conn = ConnInfo {
         peer: SocketAddr::from(([127, 0, 0, 1], 9)),
         host: None,
+        token: None,
     };
     svc.handle(
         &conn,

@@ -1,0 +1,330 @@
+//! Scoped tokens on the metadata server: what a token's requests may touch, and which
+//! tokens are revoked (see `stripefs_rpc::token`).
+//!
+//! A token names a subtree by path. Its root directory is resolved once; a directory is
+//! in scope when following recorded parents from it reaches the root. Files have no
+//! recorded parent (hard links give them several), so a file is in scope once the token
+//! has reached it from inside: an answer to one of its in-scope requests named it
+//! (lookup, create, readdir, resolve). Those inode numbers are kept per token in memory;
+//! after a restart a client finds them again by path. Data servers ask here
+//! (`TokenAllows`) before serving a token's request for a file.
+//!
+//! Revoked token ids are kept in `<db>.revoked` beside the database, one hex id a line,
+//! written and synced before the revocation is acknowledged.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use stripefs_rpc::token::Token;
+use stripefs_wire::{ErrorCode, Request, Response, WireError};
+
+/// Most file inodes remembered per token; past it the set starts again (clients then
+/// look paths up again).
+const MAX_KNOWN: usize = 1 << 20;
+/// Deepest directory chain walked to find a scope's root.
+const MAX_DEPTH: usize = 4096;
+
+#[derive(Default)]
+struct State {
+    /// The root inode of each token's subtree, once resolved.
+    roots: HashMap<u64, u64>,
+    /// File inodes each token has reached from inside its subtree.
+    known: HashMap<u64, HashSet<u64>>,
+}
+
+pub struct Scopes {
+    state: Mutex<State>,
+    revoked: Mutex<HashSet<u64>>,
+    revoked_file: PathBuf,
+}
+
+pub fn denied(t: &Token, why: impl std::fmt::Display) -> WireError {
+    WireError::new(
+        ErrorCode::PermissionDenied,
+        format!("token {:016x} (for {}): {why}", t.id, t.path),
+    )
+}
+
+/// Requests that change the namespace or a file.
+fn mutates(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Mkdir { .. }
+            | Request::Create { .. }
+            | Request::CreateOpen { .. }
+            | Request::Mknod { .. }
+            | Request::Symlink { .. }
+            | Request::Link { .. }
+            | Request::Unlink { .. }
+            | Request::Rmdir { .. }
+            | Request::Rename { .. }
+            | Request::SetAttr { .. }
+            | Request::ExtendSize { .. }
+            | Request::SetLayout { .. }
+            | Request::Open { write: true, .. }
+    )
+}
+
+/// What the scope check needs from the namespace.
+pub trait Namespace {
+    /// A directory's recorded parent, or `None` if `ino` is not a directory.
+    fn dir_parent(&self, ino: u64) -> Result<Option<u64>, WireError>;
+    /// The inode `path` resolves to (following symlinks).
+    fn resolve(&self, path: &str) -> Result<u64, WireError>;
+    /// The inode of `name` in directory `parent`, without following a symlink.
+    fn lookup(&self, parent: u64, name: &str) -> Result<u64, WireError>;
+}
+
+impl Scopes {
+    pub fn new(db: &std::path::Path) -> Result<Scopes, String> {
+        let revoked_file = db.with_extension("revoked");
+        let mut revoked = HashSet::new();
+        match std::fs::read_to_string(&revoked_file) {
+            Ok(text) => {
+                for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                    let id = u64::from_str_radix(line, 16).map_err(|_| {
+                        format!("{}: {line:?} is not a token id", revoked_file.display())
+                    })?;
+                    revoked.insert(id);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot read {}: {e}", revoked_file.display())),
+        }
+        Ok(Scopes {
+            state: Mutex::default(),
+            revoked: Mutex::new(revoked),
+            revoked_file,
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn check_revoked(&self, t: &Token) -> Result<(), WireError> {
+        if self
+            .revoked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&t.id)
+        {
+            return Err(denied(t, "revoked"));
+        }
+        Ok(())
+    }
+
+    /// Revokes token `id` for good: on disk (synced) before it returns.
+    pub fn revoke(&self, id: u64) -> Result<(), WireError> {
+        let mut set = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+        if set.contains(&id) {
+            return Ok(());
+        }
+        let io = |e: std::io::Error| {
+            WireError::new(
+                ErrorCode::Io,
+                format!(
+                    "cannot record the revocation in {}: {e}",
+                    self.revoked_file.display()
+                ),
+            )
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.revoked_file)
+            .map_err(io)?;
+        writeln!(f, "{id:016x}").map_err(io)?;
+        f.sync_all().map_err(io)?;
+        if let Some(dir) = self.revoked_file.parent() {
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        set.insert(id);
+        self.state().known.remove(&id);
+        Ok(())
+    }
+
+    /// The root inode of `t`'s subtree.
+    fn root(&self, t: &Token, ns: &dyn Namespace) -> Result<u64, WireError> {
+        if let Some(&r) = self.state().roots.get(&t.id) {
+            return Ok(r);
+        }
+        let r = ns
+            .resolve(&t.path)
+            .map_err(|e| denied(t, format!("its directory cannot be found: {e}")))?;
+        if ns.dir_parent(r)?.is_none() {
+            return Err(denied(t, "its path is not a directory"));
+        }
+        self.state().roots.insert(t.id, r);
+        Ok(r)
+    }
+
+    /// Whether directory `ino` lies in `t`'s subtree (false for other types).
+    fn dir_in(&self, t: &Token, ns: &dyn Namespace, ino: u64) -> Result<bool, WireError> {
+        let root = self.root(t, ns)?;
+        let mut d = ino;
+        for _ in 0..MAX_DEPTH {
+            if d == root {
+                return Ok(true);
+            }
+            match ns.dir_parent(d)? {
+                Some(p) if p != d => d = p,
+                _ => return Ok(false), // not a directory, or the namespace's root
+            }
+        }
+        Ok(false)
+    }
+
+    /// Whether inode `ino` (a directory, or a file the token reached) is in scope.
+    fn ino_in(&self, t: &Token, ns: &dyn Namespace, ino: u64) -> Result<bool, WireError> {
+        if self
+            .state()
+            .known
+            .get(&t.id)
+            .is_some_and(|k| k.contains(&ino))
+        {
+            return Ok(true);
+        }
+        self.dir_in(t, ns, ino)
+    }
+
+    fn need_dir(&self, t: &Token, ns: &dyn Namespace, ino: u64) -> Result<(), WireError> {
+        if self.dir_in(t, ns, ino)? {
+            Ok(())
+        } else {
+            Err(denied(t, format!("inode {ino} is outside its tree")))
+        }
+    }
+
+    fn need_ino(&self, t: &Token, ns: &dyn Namespace, ino: u64) -> Result<(), WireError> {
+        if self.ino_in(t, ns, ino)? {
+            Ok(())
+        } else {
+            Err(denied(t, format!("inode {ino} is outside its tree")))
+        }
+    }
+
+    /// Checks a request made with token `t` before it runs.
+    pub fn authorize(&self, t: &Token, ns: &dyn Namespace, req: &Request) -> Result<(), WireError> {
+        if t.read_only && mutates(req) {
+            return Err(denied(
+                t,
+                format!("read-only: {} refused", req.opcode().name()),
+            ));
+        }
+        match req {
+            Request::Ping {}
+            | Request::MetaStatus {}
+            | Request::SessionOpen {}
+            | Request::SessionRenew { .. }
+            | Request::SessionEnd { .. }
+            | Request::DataServers {} => Ok(()),
+            Request::Lookup { parent, .. }
+            | Request::Mkdir { parent, .. }
+            | Request::Create { parent, .. }
+            | Request::CreateOpen { parent, .. }
+            | Request::Mknod { parent, .. }
+            | Request::Symlink { parent, .. }
+            | Request::Unlink { parent, .. }
+            | Request::Rmdir { parent, .. } => self.need_dir(t, ns, parent.0),
+            Request::Rename {
+                src_parent,
+                dst_parent,
+                ..
+            } => {
+                self.need_dir(t, ns, src_parent.0)?;
+                self.need_dir(t, ns, dst_parent.0)
+            }
+            Request::Link { ino, parent, .. } => {
+                self.need_ino(t, ns, ino.0)?;
+                self.need_dir(t, ns, parent.0)
+            }
+            Request::GetAttr { ino }
+            | Request::Readlink { ino }
+            | Request::SetAttr { ino, .. }
+            | Request::ReadDir { ino, .. }
+            | Request::Open { ino, .. }
+            | Request::Close { ino, .. }
+            | Request::ExtendSize { ino, .. }
+            | Request::SetLayout { ino, .. }
+            | Request::Access { ino, .. } => self.need_ino(t, ns, ino.0),
+            Request::Resolve { path, .. } => {
+                let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
+                if t.covers(&p) {
+                    Ok(())
+                } else {
+                    Err(denied(t, format!("{path} is outside its tree")))
+                }
+            }
+            other => Err(denied(
+                t,
+                format!("{} needs the cluster secret", other.opcode().name()),
+            )),
+        }
+    }
+
+    /// Checks an answer to a request made with `t`, and remembers the files it names.
+    /// A path resolved through a symlink that leads out of the tree is refused here.
+    pub fn admit(
+        &self,
+        t: &Token,
+        ns: &dyn Namespace,
+        req: &Request,
+        answer: &Response,
+    ) -> Result<(), WireError> {
+        let mut found: Vec<u64> = Vec::new();
+        match (req, answer) {
+            (Request::Resolve { path, .. }, Response::Attr(a)) => {
+                // The answer must be reachable from inside: a directory in the tree, or
+                // a file whose entry lies in a directory of the tree.
+                if !self.dir_in(t, ns, a.ino.0)? {
+                    let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
+                    let (dir, name) = p.rsplit_once('/').unwrap_or(("", &p));
+                    let dir = if dir.is_empty() { "/" } else { dir };
+                    let parent = ns.resolve(dir)?;
+                    if !self.dir_in(t, ns, parent)? || ns.lookup(parent, name)? != a.ino.0 {
+                        return Err(denied(t, format!("{path} leads out of its tree")));
+                    }
+                }
+                found.push(a.ino.0);
+            }
+            (_, Response::Attr(a)) => found.push(a.ino.0),
+            (_, Response::Entries { entries, .. }) => found.extend(entries.iter().map(|e| e.ino.0)),
+            _ => {}
+        }
+        if !found.is_empty() {
+            let mut st = self.state();
+            let known = st.known.entry(t.id).or_default();
+            if known.len() + found.len() > MAX_KNOWN {
+                known.clear();
+            }
+            known.extend(found);
+        }
+        Ok(())
+    }
+
+    /// A data server's question: may `t` touch file `fid` (for writing if `write`)?
+    pub fn allows(
+        &self,
+        t: &Token,
+        ns: &dyn Namespace,
+        fid: u64,
+        write: bool,
+    ) -> Result<(), WireError> {
+        if t.expired(stripefs_rpc::token::now_s()) {
+            return Err(denied(t, "expired"));
+        }
+        self.check_revoked(t)?;
+        if write && t.read_only {
+            return Err(denied(t, "read-only: writes refused"));
+        }
+        if self.ino_in(t, ns, fid)? {
+            Ok(())
+        } else {
+            Err(denied(t, format!("file {fid} is outside its tree")))
+        }
+    }
+}

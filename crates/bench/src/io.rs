@@ -856,18 +856,40 @@ impl Remote {
             servers.extend(layout.servers.iter().map(|s| s.0));
             file.close()?;
         }
-        Ok(Remote {
+        Ok(Remote::assemble(
+            cluster,
+            dir,
+            prefix,
+            files,
+            (ss, sc, servers),
+            admin,
+            hosts,
+        ))
+    }
+
+    /// A `Remote` from what `prepare` or `attach` found: the stripe size, stripe count
+    /// and data servers of the test files.
+    fn assemble(
+        cluster: &ClusterConfig,
+        dir: String,
+        prefix: &str,
+        files: u32,
+        layout: (u32, u32, std::collections::BTreeSet<u32>),
+        admin: Client,
+        hosts: Option<Vec<String>>,
+    ) -> Remote {
+        Remote {
             cluster: cluster.clone(),
             dir,
             prefix: prefix.to_string(),
             files,
-            stripe_size: ss,
-            stripe_count: sc,
-            servers: servers.into_iter().collect(),
+            stripe_size: layout.0,
+            stripe_count: layout.1,
+            servers: layout.2.into_iter().collect(),
             admin,
             hosts,
             traffic: Arc::default(),
-        })
+        }
     }
 
     /// The test files [`Remote::prepare`] made (in another process of the job): for the
@@ -886,18 +908,15 @@ impl Remote {
             sc = layout.servers.len() as u32;
             servers.extend(layout.servers.iter().map(|s| s.0));
         }
-        Ok(Remote {
-            cluster: cluster.clone(),
+        Ok(Remote::assemble(
+            cluster,
             dir,
-            prefix: prefix.to_string(),
+            prefix,
             files,
-            stripe_size: ss,
-            stripe_count: sc,
-            servers: servers.into_iter().collect(),
+            (ss, sc, servers),
             admin,
-            hosts: None,
-            traffic: Arc::default(),
-        })
+            None,
+        ))
     }
 
     /// The traffic added up since the last call (and starts counting anew).

@@ -46,24 +46,14 @@ pub fn denied(t: &Token, why: impl std::fmt::Display) -> WireError {
     )
 }
 
-/// Requests that change the namespace or a file.
+/// Requests that change the namespace or a file: the writer's mutations, and creating
+/// or opening a file for writing.
 fn mutates(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::Mkdir { .. }
-            | Request::Create { .. }
-            | Request::CreateOpen { .. }
-            | Request::Mknod { .. }
-            | Request::Symlink { .. }
-            | Request::Link { .. }
-            | Request::Unlink { .. }
-            | Request::Rmdir { .. }
-            | Request::Rename { .. }
-            | Request::SetAttr { .. }
-            | Request::ExtendSize { .. }
-            | Request::SetLayout { .. }
-            | Request::Open { write: true, .. }
-    )
+    crate::ops::is_mutation(req)
+        || matches!(
+            req,
+            Request::CreateOpen { .. } | Request::Open { write: true, .. }
+        )
 }
 
 /// What the scope check needs from the namespace.

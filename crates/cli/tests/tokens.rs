@@ -130,6 +130,20 @@ fn a_token_is_held_to_its_tree_and_mode() {
             .expect_err("a token listed objects");
         assert!(err.message.contains("cluster secret"), "{err}");
     }
+    // Nor does a resolve through a symlink that leads out get past the metadata server
+    // (".." is refused by every server anyway).
+    admin.symlink("/b", "/a/out").unwrap();
+    let mut meta = Conn::connect_token(&cfg.meta_addr, &cred, Duration::from_secs(5)).unwrap();
+    for path in ["/a/out", "/a/out/g"] {
+        let r = Request::Resolve {
+            path: path.into(),
+            follow: true,
+        };
+        let err = meta
+            .call(&Cred::root(), r, &[], &mut [])
+            .expect_err("resolved through a symlink out of its tree");
+        assert!(err.message.contains("out"), "{path}: {err}");
+    }
     // The read-only token cannot write through a data server either.
     let rocred = TokenCred::parse(&ro).unwrap();
     let mut conn = Conn::connect_token(&cfg.data[0].addr, &rocred, Duration::from_secs(5)).unwrap();

@@ -168,17 +168,17 @@ impl Scopes {
         Ok(false)
     }
 
-    /// Whether inode `ino` (a directory, or a file the token reached) is in scope.
+    /// Whether inode `ino` is in scope: a directory when its parents lead to the root,
+    /// anything else when the token reached it from inside.
     fn ino_in(&self, t: &Token, ns: &dyn Namespace, ino: u64) -> Result<bool, WireError> {
-        if self
+        if ns.dir_parent(ino)?.is_some() {
+            return self.dir_in(t, ns, ino);
+        }
+        Ok(self
             .state()
             .known
             .get(&t.id)
-            .is_some_and(|k| k.contains(&ino))
-        {
-            return Ok(true);
-        }
-        self.dir_in(t, ns, ino)
+            .is_some_and(|k| k.contains(&ino)))
     }
 
     fn need_dir(&self, t: &Token, ns: &dyn Namespace, ino: u64) -> Result<(), WireError> {
@@ -268,6 +268,7 @@ impl Scopes {
         let mut found: Vec<u64> = Vec::new();
         match (req, answer) {
             (Request::Resolve { path, .. }, Response::Attr(a)) => {
+                // Directories need no entry in `known`: they are judged by their parents.
                 // The answer must be reachable from inside: a directory in the tree, or
                 // a file whose entry lies in a directory of the tree.
                 if !self.dir_in(t, ns, a.ino.0)? {
@@ -278,11 +279,24 @@ impl Scopes {
                     if !self.dir_in(t, ns, parent)? || ns.lookup(parent, name)? != a.ino.0 {
                         return Err(denied(t, format!("{path} leads out of its tree")));
                     }
+                    found.push(a.ino.0);
                 }
-                found.push(a.ino.0);
+            }
+            // A directory answered (a lookup of "..", say) must lie in the tree itself.
+            (_, Response::Attr(a)) if a.ftype == stripefs_wire::FileType::Dir => {
+                if !self.dir_in(t, ns, a.ino.0)? {
+                    return Err(denied(t, format!("inode {} is outside its tree", a.ino.0)));
+                }
             }
             (_, Response::Attr(a)) => found.push(a.ino.0),
-            (_, Response::Entries { entries, .. }) => found.extend(entries.iter().map(|e| e.ino.0)),
+            // Files listed in a directory of the tree are reached; directories are judged
+            // by their parents when used.
+            (_, Response::Entries { entries, .. }) => found.extend(
+                entries
+                    .iter()
+                    .filter(|e| e.ftype != stripefs_wire::FileType::Dir)
+                    .map(|e| e.ino.0),
+            ),
             _ => {}
         }
         if !found.is_empty() {

@@ -271,7 +271,8 @@ impl Scopes {
                 // Directories need no entry in `known`: they are judged by their parents.
                 // The answer must be reachable from inside: a directory in the tree, or
                 // a file whose entry lies in a directory of the tree.
-                if !self.dir_in(t, ns, a.ino.0)? {
+                let inside = self.dir_in(t, ns, a.ino.0)?;
+                if !inside {
                     let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
                     let (dir, name) = p.rsplit_once('/').unwrap_or(("", &p));
                     let dir = if dir.is_empty() { "/" } else { dir };
@@ -284,7 +285,8 @@ impl Scopes {
             }
             // A directory answered (a lookup of "..", say) must lie in the tree itself.
             (_, Response::Attr(a)) if a.ftype == stripefs_wire::FileType::Dir => {
-                if !self.dir_in(t, ns, a.ino.0)? {
+                let inside = self.dir_in(t, ns, a.ino.0)?;
+                if !inside {
                     return Err(denied(t, format!("inode {} is outside its tree", a.ino.0)));
                 }
             }

@@ -175,6 +175,18 @@ fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
     let mut cfg = ClusterConfig::load(&path).map_err(|e| anyhow!(e))?;
     cfg.set_client_host(a.host.as_deref())
         .map_err(|e| anyhow!(e))?;
+    // The mount's root is the namespace's root, which a token for a subtree may not
+    // touch: say so plainly rather than fail on the first getattr.
+    if let Some(t) = &cfg.token {
+        let (t, _) = stripefs_rpc::token::Token::parse(t).map_err(|e| anyhow!("token: {e}"))?;
+        if t.path != "/" {
+            anyhow::bail!(
+                "{} holds a token for {} only; a mount shows the whole namespace, so it needs the cluster secret or a token for /",
+                path.display(),
+                t.path
+            );
+        }
+    }
     let client = Client::connect(&cfg).map_err(|e| anyhow!("{e}"))?;
     let opts = stripefs_fuse::MountOptions {
         dev: a.dev,

@@ -338,17 +338,7 @@ impl MetaService {
         // redb asserts on some damage it finds while opening a file: a damaged database
         // is an error that names it, not a crash.
         let db = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| disk.open_db(path)))
-            .unwrap_or_else(|p| {
-                let what = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".into());
-                Err(format!(
-                    "metadata database {} is damaged ({what}); see `stripefs meta-log check`",
-                    path.display()
-                ))
-            })?;
+            .unwrap_or_else(|p| Err(damaged(path, p)))?;
         let placement = Placement {
             data_servers: cluster.data.len() as u32,
             defaults: cluster.defaults,
@@ -360,8 +350,15 @@ impl MetaService {
                 .collect(),
         };
         let fail = |e: WireError| format!("metadata database {}: {e}", path.display());
-        let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
-        let earlier = init(&db, clock.now_ns(), last).map_err(fail)?;
+        // Recovery replays the log into redb, which asserts on some damage too: a panic
+        // there is the same error as above.
+        let recovered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
+            let earlier = init(&db, clock.now_ns(), last).map_err(fail)?;
+            Ok::<_, String>((last, earlier))
+        }))
+        .unwrap_or_else(|p| Err(damaged(path, p)));
+        let (last, earlier) = recovered?;
         let wal = wal::Wal::open(disk.as_ref(), path, last).map_err(fail)?;
         let grace_end = clock.monotonic() + Duration::from_millis(cluster.lease_ms);
         let core = Arc::new(Core {
@@ -928,6 +925,19 @@ impl Drop for MetaService {
         }
         Writer::stop(&self.core);
     }
+}
+
+/// The error for a panic of redb while opening or recovering the database at `path`.
+fn damaged(path: &Path, p: Box<dyn std::any::Any + Send>) -> String {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    format!(
+        "metadata database {} is damaged ({what}); see `stripefs meta-log check`",
+        path.display()
+    )
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

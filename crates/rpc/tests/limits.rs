@@ -47,7 +47,12 @@ fn assert_serving_within(server: &Server, limit: Duration) {
 /// first 64 silent connections took every slot (max_connections) and locked it out.
 #[test]
 fn a_flood_from_the_clients_own_address_cannot_lock_it_out() {
-    let server = Server::start_with(small());
+    // A deadline far away: this test counts evictions, and on a loaded machine the
+    // flood could outlast a short deadline, which would close some connections first.
+    let server = Server::start_with(Limits {
+        handshake_deadline: Duration::from_secs(30),
+        ..small()
+    });
     let mut flood: Vec<TcpStream> = (0..300).map(|_| server.raw_from(ip(1))).collect();
     for _ in 0..3 {
         assert_serving_within(&server, Duration::from_secs(2));
@@ -121,7 +126,11 @@ fn a_flood_from_one_address_spares_other_addresses() {
 /// whichever its address.
 #[test]
 fn the_total_budget_closes_the_oldest_of_all() {
-    let server = Server::start_with(small());
+    // A deadline far away, so that only the budget closes connections here.
+    let server = Server::start_with(Limits {
+        handshake_deadline: Duration::from_secs(30),
+        ..small()
+    });
     // Four addresses, 16 each: 64, the total budget, then 16 more from a fifth.
     let mut first: Vec<TcpStream> = (0..16).map(|_| server.raw_from(ip(10))).collect();
     let _mid: Vec<TcpStream> = (11..14)

@@ -152,6 +152,8 @@ impl ClusterGuard {
                 exe: exe.to_path_buf(),
                 no_zero_copy: false,
                 wan: None,
+                tls: false,
+                require_tls: false,
             },
         )
     }
@@ -178,6 +180,8 @@ impl ClusterGuard {
                 exe: exe.to_path_buf(),
                 no_zero_copy: false,
                 wan: Some(wan),
+                tls: false,
+                require_tls: false,
             },
         )?;
         g.cluster_file = g.dir.join(stripefs_launch::WAN_CLIENT_FILE);

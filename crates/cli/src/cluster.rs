@@ -6,7 +6,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::time::Duration;
 use stripefs_rpc::units::{format_size, parse_rate, parse_size};
-use stripefs_rpc::{ClusterConfig, Conn, Defaults};
+use stripefs_rpc::{ClusterConfig, Defaults};
 use stripefs_wire::{Cred, Request, Response};
 
 #[derive(Subcommand)]
@@ -50,6 +50,14 @@ pub struct UpArgs {
     /// files with sendfile (zero-copy, the default); for comparison.
     #[arg(long)]
     no_zero_copy: bool,
+    /// Make a cluster CA and a server certificate (DIR/tls/) and write them into
+    /// cluster.toml (tls_ca, tls_cert, tls_key): servers accept TLS, and clients using
+    /// the file connect with TLS, checking the servers' certificate.
+    #[arg(long)]
+    tls: bool,
+    /// As --tls, and every server refuses plain connections (require_tls = true).
+    #[arg(long)]
+    require_tls: bool,
     /// Emulate K hosts: data server i runs as host `host{i % K}`, the metadata server as
     /// host0 (written into cluster.toml); clients pick theirs with --host.
     #[arg(long)]
@@ -128,6 +136,8 @@ fn up(a: UpArgs) -> Result<()> {
         exe: crate::exe(),
         no_zero_copy: a.no_zero_copy,
         wan: a.wan,
+        tls: a.tls,
+        require_tls: a.require_tls,
     };
     let up = stripefs_launch::up(&opts)?;
     let differs = |asked: Option<u32>, has: u32| asked.is_some_and(|a| a != has);
@@ -310,7 +320,7 @@ fn status(a: StatusArgs) -> Result<()> {
 }
 
 fn call(cluster: &ClusterConfig, addr: &str, timeout: Duration, req: Request) -> Result<Response> {
-    let mut c = Conn::connect(addr, &cluster.secret, timeout)?;
+    let mut c = cluster.connect(addr, timeout)?;
     Ok(c.call(&Cred::root(), req, &[], &mut [])?.0)
 }
 

@@ -272,7 +272,8 @@ fn live(cluster: Option<&Path>) -> Result<(&'static str, Expected, Servers)> {
     let timeout = Duration::from_millis(cfg.timeout_ms);
     let mut servers: Servers = Vec::new();
     for (id, d) in cfg.data.iter().enumerate() {
-        let conn = Conn::connect(&d.addr, &cfg.secret, timeout)
+        let conn = cfg
+            .connect(&d.addr, timeout)
             .with_context(|| format!("data server {id} ({})", d.addr))?;
         servers.push((
             id as u32,

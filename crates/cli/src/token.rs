@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use stripefs_rpc::token::{normalise, now_s, Token};
 use stripefs_rpc::units::parse_duration;
-use stripefs_rpc::{ClusterConfig, Conn};
+use stripefs_rpc::ClusterConfig;
 use stripefs_wire::{Cred, Request};
 
 #[derive(Subcommand)]
@@ -129,6 +129,12 @@ fn create(a: CreateArgs) -> Result<()> {
         let mut theirs = cfg.clone();
         theirs.has_secret = false;
         theirs.token = Some(text.clone());
+        // The CA itself goes into the file (the collaborator has no copy of ours); the
+        // servers' certificate and key stay here.
+        theirs.tls.ca = theirs.tls.ca_pem_text().map_err(|e| anyhow::anyhow!(e))?;
+        theirs.tls.cert = None;
+        theirs.tls.key = None;
+        theirs.tls.require = false;
         write_private(f, &theirs.to_toml())?;
         eprintln!("client file (no secret): {}", f.display());
     }
@@ -164,7 +170,7 @@ fn revoke(a: RevokeArgs) -> Result<()> {
         })?,
     };
     let timeout = std::time::Duration::from_millis(cfg.timeout_ms);
-    let mut c = Conn::connect(&cfg.meta_addr, &cfg.secret, timeout)?;
+    let mut c = cfg.connect(&cfg.meta_addr, timeout)?;
     c.call(&Cred::root(), Request::TokenRevoke { id }, &[], &mut [])?;
     println!("token {id:016x} revoked");
     Ok(())

@@ -217,7 +217,10 @@ impl Client {
         };
         let over = |p: ServerPool| match &via {
             Some(v) => p.over(v.clone()),
-            None => p.with_host(Some(host.clone())).with_token(token.clone()),
+            None => p
+                .with_host(Some(host.clone()))
+                .with_token(token.clone())
+                .with_tls(cluster.tls.client.clone()),
         };
         let meta = over(ServerPool::new(
             None,

@@ -34,6 +34,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use stripefs_rpc::compress::Codec;
 use stripefs_rpc::limits::CLIENT_IDLE_MAX;
+use stripefs_rpc::tls::TlsClient;
 use stripefs_rpc::token::TokenCred;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{
@@ -122,6 +123,8 @@ pub(crate) struct ServerPool {
     codec: Codec,
     /// A scoped token to authenticate with instead of the secret.
     token: Option<Arc<TokenCred>>,
+    /// TLS on every connection, checked against this CA.
+    tls: Option<TlsClient>,
     /// The server runs on the client's host (by the cluster file's host ids).
     pub same_host: bool,
     /// Bulk bytes sent to and received from this server in answered calls.
@@ -147,11 +150,9 @@ fn dial(
     timeout: Duration,
     host: Option<&str>,
     codec: Codec,
+    tls: Option<&TlsClient>,
 ) -> Result<Conn, WireError> {
-    let mut c = match token {
-        Some(t) => Conn::connect_token(addr, t, timeout)?,
-        None => Conn::connect(addr, secret, timeout)?,
-    };
+    let mut c = Conn::connect_with(addr, secret, token, timeout, tls)?;
     c.announce(host, codec)?;
     Ok(c)
 }
@@ -164,6 +165,12 @@ impl ServerPool {
     /// The pool authenticates with a scoped token instead of the secret.
     pub fn with_token(mut self, token: Option<Arc<TokenCred>>) -> ServerPool {
         self.token = token;
+        self
+    }
+
+    /// The pool's connections use TLS.
+    pub fn with_tls(mut self, tls: Option<TlsClient>) -> ServerPool {
+        self.tls = tls;
         self
     }
 
@@ -197,6 +204,7 @@ impl ServerPool {
             host: None,
             codec: Codec::Off,
             token: None,
+            tls: None,
             same_host: false,
             bytes_sent: Default::default(),
             bytes_received: Default::default(),
@@ -387,6 +395,7 @@ impl ServerPool {
             let (addr, secret, timeout) = (self.addr.clone(), self.secret.clone(), self.timeout);
             let max_conns = self.max_conns;
             let (host, codec, token) = (self.host.clone(), self.codec, self.token.clone());
+            let tls = self.tls.clone();
             let connect = move || {
                 dial(
                     &addr,
@@ -395,6 +404,7 @@ impl ServerPool {
                     timeout,
                     host.as_deref(),
                     codec,
+                    tls.as_ref(),
                 )
             };
             let thread = std::thread::Builder::new()
@@ -468,6 +478,7 @@ impl ServerPool {
             self.timeout,
             self.host.as_deref(),
             self.codec,
+            self.tls.as_ref(),
         ) {
             Ok(c) => Ok((c, false)),
             Err(e) => {

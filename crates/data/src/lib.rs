@@ -81,6 +81,7 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         cfg.cluster.meta_addr.clone(),
         cfg.cluster.secret.clone(),
         std::time::Duration::from_millis(cfg.cluster.timeout_ms),
+        cfg.cluster.tls.client.clone(),
     ));
     if let Some(rate) = cfg.host_net_bytes_s {
         service.set_host_net(host.clone(), rate)?;
@@ -119,11 +120,25 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
     if let Some(p) = &cfg.cluster.data[id as usize].local_socket {
         tracing::info!("data server {id}: short-circuit socket {}", p.display());
     }
-    let served = stripefs_rpc::serve(
+    let tls = cfg
+        .cluster
+        .tls
+        .server()
+        .map_err(|e| format!("data server {id}: {e}"))?;
+    if let Some(t) = &tls {
+        tracing::info!(
+            "data server {id}: TLS {}",
+            if t.required { "required" } else { "accepted" }
+        );
+    }
+    let served = stripefs_rpc::serve_tls(
         listener,
         cfg.cluster.secret.clone(),
         service,
         shutdown.clone(),
+        stripefs_rpc::Limits::default(),
+        Default::default(),
+        tls,
     )
     .map_err(|e| format!("data server {id} on {addr}: {e}"));
     shutdown.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use stripefs_rpc::tls::TlsClient;
 use stripefs_rpc::token::Token;
 use stripefs_rpc::{Conn, Secret};
 use stripefs_wire::{Cred, ErrorCode, InodeId, Request, WireError};
@@ -20,17 +21,25 @@ pub struct TokenChecker {
     meta_addr: String,
     secret: Secret,
     timeout: Duration,
+    /// TLS to the metadata server, when the cluster file has `tls_ca`.
+    tls: Option<TlsClient>,
     conn: Mutex<Option<Conn>>,
     /// (token id, fid, write) -> when the metadata server allowed it.
     allowed: Mutex<HashMap<(u64, u64, bool), Instant>>,
 }
 
 impl TokenChecker {
-    pub fn new(meta_addr: String, secret: Secret, timeout: Duration) -> TokenChecker {
+    pub fn new(
+        meta_addr: String,
+        secret: Secret,
+        timeout: Duration,
+        tls: Option<TlsClient>,
+    ) -> TokenChecker {
         TokenChecker {
             meta_addr,
             secret,
             timeout,
+            tls,
             conn: Mutex::new(None),
             allowed: Mutex::default(),
         }
@@ -62,7 +71,14 @@ impl TokenChecker {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         if slot.as_ref().map_or(true, |c| c.is_broken()) {
             *slot = Some(
-                Conn::connect(&self.meta_addr, &self.secret, self.timeout).map_err(|e| {
+                Conn::connect_with(
+                    &self.meta_addr,
+                    &self.secret,
+                    None,
+                    self.timeout,
+                    self.tls.as_ref(),
+                )
+                .map_err(|e| {
                     WireError::new(
                         ErrorCode::Unreachable,
                         format!("cannot check the token with the metadata server: {e}"),

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use stripefs_rpc::{ClusterConfig, Conn, Defaults, Secret};
+use stripefs_rpc::{ClusterConfig, Defaults, Secret};
 use stripefs_wire::{Cred, Request, Response};
 
 /// How long `up` waits for all servers to serve.
@@ -66,6 +66,11 @@ pub struct UpOptions {
     /// Put an emulated wide-area link (`stripefs wan-emu`) in front of every server and
     /// write `DIR/client-wan.toml`, a client file whose addresses go through it.
     pub wan: Option<WanLink>,
+    /// Make a cluster CA and a server certificate (`DIR/tls/`) and write them into
+    /// cluster.toml: servers accept TLS, clients use it.
+    pub tls: bool,
+    /// As `tls`, and servers refuse plain connections (`require_tls = true`).
+    pub require_tls: bool,
 }
 
 /// An emulated wide-area link (`cluster up --wan RTT,RATE,WINDOW`).
@@ -93,6 +98,9 @@ struct Shape {
     host_net_bytes_s: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     wan: Option<WanLink>,
+    /// "on" or "required".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tls: Option<String>,
 }
 
 /// Data server `i`'s short-circuit socket, `DIR/run/data{i}.sock`, or none when that
@@ -290,6 +298,11 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         hosts: opts.hosts,
         host_net_bytes_s: opts.host_net_bytes_s,
         wan: opts.wan,
+        tls: match (opts.tls, opts.require_tls) {
+            (_, true) => Some("required".into()),
+            (true, false) => Some("on".into()),
+            _ => None,
+        },
     };
     if let Some(w) = &opts.wan {
         if w.rate_bytes_s == 0 || w.window_bytes == 0 {
@@ -329,6 +342,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         compress: None,
         token: None,
         has_secret: true,
+        tls: Default::default(),
     };
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;
@@ -355,6 +369,29 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         }
         write(&d.join("server.toml"), &text)?;
     }
+    if shape.tls.is_some() {
+        // One certificate for every server, valid for every name a client here may use
+        // to reach them (the wide-area relays listen on the same address).
+        let mut names = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+            opts.host.clone(),
+            stripefs_rpc::host::hostname(),
+        ];
+        names.retain(|n| !n.is_empty() && n != "0.0.0.0");
+        let certs = stripefs_rpc::tls::make_cluster_certs(&dir.join("tls"), &names)
+            .map_err(|e| anyhow!(e))?;
+        cluster.tls = stripefs_rpc::tls::TlsSettings {
+            ca: Some(certs.ca.display().to_string()),
+            cert: Some(certs.cert),
+            key: Some(certs.key),
+            require: opts.require_tls,
+            name: None,
+            client: None,
+        };
+        cluster.tls.check().map_err(|e| anyhow!(e))?;
+    }
     if opts.wan.is_some() {
         // Each data server advertises its relay port to remote clients, whose file
         // names only the metadata server's relay port (they ask it for the rest), and a
@@ -367,6 +404,10 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         remote.meta_addr = addr(relay[0]);
         remote.data.clear();
         remote.host = Some("remote".into());
+        // Clients need the CA only; the server key stays with the servers.
+        remote.tls.cert = None;
+        remote.tls.key = None;
+        remote.tls.require = false;
         remote
             .save(&dir.join(WAN_CLIENT_FILE))
             .with_context(|| format!("cannot write {}/{WAN_CLIENT_FILE}", dir.display()))?;
@@ -538,7 +579,7 @@ fn wait_serving(cluster: &ClusterConfig, started: &[(ServerProc, u32)]) -> Resul
 
 /// Connects, authenticates and pings one server.
 pub fn ping(cluster: &ClusterConfig, addr: &str, timeout: Duration) -> Result<Response> {
-    let mut c = Conn::connect(addr, &cluster.secret, timeout)?;
+    let mut c = cluster.connect(addr, timeout)?;
     let (r, _) = c.call(&Cred::root(), Request::Ping {}, &[], &mut [])?;
     Ok(r)
 }

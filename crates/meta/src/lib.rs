@@ -1074,6 +1074,25 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         "metadata server on host {host}, {addr}, database {}",
         db.display()
     );
-    stripefs_rpc::serve(listener, cfg.cluster.secret.clone(), service, shutdown)
-        .map_err(|e| format!("metadata server on {addr}: {e}"))
+    let tls = cfg
+        .cluster
+        .tls
+        .server()
+        .map_err(|e| format!("metadata server: {e}"))?;
+    if let Some(t) = &tls {
+        tracing::info!(
+            "metadata server: TLS {}",
+            if t.required { "required" } else { "accepted" }
+        );
+    }
+    stripefs_rpc::serve_tls(
+        listener,
+        cfg.cluster.secret.clone(),
+        service,
+        shutdown,
+        stripefs_rpc::Limits::default(),
+        Default::default(),
+        tls,
+    )
+    .map_err(|e| format!("metadata server on {addr}: {e}"))
 }

@@ -41,7 +41,7 @@ impl TcpNet {
             )
         })?;
         let timeout = Duration::from_millis(self.cluster.timeout_ms.max(1));
-        Conn::connect(&entry.addr, &self.cluster.secret, timeout)
+        self.cluster.connect(&entry.addr, timeout)
     }
 }
 

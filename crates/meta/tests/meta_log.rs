@@ -42,6 +42,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         compress: None,
         token: None,
         has_secret: true,
+        tls: Default::default(),
     };
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
     let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));

@@ -43,6 +43,7 @@ fn cluster() -> ClusterConfig {
         compress: None,
         token: None,
         has_secret: true,
+        tls: Default::default(),
     }
 }
 

@@ -66,6 +66,7 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
         compress: None,
         token: None,
         has_secret: true,
+        tls: Default::default(),
     };
     let svc = MetaService::open_on(
         disk,

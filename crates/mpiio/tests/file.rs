@@ -44,6 +44,7 @@ impl Cluster {
             compress: None,
             token: None,
             has_secret: true,
+            tls: Default::default(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();

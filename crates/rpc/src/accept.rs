@@ -20,9 +20,11 @@
 use crate::auth::{random_nonce, Secret};
 use crate::limits::{LISTEN_BACKLOG, MAX_HANDSHAKE_BODY_BYTES};
 use crate::server::{refuse, send_reply, start_connection, Reply, Service, Shared};
+use crate::tls::{Stream, TlsServer, TLS_RECORD_HANDSHAKE};
 use crate::token::Token as Scope;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use rustls::ServerConnection;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -57,7 +59,21 @@ struct Pending {
     /// Bytes received and not yet consumed (at most one handshake frame).
     buf: Vec<u8>,
     stage: Stage,
+    link: Link,
 }
+
+/// What a connection speaks, known from its first byte.
+enum Link {
+    Unknown,
+    Plain,
+    /// Plain on a server that requires TLS: its Hello is answered with the reason.
+    PlainRefused,
+    Tls(Box<ServerConnection>),
+}
+
+/// Why a plain connection to a TLS-only server is refused.
+pub(crate) const TLS_REQUIRED: &str = "this server requires TLS (require_tls = true): connect \
+     with TLS (tls_ca in the client's cluster file; `cluster up --tls` writes it)";
 
 /// What a step of a handshake came to.
 enum Step {
@@ -226,6 +242,7 @@ impl Acceptor {
             since: Instant::now(),
             buf: Vec::new(),
             stage: Stage::Hello,
+            link: Link::Unknown,
         };
         let key = (p.tier(), id);
         self.pending.insert(id, p);
@@ -314,7 +331,11 @@ impl Acceptor {
             return; // evicted earlier in this round of events
         };
         let tier = p.tier();
-        match p.advance(&self.secret, &*self.shared.service) {
+        match p.advance(
+            &self.secret,
+            &*self.shared.service,
+            self.shared.tls.as_ref(),
+        ) {
             Step::Wait => {
                 let (now, ip) = (p.tier(), p.peer.ip());
                 if now != tier {
@@ -336,7 +357,13 @@ impl Acceptor {
                 if let Some(p) = self.take(id) {
                     // SAFETY: the descriptor moves from the mio stream to the std one.
                     let std = unsafe { std::net::TcpStream::from_raw_fd(p.stream.into_raw_fd()) };
-                    start_connection(std, p.peer, auth_id, token, &self.shared);
+                    let stream = match p.link {
+                        Link::Tls(conn) => {
+                            Stream::Server(Box::new(rustls::StreamOwned::new(*conn, std)))
+                        }
+                        _ => Stream::Plain(std),
+                    };
+                    start_connection(stream, p.peer, auth_id, token, &self.shared);
                 }
             }
         }
@@ -353,7 +380,7 @@ impl Pending {
         }
     }
 
-    fn advance(&mut self, secret: &Secret, service: &dyn Service) -> Step {
+    fn advance(&mut self, secret: &Secret, service: &dyn Service, tls: Option<&TlsServer>) -> Step {
         loop {
             match self.parse() {
                 Err(r) => return self.refuse(r),
@@ -364,13 +391,75 @@ impl Pending {
                 Ok(None) => {}
             }
             let mut chunk = [0u8; 2048];
-            match self.stream.read(&mut chunk) {
+            match self.read_some(&mut chunk, tls) {
                 Ok(0) => return self.closed_early(),
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Step::Close(Some(e.to_string())),
             }
+        }
+    }
+
+    /// Reads what the peer sent, through TLS if it opened with a TLS handshake (decided
+    /// by its first byte); `WouldBlock` when nothing more is there.
+    fn read_some(&mut self, out: &mut [u8], tls: Option<&TlsServer>) -> io::Result<usize> {
+        if matches!(self.link, Link::Unknown) {
+            let n = self.stream.read(out)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            if out[0] != TLS_RECORD_HANDSHAKE {
+                self.link = match tls {
+                    Some(t) if t.required => Link::PlainRefused,
+                    _ => Link::Plain,
+                };
+                return Ok(n);
+            }
+            let Some(tls) = tls else {
+                return Err(io::Error::other(
+                    "the client began a TLS handshake, but this server has no TLS certificate \
+                     (tls_cert and tls_key in its cluster file; `cluster up --tls`)",
+                ));
+            };
+            let mut conn = tls.session().map_err(io::Error::other)?;
+            let mut rest = &out[..n];
+            while !rest.is_empty() {
+                conn.read_tls(&mut rest)?;
+                tls_progress(&mut conn, &mut self.stream)?;
+            }
+            self.link = Link::Tls(Box::new(conn));
+        }
+        let Link::Tls(conn) = &mut self.link else {
+            return self.stream.read(out);
+        };
+        loop {
+            match conn.reader().read(out) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            let n = conn.read_tls(&mut self.stream)?;
+            tls_progress(conn, &mut self.stream)?;
+            if n == 0 {
+                // The end: the reader now says so (or hands over what came last).
+                match conn.reader().read(out) {
+                    Ok(n) => return Ok(n),
+                    Err(_) => return Ok(0),
+                }
+            }
+        }
+    }
+
+    /// Where answers go: into the TLS session, if there is one.
+    fn out(&mut self) -> PendingOut<'_> {
+        PendingOut {
+            stream: &mut self.stream,
+            tls: match &mut self.link {
+                Link::Tls(c) => Some(c),
+                _ => None,
+            },
         }
     }
 
@@ -413,6 +502,10 @@ impl Pending {
 
     /// Answers one handshake frame.
     fn answer(&mut self, secret: &Secret, service: &dyn Service, h: Header, env: Envelope) -> Step {
+        if matches!(self.link, Link::PlainRefused) {
+            let why = TLS_REQUIRED.to_string();
+            return self.refuse(Refusal::Auth(h.request_id, env.req.opcode(), why));
+        }
         let (nonce_c, token) = match (&self.stage, env.req) {
             (Stage::Hello, Request::Hello { nonce }) => (nonce, None),
             (Stage::Hello, Request::TokenHello { nonce, token }) => {
@@ -487,7 +580,7 @@ impl Pending {
                 let frame = encode_response(h.request_id, op, &challenge, 0);
                 // A fresh socket's send buffer takes a frame this small at once; a peer
                 // whose buffer is full is not reading and is dropped.
-                match self.stream.write(&frame) {
+                match self.out().write(&frame) {
                     Ok(n) if n == frame.len() => {}
                     Ok(_) => return Step::Close(Some("does not read its challenge".into())),
                     Err(e) => return Step::Close(Some(e.to_string())),
@@ -536,7 +629,8 @@ impl Pending {
     fn refuse(&mut self, r: Refusal) -> Step {
         match r {
             Refusal::Frame(id, op, f) => {
-                let why = refuse(&mut self.stream, self.peer, id, op, &f);
+                let peer = self.peer;
+                let why = refuse(&mut self.out(), peer, id, op, &f);
                 Step::Close(Some(why))
             }
             Refusal::Auth(id, op, why) => {
@@ -545,9 +639,60 @@ impl Pending {
                     ErrorCode::AuthFailed,
                     format!("authentication failed: {why}"),
                 );
-                let _ = send_reply(&mut self.stream, id, op, Reply::err(err));
+                let _ = send_reply(&mut self.out(), id, op, Reply::err(err));
                 Step::Close(Some(format!("authentication failed: {why}")))
             }
         }
+    }
+}
+
+/// Moves a TLS handshake on: processes what arrived and writes what it answers (small:
+/// a fresh socket's buffer takes it at once). A failed handshake is an error naming TLS,
+/// after a last try to tell the peer.
+fn tls_progress(conn: &mut ServerConnection, stream: &mut TcpStream) -> io::Result<()> {
+    let processed = conn.process_new_packets().map(|_| ());
+    while conn.wants_write() {
+        match conn.write_tls(stream) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if processed.is_ok() => return Err(e),
+            Err(_) => break,
+        }
+    }
+    processed.map_err(|e| io::Error::other(format!("TLS handshake failed: {e}")))
+}
+
+/// A pending connection's answers: written to the socket, or into its TLS session and
+/// from there to the socket.
+struct PendingOut<'a> {
+    stream: &'a mut TcpStream,
+    tls: Option<&'a mut Box<ServerConnection>>,
+}
+
+impl Write for PendingOut<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.tls {
+            None => self.stream.write(buf),
+            Some(conn) => {
+                conn.writer().write_all(buf)?;
+                self.flush()?;
+                Ok(buf.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if let Some(conn) = &mut self.tls {
+            while conn.wants_write() {
+                conn.write_tls(self.stream)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl crate::payload::ReplyStream for PendingOut<'_> {
+    fn socket(&self) -> Option<std::os::fd::RawFd> {
+        self.tls.is_none().then(|| self.stream.as_raw_fd())
     }
 }

@@ -12,6 +12,13 @@
 //! streams = 8                     # optional: connections per data server (default 4)
 //! compress = "auto"               # optional: bulk data to and from data servers: off
 //!                                 # (default), lz4, zstd, zstd:LEVEL or auto
+//! tls_ca = "/etc/stripefs/ca.pem" # optional: clients use TLS, checking servers against
+//!                                 # this CA (a file, or the PEM text itself)
+//! tls_cert = "server.pem"         # optional, servers: certificate chain and key (PEM);
+//! tls_key = "server.key"          # a server with them accepts TLS connections
+//! require_tls = true              # optional, servers: refuse plain connections
+//! tls_name = "stripefs"           # optional: the name clients check in certificates
+//!                                 # (default: the host of the address they connect to)
 //! [meta]
 //! addr = "127.0.0.1:7000"
 //! host = "node0"                  # optional: the metadata server's host
@@ -80,6 +87,10 @@ pub struct ClusterConfig {
     pub token: Option<String>,
     /// Whether the file held the secret (`secret` is a random stand-in otherwise).
     pub has_secret: bool,
+    /// TLS: the CA clients check servers against, the servers' certificate and key,
+    /// whether servers refuse plain connections (`tls_ca`, `tls_cert`, `tls_key`,
+    /// `require_tls`, `tls_name`; see tls.rs).
+    pub tls: crate::tls::TlsSettings,
 }
 
 /// Most streams a client may open to one data server.
@@ -141,6 +152,16 @@ struct RawCluster {
     compress: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_ca: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_cert: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_key: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    require_tls: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls_name: Option<String>,
     meta: RawMeta,
     #[serde(default)]
     data: Vec<RawData>,
@@ -182,14 +203,32 @@ fn check_addr(addr: &str, what: &str) -> Result<(), String> {
 }
 
 impl ClusterConfig {
+    /// Connects to the server at `addr` with the cluster secret, over TLS when the file
+    /// has `tls_ca` (administrative tools and servers talking to servers).
+    pub fn connect(
+        &self,
+        addr: &str,
+        timeout: std::time::Duration,
+    ) -> Result<crate::Conn, stripefs_wire::WireError> {
+        crate::Conn::connect_with(addr, &self.secret, None, timeout, self.tls.client.as_ref())
+    }
+
     /// Reads and checks a cluster file; the message names the file and the problem.
     pub fn load(path: &Path) -> Result<ClusterConfig, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read cluster file {}: {e}", path.display()))?;
-        ClusterConfig::parse(&text).map_err(|e| format!("cluster file {}: {e}", path.display()))
+        let base = path.parent().unwrap_or(Path::new("."));
+        ClusterConfig::parse_in(&text, Some(base))
+            .map_err(|e| format!("cluster file {}: {e}", path.display()))
     }
 
     pub fn parse(text: &str) -> Result<ClusterConfig, String> {
+        ClusterConfig::parse_in(text, None)
+    }
+
+    /// Parses a cluster file's text; relative TLS file paths are relative to `base` (the
+    /// file's directory) when given.
+    fn parse_in(text: &str, base: Option<&Path>) -> Result<ClusterConfig, String> {
         let raw: RawCluster = toml::from_str(text).map_err(|e| e.to_string())?;
         if let Some(t) = &raw.token {
             crate::token::Token::parse(t).map_err(|e| format!("token: {e}"))?;
@@ -263,6 +302,26 @@ impl ClusterConfig {
             Some(c) => Some(c.parse::<crate::compress::Codec>()?),
             None => None,
         };
+        let at = |p: String| match base {
+            Some(b) if Path::new(&p).is_relative() => b.join(p),
+            _ => PathBuf::from(p),
+        };
+        let ca = raw.tls_ca.map(|c| {
+            if c.trim_start().starts_with("-----BEGIN") {
+                c
+            } else {
+                at(c).display().to_string()
+            }
+        });
+        let mut tls = crate::tls::TlsSettings {
+            ca,
+            cert: raw.tls_cert.map(at),
+            key: raw.tls_key.map(at),
+            require: raw.require_tls,
+            name: raw.tls_name,
+            client: None,
+        };
+        tls.check()?;
         Ok(ClusterConfig {
             secret,
             timeout_ms,
@@ -285,6 +344,7 @@ impl ClusterConfig {
             compress,
             token: raw.token,
             has_secret,
+            tls,
         })
     }
 
@@ -297,6 +357,19 @@ impl ClusterConfig {
             host: self.host.clone(),
             streams: self.streams,
             compress: self.compress.map(|c| c.to_string()),
+            tls_ca: self.tls.ca.clone(),
+            tls_cert: self
+                .tls
+                .cert
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            tls_key: self
+                .tls
+                .key
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            require_tls: self.tls.require,
+            tls_name: self.tls.name.clone(),
             meta: RawMeta {
                 addr: self.meta_addr.clone(),
                 host: self.meta_host.clone(),

@@ -3,6 +3,7 @@
 use crate::auth::{random_nonce, Secret};
 use crate::compress::Codec;
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
+use crate::tls::{Stream, TlsClient};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 use stripefs_wire::{
@@ -18,7 +19,7 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 /// [`Conn::send`], which are not answered. After any transport or frame error the
 /// connection is *broken*: callers drop it.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     addr: String,
     next_id: u64,
     broken: bool,
@@ -50,14 +51,7 @@ pub const MAX_OUTBOX_BYTES: usize = 64 << 10;
 impl Conn {
     /// Connects to `addr` and authenticates with `secret`. Every error names `addr`.
     pub fn connect(addr: &str, secret: &Secret, timeout: Duration) -> Result<Conn, WireError> {
-        let mut conn = Conn::open(addr, timeout)?;
-        conn.authenticate(
-            Request::Hello {
-                nonce: random_nonce(),
-            },
-            secret,
-        )?;
-        Ok(conn)
+        Conn::connect_with(addr, secret, None, timeout, None)
     }
 
     /// Connects to `addr` and authenticates with a scoped token instead of the secret
@@ -67,17 +61,44 @@ impl Conn {
         token: &crate::token::TokenCred,
         timeout: Duration,
     ) -> Result<Conn, WireError> {
-        let mut conn = Conn::open(addr, timeout)?;
-        let hello = Request::TokenHello {
-            nonce: random_nonce(),
-            token: token.payload.clone(),
-        };
-        conn.authenticate(hello, &token.key)?;
+        Conn::connect_with(addr, &token.key, Some(token), timeout, None)
+    }
+
+    /// Connects to `addr`, over TLS when `tls` is given (the server's certificate checked
+    /// against its CA), and authenticates with `token` if given, else with `secret`.
+    pub fn connect_with(
+        addr: &str,
+        secret: &Secret,
+        token: Option<&crate::token::TokenCred>,
+        timeout: Duration,
+        tls: Option<&TlsClient>,
+    ) -> Result<Conn, WireError> {
+        let mut conn = Conn::open(addr, timeout, tls)?;
+        match token {
+            Some(token) => {
+                let hello = Request::TokenHello {
+                    nonce: random_nonce(),
+                    token: token.payload.clone(),
+                };
+                conn.authenticate(hello, &token.key)?;
+            }
+            None => {
+                let hello = Request::Hello {
+                    nonce: random_nonce(),
+                };
+                conn.authenticate(hello, secret)?;
+            }
+        }
         Ok(conn)
     }
 
+    /// Whether the connection is encrypted (TLS).
+    pub fn is_tls(&self) -> bool {
+        self.stream.is_tls()
+    }
+
     /// A connected, not yet authenticated connection.
-    fn open(addr: &str, timeout: Duration) -> Result<Conn, WireError> {
+    fn open(addr: &str, timeout: Duration, tls: Option<&TlsClient>) -> Result<Conn, WireError> {
         let unreachable = |why: String| {
             WireError::new(
                 ErrorCode::Unreachable,
@@ -109,6 +130,12 @@ impl Conn {
             .and_then(|_| stream.set_read_timeout(Some(timeout)))
             .and_then(|_| stream.set_write_timeout(Some(timeout)))
             .map_err(|e| unreachable(e.to_string()))?;
+        let stream = match tls {
+            None => Stream::Plain(stream),
+            Some(tls) => tls.connect(addr, stream).map_err(|why| {
+                WireError::new(ErrorCode::Unreachable, format!("server {addr}: {why}"))
+            })?,
+        };
         let conn = Conn {
             stream,
             addr: addr.to_string(),
@@ -216,8 +243,8 @@ impl Conn {
 
     /// Changes the read/write timeout (for example to wait for a long server operation).
     pub fn set_timeout(&self, timeout: Duration) {
-        let _ = self.stream.set_read_timeout(Some(timeout));
-        let _ = self.stream.set_write_timeout(Some(timeout));
+        let _ = self.stream.tcp().set_read_timeout(Some(timeout));
+        let _ = self.stream.tcp().set_write_timeout(Some(timeout));
     }
 
     /// Sends `req` with bulk `data` and waits for the response. Bulk data in the response
@@ -292,8 +319,11 @@ impl Conn {
     /// Whether the server has closed this idle connection (or sent something nobody
     /// asked for, such as its `ConnectionClosed` notice): then it must not be used. Asks
     /// the kernel without waiting.
-    pub fn closed_by_peer(&self) -> bool {
+    pub fn closed_by_peer(&mut self) -> bool {
         use std::os::fd::AsRawFd;
+        if self.stream.buffered() {
+            return true;
+        }
         let mut pfd = libc::pollfd {
             fd: self.stream.as_raw_fd(),
             events: libc::POLLIN | libc::POLLRDHUP,
@@ -554,5 +584,6 @@ impl Drop for Conn {
     /// Deferred requests are written before the connection closes (best effort).
     fn drop(&mut self) {
         let _ = self.flush();
+        self.stream.close_notify();
     }
 }

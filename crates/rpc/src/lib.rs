@@ -24,6 +24,7 @@ pub mod limits;
 pub mod local;
 mod payload;
 mod server;
+pub mod tls;
 pub mod token;
 pub mod units;
 
@@ -32,5 +33,6 @@ pub use config::{parse_rate_or_off, ClusterConfig, DataServerEntry, Defaults, Se
 pub use conn::{Conn, DEFAULT_TIMEOUT_MS, MAX_PENDING};
 pub use limits::Limits;
 pub use server::{
-    serve, serve_with, ConnInfo, ConnStats, Part, Payload, Reply, Service, MAX_CONNECTIONS,
+    serve, serve_tls, serve_with, ConnInfo, ConnStats, Part, Payload, Reply, Service,
+    MAX_CONNECTIONS,
 };

@@ -93,19 +93,44 @@ fn borrowed(fd: RawFd) -> ManuallyDrop<File> {
     ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
 }
 
-/// A stream a reply can be written to; `sendfile` needs its descriptor.
-pub trait ReplyStream: Write + AsRawFd {}
-impl<T: Write + AsRawFd> ReplyStream for T {}
+/// A stream a reply can be written to. File parts go with `sendfile` on the socket
+/// [`ReplyStream::socket`] gives; a stream that gives none (TLS: bytes must pass through
+/// the cipher) gets them read into memory first.
+pub trait ReplyStream: Write {
+    fn socket(&self) -> Option<RawFd>;
+}
+
+impl ReplyStream for std::net::TcpStream {
+    fn socket(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+}
+
+impl ReplyStream for mio::net::TcpStream {
+    fn socket(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+}
+
+impl ReplyStream for crate::tls::Stream {
+    fn socket(&self) -> Option<RawFd> {
+        (!self.is_tls()).then(|| self.as_raw_fd())
+    }
+}
 
 /// Writes `frame`, then the payload. File parts go with `sendfile(2)`; the frame is sent
 /// with `MSG_MORE` first so that it leaves in the same segment as the data after it.
 pub fn send(stream: &mut impl ReplyStream, frame: &[u8], data: Payload) -> io::Result<()> {
+    let Some(fd) = stream.socket() else {
+        let data = data.into_bytes()?;
+        return crate::frame::write_all_parts(stream, &[frame, &data]);
+    };
     let (parts, hold) = match data {
         Payload::None => return crate::frame::write_all_parts(stream, &[frame]),
         Payload::Bytes(b) => return crate::frame::write_all_parts(stream, &[frame, &b]),
         Payload::Parts { parts, hold } => (parts, hold),
     };
-    send_more(stream.as_raw_fd(), frame)?;
+    send_more(fd, frame)?;
     for p in parts {
         match p {
             Part::Bytes(b) => stream.write_all(&b)?,
@@ -117,7 +142,11 @@ pub fn send(stream: &mut impl ReplyStream, frame: &[u8], data: Payload) -> io::R
                     n -= k as u64;
                 }
             }
-            Part::File { fd, offset, len } => sendfile_all(stream.as_raw_fd(), fd, offset, len)?,
+            Part::File {
+                fd: file,
+                offset,
+                len,
+            } => sendfile_all(fd, file, offset, len)?,
         }
     }
     stream.flush()?;

@@ -7,8 +7,9 @@ use crate::auth::Secret;
 use crate::compress::Codec;
 use crate::frame::{read_exact, read_header, skip, write_all_parts, ReadError};
 use crate::limits::Limits;
+use crate::tls::{Stream, TlsServer};
 use crate::token::Token;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -111,6 +112,9 @@ pub(crate) struct Shared {
     pub shutdown: Arc<AtomicBool>,
     pub limits: Limits,
     pub stats: Arc<ConnStats>,
+    /// The server's TLS identity, if it has one (and whether plain connections are
+    /// refused).
+    pub tls: Option<TlsServer>,
 }
 
 /// Serves `listener` until `shutdown` is set, with the [`Limits`] of
@@ -142,6 +146,20 @@ pub fn serve_with(
     limits: Limits,
     stats: Arc<ConnStats>,
 ) -> std::io::Result<()> {
+    serve_tls(listener, secret, service, shutdown, limits, stats, None)
+}
+
+/// [`serve_with`] with a TLS identity: connections that open with a TLS handshake get
+/// TLS (see tls.rs); with [`TlsServer::required`], plain ones are refused.
+pub fn serve_tls(
+    listener: TcpListener,
+    secret: Secret,
+    service: Arc<dyn Service>,
+    shutdown: Arc<AtomicBool>,
+    limits: Limits,
+    stats: Arc<ConnStats>,
+    tls: Option<TlsServer>,
+) -> std::io::Result<()> {
     limits.check();
     let nofile = crate::limits::raise_nofile_limit();
     tracing::debug!("open file limit {nofile}");
@@ -150,6 +168,7 @@ pub fn serve_with(
         shutdown,
         limits,
         stats,
+        tls,
     });
     Acceptor::new(listener, secret, shared)?.run()
 }
@@ -167,15 +186,15 @@ impl Drop for Slot {
 /// thread answers its Auth (request `auth_id`) with Done. Refuses with `Busy` when
 /// `max_connections` are open.
 pub(crate) fn start_connection(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     auth_id: u64,
     token: Option<Token>,
     shared: &Arc<Shared>,
 ) {
     let (limits, stats) = (&shared.limits, &shared.stats);
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_write_timeout(Some(limits.peer_timeout));
+    let _ = stream.tcp().set_nonblocking(false);
+    let _ = stream.tcp().set_write_timeout(Some(limits.peer_timeout));
     if stats.authenticated.load(Ordering::Relaxed) >= limits.max_connections {
         let n = limits.max_connections;
         tracing::warn!("refusing connection from {peer}: {n} connections open");
@@ -268,17 +287,18 @@ impl Drop for Buffers {
 /// Serves one authenticated connection until the peer leaves, misbehaves, stays idle
 /// past `idle_timeout`, or the server shuts down.
 fn connection(
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     auth_id: u64,
     token: Option<Token>,
     shared: &Shared,
 ) -> Result<(), String> {
     let limits = &shared.limits;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    stream.tcp().set_nodelay(true).map_err(|e| e.to_string())?;
     // Reads poll with a short timeout so that shutdown and idleness are noticed; a frame
     // that has begun gets until its deadline (see frame::read_header).
     stream
+        .tcp()
         .set_read_timeout(Some(limits.idle_poll))
         .map_err(|e| e.to_string())?;
     send_reply(
@@ -402,14 +422,17 @@ fn connection(
 /// tells the client that nothing it sends now is handled, so it may resend anything on
 /// a fresh connection; then the server reads (and drops) what the peer still sends until
 /// it closes, briefly, so that the notice is not destroyed by a reset.
-fn goodbye(stream: &mut TcpStream, idle: Duration) -> String {
+fn goodbye(stream: &mut Stream, idle: Duration) -> String {
     let why = format!("idle for {} ms: closed by the server", idle.as_millis());
     let err = WireError::new(ErrorCode::ConnectionClosed, why.clone());
     let frame = encode_response(0, Opcode::Ping, &Err(err), 0);
     let _ = write_all_parts(stream, &[&frame]);
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+    stream.close_notify();
+    let _ = stream.tcp().shutdown(std::net::Shutdown::Write);
     let start = Instant::now();
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let _ = stream
+        .tcp()
+        .set_read_timeout(Some(Duration::from_millis(100)));
     let mut sink = [0u8; 4096];
     while start.elapsed() < Duration::from_secs(1) {
         match std::io::Read::read(stream, &mut sink) {
@@ -448,7 +471,7 @@ fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: &
 /// (decompressed, if the frame says it is compressed) in the connection's reused buffer.
 /// Returns the request and its data's length.
 fn read_request(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     header: &Header,
     deadline: Option<Instant>,
     bufs: &mut Buffers,

@@ -111,6 +111,7 @@ impl Servers {
             compress: None,
             token: None,
             has_secret: true,
+            tls: Default::default(),
         };
         let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
         let data_clock = Arc::new(VirtualClock::new());

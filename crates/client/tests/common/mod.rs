@@ -162,6 +162,7 @@ impl Cluster {
             compress: None,
             token: None,
             has_secret: true,
+            tls: Default::default(),
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();

@@ -34,6 +34,7 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
         compress: None,
         token: None,
         has_secret: true,
+        tls: Default::default(),
     }
 }
 

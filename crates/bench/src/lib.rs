@@ -59,6 +59,10 @@ pub enum BenchCmd {
     /// and measures a remote client's write and read per stream count and compression,
     /// and plain put/get, against the link rate.
     Wan(remote::WanArgs),
+    /// Starts a throwaway cluster that accepts TLS and plain clients and measures one
+    /// client's write and read over the network both ways, in alternating rounds: TLS
+    /// throughput against plain in the same run.
+    Tls(remote::TlsArgs),
     /// NAS BT-IO on the MPI-IO layer (ranks as threads): time steps of a 3-D array
     /// written through subarray views, collectively and independently, then verified.
     Btio(mpiio::BtioArgs),
@@ -87,6 +91,7 @@ pub fn run(cmd: BenchCmd, exe: PathBuf) -> Result<()> {
         BenchCmd::Sweep(a) => sweep::run(a, exe).map(|_| ()),
         BenchCmd::Remote(a) => remote::run(a).map(|_| ()),
         BenchCmd::Wan(a) => remote::run_wan(a, &exe).map(|_| ()),
+        BenchCmd::Tls(a) => remote::run_tls(a, &exe).map(|_| ()),
         BenchCmd::Btio(a) => mpiio::btio(a).map(|_| ()),
         BenchCmd::Overlap(a) => mpiio::overlap(a).map(|_| ()),
         BenchCmd::Perf(a) => mpiio::perf(a).map(|_| ()),

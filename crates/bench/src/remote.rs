@@ -104,6 +104,133 @@ pub struct WanArgs {
     pub rows: RowArgs,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct TlsArgs {
+    /// Data servers of the throwaway cluster.
+    #[arg(long, default_value_t = 2)]
+    pub servers: u32,
+    /// Connections per data server.
+    #[arg(long, default_value_t = 4)]
+    pub streams: u32,
+    /// Rounds; each measures plain and TLS (in alternating order), and the medians are
+    /// reported.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Bytes written and read per measurement.
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pub size: u64,
+    /// Cluster directory (default: a temporary one, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Write the figures as one JSON object to FILE.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// `bench tls`: one cluster that accepts both, a client with the CA (TLS) and one
+/// without (plain); both on another host than the servers, so that every byte crosses a
+/// connection (no short-circuit reads). Plain reads go by sendfile, TLS ones through the
+/// cipher: each as a user gets it.
+pub fn run_tls(a: TlsArgs, exe: &Path) -> Result<serde_json::Value> {
+    if a.servers == 0 || a.servers > 16 {
+        bail!("--servers must be 1 to 16");
+    }
+    if a.rounds == 0 || a.size == 0 || a.size > MAX_SIZE {
+        bail!("--rounds and --size must be above zero (size at most 64G)");
+    }
+    if a.streams == 0 || a.streams > stripefs_rpc::config::MAX_STREAMS {
+        bail!(
+            "--streams must be 1 to {}",
+            stripefs_rpc::config::MAX_STREAMS
+        );
+    }
+    crate::util::interrupt_stops_clusters();
+    let cluster = ClusterGuard::start_tls(a.dir.as_deref(), a.servers, exe)?;
+    let mut tls = ClusterConfig::load(&cluster.cluster_file).map_err(|e| anyhow!(e))?;
+    if tls.tls.client.is_none() {
+        bail!("the cluster file has no tls_ca: cannot measure TLS");
+    }
+    tls.host = Some("bench-elsewhere".into());
+    tls.streams = Some(a.streams);
+    let mut plain = tls.clone();
+    plain.tls.ca = None;
+    plain.tls.client = None;
+    let rows_args = RowArgs {
+        streams: vec![a.streams],
+        compress: vec![Codec::Off],
+        data: vec!["random".into()],
+        size: a.size,
+        path: "/bench-tls".into(),
+        json: None,
+    };
+    let seed = crate::util::seed();
+    println!(
+        "bench tls: {} data servers on loopback, {} per measurement, {} streams, {} rounds, seed {seed}",
+        a.servers,
+        format_size(a.size),
+        a.streams,
+        a.rounds
+    );
+    println!("{:>6} {:>6} {:>10} {:>10}", "round", "tls", "write", "read");
+    // [plain, tls] x [write, read]: MiB/s per round.
+    let mut figures: [[Vec<f64>; 2]; 2] = Default::default();
+    for round in 0..a.rounds {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for mode in order {
+            let cfg = if mode == 1 { &tls } else { &plain };
+            let client = Client::connect(cfg).context("cannot connect")?;
+            let w = mib_s(a.size, write_file(&client, &rows_args, "random", seed)?);
+            let r = mib_s(a.size, read_file(&client, &rows_args, "random", seed)?);
+            println!(
+                "{:>6} {:>6} {:>10.1} {:>10.1}",
+                round,
+                if mode == 1 { "on" } else { "off" },
+                w,
+                r
+            );
+            figures[mode][0].push(w);
+            figures[mode][1].push(r);
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut rows = Vec::new();
+    for (mode, name) in [(0, false), (1, true)] {
+        for (d, direction) in ["write", "read"].iter().enumerate() {
+            rows.push(json!({
+                "tls": name,
+                "direction": direction,
+                "mib_s": median(&figures[mode][d]),
+                "rounds_mib_s": figures[mode][d],
+            }));
+        }
+    }
+    let ratio = |d: usize| median(&figures[1][d]) / median(&figures[0][d]).max(1e-9);
+    println!(
+        "TLS / plain (medians): write {:.2}, read {:.2}; every read verified",
+        ratio(0),
+        ratio(1)
+    );
+    let report = json!({
+        "benchmark": "tls",
+        "servers": a.servers,
+        "streams": a.streams,
+        "size_bytes": a.size,
+        "rounds": a.rounds,
+        "seed": seed,
+        "rows": rows,
+        "tls_over_plain": {"write": ratio(0), "read": ratio(1)},
+        "verified": true,
+    });
+    if let Some(p) = &a.json {
+        write_json(p, &report)?;
+    }
+    Ok(report)
+}
+
 /// The link rate `cluster up --wan` recorded beside `client_file`, if any.
 fn recorded_link(client_file: &Path) -> Option<u64> {
     stripefs_launch::recorded_wan(client_file.parent()?).map(|w| w.rate_bytes_s)

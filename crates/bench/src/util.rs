@@ -158,6 +158,29 @@ impl ClusterGuard {
         )
     }
 
+    /// Starts `servers` data servers (one target each) with a cluster CA and a server
+    /// certificate (`cluster up --tls`): they accept TLS and plain clients alike.
+    pub fn start_tls(dir: Option<&Path>, servers: u32, exe: &Path) -> Result<ClusterGuard> {
+        ClusterGuard::launch(
+            dir,
+            stripefs_launch::UpOptions {
+                dir: PathBuf::new(),
+                servers,
+                targets: 1,
+                throttle_bytes_s: None,
+                hosts: None,
+                host_net_bytes_s: None,
+                defaults: stripefs_rpc::Defaults::default(),
+                host: "127.0.0.1".into(),
+                exe: exe.to_path_buf(),
+                no_zero_copy: false,
+                wan: None,
+                tls: true,
+                require_tls: false,
+            },
+        )
+    }
+
     /// Starts `servers` data servers (one target each) behind an emulated wide-area link
     /// (`cluster up --wan`); remote clients use `DIR/client-wan.toml`.
     pub fn start_wan(

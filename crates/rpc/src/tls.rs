@@ -30,8 +30,21 @@ pub const TLS_RECORD_HANDSHAKE: u8 = 22;
 /// reply goes out in a few system calls.
 const TLS_BUFFER_BYTES: usize = 256 << 10;
 
+/// ring's provider with AES-128-GCM preferred: as safe for bulk data and about a third
+/// cheaper per byte than AES-256-GCM with AES instructions.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::crypto::ring::cipher_suite as cs;
+    let mut p = rustls::crypto::ring::default_provider();
+    p.cipher_suites = vec![
+        cs::TLS13_AES_128_GCM_SHA256,
+        cs::TLS13_AES_256_GCM_SHA384,
+        cs::TLS13_CHACHA20_POLY1305_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ];
+    Arc::new(p)
 }
 
 /// What a client needs to open TLS connections: the CA it trusts and, optionally, the

@@ -46,6 +46,10 @@ pub struct RowArgs {
     /// Stream counts to measure (connections per data server), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub streams: Vec<u32>,
+    /// Requests in flight per connection to measure, comma-separated (default: the
+    /// client file's `pipeline`, which `cluster up --wan` sets to 4, else 1).
+    #[arg(long, value_delimiter = ',')]
+    pub pipeline: Vec<u32>,
     /// Compression to measure, comma-separated: off, lz4, zstd, zstd:LEVEL, auto.
     #[arg(long, value_delimiter = ',', default_value = "off", value_parser = parse_codec)]
     pub compress: Vec<Codec>,
@@ -157,6 +161,7 @@ pub fn run_tls(a: TlsArgs, exe: &Path) -> Result<serde_json::Value> {
     plain.tls.client = None;
     let rows_args = RowArgs {
         streams: vec![a.streams],
+        pipeline: Vec::new(),
         compress: vec![Codec::Off],
         data: vec!["random".into()],
         size: a.size,
@@ -275,6 +280,9 @@ fn check_rows(r: &RowArgs) -> Result<()> {
     for &n in &r.streams {
         stripefs_rpc::config::check_streams(n).map_err(|e| anyhow!(e))?;
     }
+    for &n in &r.pipeline {
+        stripefs_rpc::config::check_pipeline(n).map_err(|e| anyhow!(e))?;
+    }
     Ok(())
 }
 
@@ -311,15 +319,25 @@ fn measure(client_file: &Path, link: Option<u64>, r: &RowArgs) -> Result<Vec<ser
             .unwrap_or("unknown (give --link)".into())
     );
     println!(
-        "{:>8} {:>9} {:>9} {:>7} {:>10} {:>10} {:>8} {:>6}",
-        "streams", "compress", "direction", "data", "MiB/s", "link", "% link", "wire"
+        "{:>8} {:>5} {:>9} {:>9} {:>7} {:>10} {:>10} {:>8} {:>6}",
+        "streams", "pipe", "compress", "direction", "data", "MiB/s", "link", "% link", "wire"
     );
+    let depths = if r.pipeline.is_empty() {
+        vec![cluster.pipeline.unwrap_or(1)]
+    } else {
+        r.pipeline.clone()
+    };
     let mut rows = Vec::new();
     for data in &r.data {
         for &codec in &r.compress {
-            for &n in &r.streams {
+            for (&n, &depth) in r
+                .streams
+                .iter()
+                .flat_map(|n| depths.iter().map(move |d| (n, d)))
+            {
                 let mut cfg = cluster.clone();
                 cfg.streams = Some(n);
+                cfg.pipeline = Some(depth);
                 cfg.compress = Some(codec);
                 for direction in ["write", "read"] {
                     let client = Client::connect(&cfg).with_context(|| {
@@ -337,8 +355,9 @@ fn measure(client_file: &Path, link: Option<u64>, r: &RowArgs) -> Result<Vec<ser
                         client.wire_bytes().1
                     };
                     println!(
-                        "{:>8} {:>9} {:>9} {:>7} {:>10.1} {:>10} {:>8} {:>6.2}",
+                        "{:>8} {:>5} {:>9} {:>9} {:>7} {:>10.1} {:>10} {:>8} {:>6.2}",
                         n,
+                        depth,
                         codec.to_string(),
                         direction,
                         data,
@@ -349,6 +368,7 @@ fn measure(client_file: &Path, link: Option<u64>, r: &RowArgs) -> Result<Vec<ser
                     );
                     rows.push(json!({
                         "streams": n,
+                        "pipeline": depth,
                         "compress": codec.to_string(),
                         "data": data,
                         "direction": direction,
@@ -545,16 +565,18 @@ fn same_file(a: &Path, b: &Path) -> Result<bool> {
     }
 }
 
-/// MiB/s against streams, one line per (direction, compress, data), the link dashed.
+/// MiB/s against streams, one line per (direction, compress, data, pipeline), the link
+/// dashed.
 fn plot(report: &serde_json::Value, path: &Path) -> Result<()> {
     use crate::plot::{line_chart, Chart, Series, XAxis};
     let rows = report["rows"].as_array().cloned().unwrap_or_default();
-    let mut keys: Vec<(String, String, String)> = Vec::new();
+    let mut keys: Vec<(String, String, String, u64)> = Vec::new();
     for r in &rows {
         let k = (
             r["direction"].as_str().unwrap_or("").to_string(),
             r["compress"].as_str().unwrap_or("").to_string(),
             r["data"].as_str().unwrap_or("").to_string(),
+            r["pipeline"].as_u64().unwrap_or(1),
         );
         if !keys.contains(&k) {
             keys.push(k);
@@ -562,15 +584,29 @@ fn plot(report: &serde_json::Value, path: &Path) -> Result<()> {
     }
     let mut series = Vec::new();
     let mut xs: Vec<f64> = Vec::new();
-    for (i, (dir, codec, data)) in keys.iter().enumerate().take(crate::plot::MAX_SERIES - 1) {
+    let depths = keys
+        .iter()
+        .map(|k| k.3)
+        .collect::<std::collections::BTreeSet<_>>();
+    for (i, (dir, codec, data, depth)) in keys.iter().enumerate().take(crate::plot::MAX_SERIES - 1)
+    {
         let points: Vec<(f64, f64)> = rows
             .iter()
-            .filter(|r| r["direction"] == *dir && r["compress"] == *codec && r["data"] == *data)
+            .filter(|r| {
+                r["direction"] == *dir
+                    && r["compress"] == *codec
+                    && r["data"] == *data
+                    && r["pipeline"].as_u64().unwrap_or(1) == *depth
+            })
             .filter_map(|r| Some((r["streams"].as_f64()?, r["mib_s"].as_f64()?)))
             .collect();
         xs.extend(points.iter().map(|p| p.0));
         series.push(Series {
-            label: format!("{dir}, compress {codec}, {data} data"),
+            label: if depths.len() > 1 {
+                format!("{dir}, compress {codec}, {data} data, pipeline {depth}")
+            } else {
+                format!("{dir}, compress {codec}, {data} data")
+            },
             points,
             // Grey (5) is the link's.
             color: if i >= 5 { i + 1 } else { i },

@@ -29,6 +29,11 @@ pub struct ClusterArg {
     /// file, else 4); more keep more requests in flight on a long link.
     #[arg(long, env = "STRIPEFS_STREAMS", global = true)]
     streams: Option<u32>,
+    /// Data requests kept in flight on each data-server connection (default:
+    /// `pipeline` in the cluster file, else 1); more hide a long link's round trip.
+    /// Plain connections only: with TLS each connection carries one at a time.
+    #[arg(long, env = "STRIPEFS_PIPELINE", global = true)]
+    pipeline: Option<u32>,
     /// Compression of bulk data to and from data servers: off, lz4, zstd, zstd:LEVEL
     /// (1-19) or auto (zstd where a sample of each chunk shrinks). Default: `compress` in
     /// the cluster file, else off. Checksums still cover the uncompressed bytes.
@@ -55,6 +60,10 @@ impl ClusterArg {
         if let Some(n) = self.streams {
             stripefs_rpc::config::check_streams(n).map_err(|e| anyhow!(e))?;
             cfg.streams = Some(n);
+        }
+        if let Some(n) = self.pipeline {
+            stripefs_rpc::config::check_pipeline(n).map_err(|e| anyhow!(e))?;
+            cfg.pipeline = Some(n);
         }
         if let Some(c) = self.compress {
             cfg.compress = Some(c);

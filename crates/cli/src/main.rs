@@ -138,7 +138,14 @@ fn hoist_cluster(mut args: Vec<OsString>) -> Vec<OsString> {
     let mut i = 1;
     while i < args.len() {
         let a = args[i].to_string_lossy();
-        let hoisted = ["--cluster", "--token", "--host", "--streams", "--compress"];
+        let hoisted = [
+            "--cluster",
+            "--token",
+            "--host",
+            "--streams",
+            "--pipeline",
+            "--compress",
+        ];
         if hoisted.contains(&a.as_ref()) && i + 1 < args.len() {
             moved.extend(args.drain(i..i + 2));
         } else if hoisted.iter().any(|h| a.starts_with(&format!("{h}="))) {

@@ -29,6 +29,7 @@ fn cluster() -> ClusterConfig {
         host: None,
         meta_host: None,
         streams: None,
+        pipeline: None,
         compress: None,
         token: None,
         has_secret: true,

@@ -206,6 +206,14 @@ impl Client {
         let streams = cluster.streams.map_or(MAX_CONNS_PER_SERVER, |n| {
             n.clamp(1, stripefs_rpc::config::MAX_STREAMS) as usize
         });
+        // Pipelined bulk requests need plain connections (see Pipe); with TLS each
+        // connection carries one at a time.
+        let depth = match (&cluster.tls.client, &via) {
+            (None, None) => cluster.pipeline.map_or(1, |n| {
+                n.clamp(1, stripefs_rpc::config::MAX_PIPELINE) as usize
+            }),
+            _ => 1,
+        };
         let host = cluster.client_host();
         stripefs_wire::validate_host(&host)?;
         let token = match &cluster.token {
@@ -249,6 +257,7 @@ impl Client {
                 let mut p = over(
                     ServerPool::new(Some(id), &d.addr, &cluster.secret, timeout, streams)
                         .on_same_host(same_host)
+                        .with_pipeline(depth)
                         .with_compression(cluster.compress.unwrap_or_default()),
                 );
                 // Short-circuit reads authenticate with the secret, which a token holder
@@ -269,8 +278,8 @@ impl Client {
                 data.len(),
                 via.as_ref()
                     .and_then(|v| v.io_workers())
-                    .unwrap_or(IO_WORKERS.max(streams * data.len().min(8))),
-                streams,
+                    .unwrap_or(IO_WORKERS.max(streams * depth * data.len().min(8))),
+                streams * depth,
             ),
             data,
             open: Mutex::new(HashMap::new()),

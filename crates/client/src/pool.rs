@@ -36,7 +36,7 @@ use stripefs_rpc::compress::Codec;
 use stripefs_rpc::limits::CLIENT_IDLE_MAX;
 use stripefs_rpc::tls::TlsClient;
 use stripefs_rpc::token::TokenCred;
-use stripefs_rpc::{Conn, Secret};
+use stripefs_rpc::{Conn, Pipe, Secret};
 use stripefs_wire::{
     encode_request_flags, Cred, Envelope, ErrorCode, Request, Response, ServerId, WireError,
     FLAG_NO_REPLY,
@@ -125,6 +125,12 @@ pub(crate) struct ServerPool {
     token: Option<Arc<TokenCred>>,
     /// TLS on every connection, checked against this CA.
     tls: Option<TlsClient>,
+    /// Bulk requests in flight per connection (`pipeline`); 1: one at a time, on the
+    /// pool's ordinary connections.
+    depth: usize,
+    /// Pipelined connections for bulk requests (at most `max_conns`), with when each was
+    /// last picked.
+    pipes: Mutex<Vec<(Arc<Pipe>, Instant)>>,
     /// The server runs on the client's host (by the cluster file's host ids).
     pub same_host: bool,
     /// Bulk bytes sent to and received from this server in answered calls.
@@ -168,6 +174,13 @@ impl ServerPool {
         self
     }
 
+    /// Up to `depth` bulk requests (reads and writes of data) in flight on each of the
+    /// pool's connections; see [`Pipe`]. TLS connections carry one at a time.
+    pub fn with_pipeline(mut self, depth: usize) -> ServerPool {
+        self.depth = depth.max(1);
+        self
+    }
+
     /// The pool's connections use TLS.
     pub fn with_tls(mut self, tls: Option<TlsClient>) -> ServerPool {
         self.tls = tls;
@@ -205,6 +218,8 @@ impl ServerPool {
             codec: Codec::Off,
             token: None,
             tls: None,
+            depth: 1,
+            pipes: Mutex::new(Vec::new()),
             same_host: false,
             bytes_sent: Default::default(),
             bytes_received: Default::default(),
@@ -296,6 +311,9 @@ impl ServerPool {
         if let Some(via) = &self.via {
             return via.call(self.id, cred, req, data, recv);
         }
+        if self.depth > 1 && self.tls.is_none() && bulk(&req) {
+            return self.call_piped(cred, req, data, recv);
+        }
         let again = req.clone();
         let (mut conn, reused) = self.checkout()?;
         let before = conn.wire_data_bytes();
@@ -322,6 +340,84 @@ impl ServerPool {
             return r;
         }
         r
+    }
+
+    /// A bulk request on a pipelined connection; resent once on a fresh one when the
+    /// server closed the connection before handling it, or when a connection that sat
+    /// idle turns out dead and the request is idempotent (as [`ServerPool::call`]).
+    fn call_piped(
+        &self,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError> {
+        let again = req.clone();
+        let (pipe, reused) = self.pick_pipe(false)?;
+        let (r, wire) = pipe.call(cred, req, data, recv);
+        self.count_wire((0, 0), wire);
+        let stale = reused && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
+        let unhandled = matches!(&r, Err(e) if e.code == ErrorCode::ConnectionClosed);
+        if unhandled || (stale && idempotent(&again)) {
+            let (pipe, _) = self.pick_pipe(true)?;
+            let (r, wire) = pipe.call(cred, again, data, recv);
+            self.count_wire((0, 0), wire);
+            return r;
+        }
+        r
+    }
+
+    /// The least busy pipelined connection, or a new one while fewer than `max_conns`
+    /// exist and every one carries a request (so that load spreads over the streams
+    /// before it piles up on one); `fresh`: a new one whatever exists (after a failure).
+    /// Returns whether the connection had been used before.
+    fn pick_pipe(&self, fresh: bool) -> Result<(Arc<Pipe>, bool), WireError> {
+        let mut pipes = lock(&self.pipes);
+        pipes.retain(|(p, last)| {
+            let idle = p.in_flight() == 0;
+            let gone = p.is_broken()
+                || (idle && last.elapsed() >= CLIENT_IDLE_MAX)
+                || (idle && last.elapsed() >= PEEK_AFTER && p.closed_by_peer());
+            !gone
+        });
+        let full = pipes.len() >= self.max_conns;
+        if !fresh {
+            let best = pipes
+                .iter_mut()
+                .min_by_key(|(p, _)| p.in_flight())
+                .filter(|(p, _)| full || p.in_flight() == 0);
+            if let Some((p, last)) = best {
+                *last = Instant::now();
+                return Ok((p.clone(), true));
+            }
+        }
+        if fresh || !full {
+            let conn = dial(
+                &self.addr,
+                &self.secret,
+                self.token.as_deref(),
+                self.timeout,
+                self.host.as_deref(),
+                self.codec,
+                self.tls.as_ref(),
+            )?;
+            let pipe = match Pipe::new(conn) {
+                Ok(p) => Arc::new(p),
+                Err(_) => {
+                    return Err(WireError::new(
+                        ErrorCode::Internal,
+                        format!("{}: a connection that cannot be pipelined", self.name()),
+                    ))
+                }
+            };
+            if pipes.len() >= self.max_conns {
+                // A fresh one replaces the oldest (its callers finish on it).
+                pipes.remove(0);
+            }
+            pipes.push((pipe.clone(), Instant::now()));
+            return Ok((pipe, false));
+        }
+        unreachable!("a full set of pipes always has a least busy one")
     }
 
     /// Sends a request that gets no answer, deferred: with the next request on the same
@@ -641,6 +737,17 @@ fn send_unsent<'a>(
 }
 
 /// Requests that do the same thing when sent twice.
+/// Requests whose data goes one way only, which a pipelined connection carries.
+fn bulk(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Read { .. }
+            | Request::Write { .. }
+            | Request::ReadList { .. }
+            | Request::WriteList { .. }
+    )
+}
+
 fn idempotent(req: &Request) -> bool {
     use Request::*;
     matches!(

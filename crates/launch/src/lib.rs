@@ -84,6 +84,9 @@ pub struct WanLink {
     pub window_bytes: u64,
 }
 
+/// Requests in flight per connection in the `--wan` client file (`pipeline`).
+pub const WAN_PIPELINE: u32 = 4;
+
 /// The client file of a cluster with `--wan`: its addresses are the relay's.
 pub const WAN_CLIENT_FILE: &str = "client-wan.toml";
 
@@ -339,6 +342,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         host: None,
         meta_host: host_of(0),
         streams: None,
+        pipeline: None,
         compress: None,
         token: None,
         has_secret: true,
@@ -404,6 +408,8 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         remote.meta_addr = addr(relay[0]);
         remote.data.clear();
         remote.host = Some("remote".into());
+        // Several requests in flight per connection hide the link's round trip.
+        remote.pipeline = Some(WAN_PIPELINE);
         // Clients need the CA only; the server key stays with the servers.
         remote.tls.cert = None;
         remote.tls.key = None;

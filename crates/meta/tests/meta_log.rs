@@ -39,6 +39,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         host: None,
         meta_host: None,
         streams: None,
+        pipeline: None,
         compress: None,
         token: None,
         has_secret: true,

@@ -63,6 +63,7 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
         host: None,
         meta_host: None,
         streams: None,
+        pipeline: None,
         compress: None,
         token: None,
         has_secret: true,

@@ -10,6 +10,8 @@
 //! lease_ms = 30000                # optional, client session lease (limits::LEASE_MS)
 //! host = "node7"                 # optional: the host of clients using this file
 //! streams = 8                     # optional: connections per data server (default 4)
+//! pipeline = 4                    # optional: requests in flight per data-server
+//!                                 # connection (default 1)
 //! compress = "auto"               # optional: bulk data to and from data servers: off
 //!                                 # (default), lz4, zstd, zstd:LEVEL or auto
 //! tls_ca = "/etc/stripefs/ca.pem" # optional: clients use TLS, checking servers against
@@ -78,6 +80,9 @@ pub struct ClusterConfig {
     /// request at a time (top-level `streams`); `None`: the client's default. More
     /// streams keep more requests in flight on a long link.
     pub streams: Option<u32>,
+    /// Bulk requests a client keeps in flight on each data-server connection (top-level
+    /// `pipeline`; `None`: 1). More hide the round trip of a long link.
+    pub pipeline: Option<u32>,
     /// How clients compress bulk data on their data-server connections (top-level
     /// `compress`); `None`: off. `--compress` and `STRIPEFS_COMPRESS` override it.
     pub compress: Option<crate::compress::Codec>,
@@ -148,6 +153,8 @@ struct RawCluster {
     host: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     streams: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pipeline: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     compress: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -298,6 +305,9 @@ impl ClusterConfig {
         if let Some(n) = raw.streams {
             check_streams(n)?;
         }
+        if let Some(n) = raw.pipeline {
+            check_pipeline(n)?;
+        }
         let compress = match &raw.compress {
             Some(c) => Some(c.parse::<crate::compress::Codec>()?),
             None => None,
@@ -341,6 +351,7 @@ impl ClusterConfig {
             host: raw.host,
             meta_host: raw.meta.host,
             streams: raw.streams,
+            pipeline: raw.pipeline,
             compress,
             token: raw.token,
             has_secret,
@@ -356,6 +367,7 @@ impl ClusterConfig {
             lease_ms: (self.lease_ms != crate::limits::LEASE_MS).then_some(self.lease_ms),
             host: self.host.clone(),
             streams: self.streams,
+            pipeline: self.pipeline,
             compress: self.compress.map(|c| c.to_string()),
             tls_ca: self.tls.ca.clone(),
             tls_cert: self
@@ -468,6 +480,20 @@ pub fn check_streams(n: u32) -> Result<(), String> {
     if n == 0 || n > MAX_STREAMS {
         return Err(format!(
             "streams {n}: a client keeps 1 to {MAX_STREAMS} connections to each data server"
+        ));
+    }
+    Ok(())
+}
+
+/// Most requests in flight per connection (`pipeline`); answers of a read pipeline
+/// wait in the socket buffers, so a few are enough to hide a round trip.
+pub const MAX_PIPELINE: u32 = 32;
+
+/// Checks a pipeline depth (`pipeline`, `--pipeline`).
+pub fn check_pipeline(n: u32) -> Result<(), String> {
+    if n == 0 || n > MAX_PIPELINE {
+        return Err(format!(
+            "pipeline {n}: a client keeps 1 to {MAX_PIPELINE} requests in flight per connection"
         ));
     }
     Ok(())

@@ -587,3 +587,166 @@ impl Drop for Conn {
         self.stream.close_notify();
     }
 }
+
+/// One connection carrying several requests at once (pipelining): callers on different
+/// threads each send a request as soon as the sending half is free and then wait for
+/// their answer, which the server sends in request order; each answer is matched to its
+/// caller by request id. So one connection is limited by its TCP window, not by round
+/// trips. Only plain connections split this way (a TLS session is one object for both
+/// directions); only for requests whose data goes one way (a write with data and a
+/// small answer, or a small read request with data in the answer), so that neither side
+/// can block writing while the other is not reading: answers are read by the waiting
+/// callers while others are still sending.
+///
+/// After any transport error the pipe is broken: every caller waiting on it gets the
+/// error (a `ConnectionClosed` notice reaches them all, so each may resend on a fresh
+/// connection), and the pool drops it.
+pub struct Pipe {
+    tx: std::sync::Mutex<Conn>,
+    rx: std::sync::Mutex<Conn>,
+    turn: std::sync::Mutex<Turn>,
+    cv: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Turn {
+    /// Ids of the requests sent and not yet answered, in the order they were sent.
+    queue: std::collections::VecDeque<u64>,
+    broken: Option<WireError>,
+}
+
+fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Pipe {
+    /// Splits an authenticated connection into a pipe; a TLS connection, or one with
+    /// deferred requests, is handed back.
+    pub fn new(conn: Conn) -> Result<Pipe, Box<Conn>> {
+        if conn.stream.is_tls() || !conn.outbox.is_empty() || conn.broken {
+            return Err(Box::new(conn));
+        }
+        let rx_stream = match conn.stream.tcp().try_clone() {
+            Ok(s) => s,
+            Err(_) => return Err(Box::new(conn)),
+        };
+        let rx = Conn {
+            stream: Stream::Plain(rx_stream),
+            addr: conn.addr.clone(),
+            next_id: 0,
+            broken: false,
+            body_buf: Vec::new(),
+            outbox: Vec::new(),
+            sent_deferred: Vec::new(),
+            codec: conn.codec,
+            packed_buf: Vec::new(),
+            wire_sent: 0,
+            wire_received: 0,
+        };
+        Ok(Pipe {
+            tx: std::sync::Mutex::new(conn),
+            rx: std::sync::Mutex::new(rx),
+            turn: std::sync::Mutex::new(Turn::default()),
+            cv: std::sync::Condvar::new(),
+        })
+    }
+
+    /// Requests sent and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        locked(&self.turn).queue.len()
+    }
+
+    pub fn is_broken(&self) -> bool {
+        locked(&self.turn).broken.is_some()
+    }
+
+    /// Whether the server closed this pipe while it was idle (see
+    /// [`Conn::closed_by_peer`]); only meaningful with nothing in flight.
+    pub fn closed_by_peer(&self) -> bool {
+        locked(&self.tx).closed_by_peer()
+    }
+
+    fn fail(&self, e: &WireError) {
+        let mut t = locked(&self.turn);
+        if t.broken.is_none() {
+            t.broken = Some(e.clone());
+        }
+        drop(t);
+        self.cv.notify_all();
+    }
+
+    /// Sends `req` with `data` and waits for its answer, as [`Conn::call`]; other
+    /// callers' requests may be in flight on the same connection meanwhile. Also
+    /// returns the bytes this call's data took on the wire both ways.
+    #[allow(clippy::type_complexity)]
+    pub fn call(
+        &self,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+        recv: &mut [u8],
+    ) -> (Result<(Response, usize), WireError>, (u64, u64)) {
+        let (id, opcode, sent) = {
+            let mut tx = locked(&self.tx);
+            let id = tx.next_id;
+            {
+                let mut t = locked(&self.turn);
+                if let Some(e) = &t.broken {
+                    return (Err(e.clone()), (0, 0));
+                }
+                t.queue.push_back(id);
+            }
+            let before = tx.wire_sent;
+            match tx.send_request(cred, req, data, false) {
+                Ok((sent_id, opcode)) => {
+                    debug_assert_eq!(sent_id, id);
+                    (id, opcode, tx.wire_sent - before)
+                }
+                Err(e) => {
+                    drop(tx);
+                    self.fail(&e);
+                    self.leave(id);
+                    return (Err(e), (0, 0));
+                }
+            }
+        };
+        {
+            let mut t = locked(&self.turn);
+            loop {
+                if let Some(e) = &t.broken {
+                    let e = e.clone();
+                    drop(t);
+                    self.leave(id);
+                    return (Err(e), (sent, 0));
+                }
+                if t.queue.front() == Some(&id) {
+                    break;
+                }
+                t = self.cv.wait(t).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        let (r, got) = {
+            let mut rx = locked(&self.rx);
+            let before = rx.wire_received;
+            let r = rx.read_reply(id, opcode, recv);
+            if rx.broken {
+                if let Err(e) = &r {
+                    self.fail(e);
+                }
+            }
+            (r, rx.wire_received - before)
+        };
+        self.leave(id);
+        (r, (sent, got))
+    }
+
+    /// Takes request `id` off the queue (answered, or given up on a broken pipe).
+    fn leave(&self, id: u64) {
+        let mut t = locked(&self.turn);
+        if let Some(i) = t.queue.iter().position(|&x| x == id) {
+            t.queue.remove(i);
+        }
+        drop(t);
+        self.cv.notify_all();
+    }
+}

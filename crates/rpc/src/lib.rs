@@ -30,7 +30,7 @@ pub mod units;
 
 pub use auth::Secret;
 pub use config::{parse_rate_or_off, ClusterConfig, DataServerEntry, Defaults, ServerConfig};
-pub use conn::{Conn, DEFAULT_TIMEOUT_MS, MAX_PENDING};
+pub use conn::{Conn, Pipe, DEFAULT_TIMEOUT_MS, MAX_PENDING};
 pub use limits::Limits;
 pub use server::{
     serve, serve_tls, serve_with, ConnInfo, ConnStats, Part, Payload, Reply, Service,

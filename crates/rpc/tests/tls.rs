@@ -299,4 +299,6 @@ fn an_idle_tls_connection_does_not_look_closed() {
     );
     c.call(&Cred::root(), Request::Ping {}, &[], &mut [])
         .expect("ping again");
+    // A TLS session is one object for both directions: it is not split for pipelining.
+    assert!(stripefs_rpc::Pipe::new(c).is_err());
 }

@@ -108,6 +108,7 @@ impl Servers {
             host: None,
             meta_host: None,
             streams: None,
+            pipeline: None,
             compress: None,
             token: None,
             has_secret: true,

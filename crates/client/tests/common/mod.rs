@@ -159,6 +159,7 @@ impl Cluster {
             host: None,
             meta_host: None,
             streams: None,
+            pipeline: None,
             compress: None,
             token: None,
             has_secret: true,

@@ -31,6 +31,7 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
         host: None,
         meta_host: None,
         streams: None,
+        pipeline: None,
         compress: None,
         token: None,
         has_secret: true,

@@ -14,6 +14,8 @@ use stripefs_wire::{Cred, ErrorCode, InodeId, Request, WireError};
 
 /// How long an answer of the metadata server is trusted.
 pub const ANSWER_TTL: Duration = Duration::from_secs(5);
+/// Idle connections to the metadata server kept for token checks.
+const MAX_IDLE_CONNS: usize = 8;
 /// Most answers kept; past it the cache starts again.
 const MAX_ANSWERS: usize = 1 << 16;
 
@@ -23,7 +25,8 @@ pub struct TokenChecker {
     timeout: Duration,
     /// TLS to the metadata server, when the cluster file has `tls_ca`.
     tls: Option<TlsClient>,
-    conn: Mutex<Option<Conn>>,
+    /// Idle connections to the metadata server (at most [`MAX_IDLE_CONNS`]).
+    conns: Mutex<Vec<Conn>>,
     /// (token id, fid, write) -> when the metadata server allowed it.
     allowed: Mutex<HashMap<(u64, u64, bool), Instant>>,
 }
@@ -40,7 +43,7 @@ impl TokenChecker {
             secret,
             timeout,
             tls,
-            conn: Mutex::new(None),
+            conns: Mutex::new(Vec::new()),
             allowed: Mutex::default(),
         }
     }
@@ -68,30 +71,47 @@ impl TokenChecker {
     }
 
     fn ask(&self, t: &Token, fid: InodeId, write: bool) -> Result<(), WireError> {
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.as_ref().map_or(true, |c| c.is_broken()) {
-            *slot = Some(
-                Conn::connect_with(
-                    &self.meta_addr,
-                    &self.secret,
-                    None,
-                    self.timeout,
-                    self.tls.as_ref(),
-                )
-                .map_err(|e| {
-                    WireError::new(
-                        ErrorCode::Unreachable,
-                        format!("cannot check the token with the metadata server: {e}"),
-                    )
-                })?,
-            );
-        }
-        let conn = slot.as_mut().expect("connected above");
         let req = Request::TokenAllows {
             token: t.payload(),
             fid,
             write,
         };
-        conn.call(&Cred::root(), req, &[], &mut []).map(|_| ())
+        // An idle connection to the metadata server, or a new one: token requests on
+        // many connections ask at once, none waits for another's answer. One that the
+        // server closed while idle (or that a restart left dead) is replaced once.
+        let idle = self.conns.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let reused = idle.is_some();
+        let mut conn = match idle {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        let mut r = conn.call(&Cred::root(), req.clone(), &[], &mut []);
+        if reused && conn.is_broken() {
+            conn = self.connect()?;
+            r = conn.call(&Cred::root(), req, &[], &mut []);
+        }
+        if !conn.is_broken() {
+            let mut idle = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() < MAX_IDLE_CONNS {
+                idle.push(conn);
+            }
+        }
+        r.map(|_| ())
+    }
+
+    fn connect(&self) -> Result<Conn, WireError> {
+        Conn::connect_with(
+            &self.meta_addr,
+            &self.secret,
+            None,
+            self.timeout,
+            self.tls.as_ref(),
+        )
+        .map_err(|e| {
+            WireError::new(
+                ErrorCode::Unreachable,
+                format!("cannot check the token with the metadata server: {e}"),
+            )
+        })
     }
 }

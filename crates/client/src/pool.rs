@@ -67,6 +67,15 @@ struct State {
     closing: bool,
 }
 
+/// A pool's pipelined connections.
+#[derive(Default)]
+struct Pipes {
+    /// Each with when it was last picked.
+    list: Vec<(Arc<Pipe>, Instant)>,
+    /// Connections being dialled.
+    opening: usize,
+}
+
 /// What the pool shares with its flusher thread.
 struct Shared {
     state: Mutex<State>,
@@ -130,7 +139,7 @@ pub(crate) struct ServerPool {
     depth: usize,
     /// Pipelined connections for bulk requests (at most `max_conns`), with when each was
     /// last picked.
-    pipes: Mutex<Vec<(Arc<Pipe>, Instant)>>,
+    pipes: Mutex<Pipes>,
     /// The server runs on the client's host (by the cluster file's host ids).
     pub same_host: bool,
     /// Bulk bytes sent to and received from this server in answered calls.
@@ -219,7 +228,7 @@ impl ServerPool {
             token: None,
             tls: None,
             depth: 1,
-            pipes: Mutex::new(Vec::new()),
+            pipes: Mutex::new(Pipes::default()),
             same_host: false,
             bytes_sent: Default::default(),
             bytes_received: Default::default(),
@@ -372,52 +381,57 @@ impl ServerPool {
     /// before it piles up on one); `fresh`: a new one whatever exists (after a failure).
     /// Returns whether the connection had been used before.
     fn pick_pipe(&self, fresh: bool) -> Result<(Arc<Pipe>, bool), WireError> {
-        let mut pipes = lock(&self.pipes);
-        pipes.retain(|(p, last)| {
-            let idle = p.in_flight() == 0;
-            let gone = p.is_broken()
-                || (idle && last.elapsed() >= CLIENT_IDLE_MAX)
-                || (idle && last.elapsed() >= PEEK_AFTER && p.closed_by_peer());
-            !gone
-        });
-        let full = pipes.len() >= self.max_conns;
-        if !fresh {
-            let best = pipes
-                .iter_mut()
-                .min_by_key(|(p, _)| p.in_flight())
-                .filter(|(p, _)| full || p.in_flight() == 0);
-            if let Some((p, last)) = best {
-                *last = Instant::now();
-                return Ok((p.clone(), true));
-            }
-        }
-        if fresh || !full {
-            let conn = dial(
-                &self.addr,
-                &self.secret,
-                self.token.as_deref(),
-                self.timeout,
-                self.host.as_deref(),
-                self.codec,
-                self.tls.as_ref(),
-            )?;
-            let pipe = match Pipe::new(conn) {
-                Ok(p) => Arc::new(p),
-                Err(_) => {
-                    return Err(WireError::new(
-                        ErrorCode::Internal,
-                        format!("{}: a connection that cannot be pipelined", self.name()),
-                    ))
+        {
+            let mut ps = lock(&self.pipes);
+            ps.list.retain(|(p, last)| {
+                let idle = p.in_flight() == 0;
+                let gone = p.is_broken()
+                    || (idle && last.elapsed() >= CLIENT_IDLE_MAX)
+                    || (idle && last.elapsed() >= PEEK_AFTER && p.closed_by_peer());
+                !gone
+            });
+            let full = ps.list.len() + ps.opening >= self.max_conns;
+            if !fresh {
+                let best = ps
+                    .list
+                    .iter_mut()
+                    .min_by_key(|(p, _)| p.in_flight())
+                    .filter(|(p, _)| full || p.in_flight() == 0);
+                if let Some((p, last)) = best {
+                    *last = Instant::now();
+                    return Ok((p.clone(), true));
                 }
-            };
-            if pipes.len() >= self.max_conns {
-                // A fresh one replaces the oldest (its callers finish on it).
-                pipes.remove(0);
             }
-            pipes.push((pipe.clone(), Instant::now()));
-            return Ok((pipe, false));
+            // Dialled without the lock, so that callers of a server that does not
+            // answer each wait for their own connection's timeout, not for each other's.
+            ps.opening += 1;
         }
-        unreachable!("a full set of pipes always has a least busy one")
+        let dialed = dial(
+            &self.addr,
+            &self.secret,
+            self.token.as_deref(),
+            self.timeout,
+            self.host.as_deref(),
+            self.codec,
+            self.tls.as_ref(),
+        );
+        let mut ps = lock(&self.pipes);
+        ps.opening -= 1;
+        let pipe = match Pipe::new(dialed?) {
+            Ok(p) => Arc::new(p),
+            Err(_) => {
+                return Err(WireError::new(
+                    ErrorCode::Internal,
+                    format!("{}: a connection that cannot be pipelined", self.name()),
+                ))
+            }
+        };
+        if ps.list.len() >= self.max_conns {
+            // A fresh one replaces the oldest (its callers finish on it).
+            ps.list.remove(0);
+        }
+        ps.list.push((pipe.clone(), Instant::now()));
+        Ok((pipe, false))
     }
 
     /// Sends a request that gets no answer, deferred: with the next request on the same

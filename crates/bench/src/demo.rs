@@ -64,6 +64,9 @@ pub struct DemoArgs {
     /// Bytes the remote client writes and reads per row of the wide-area section.
     #[arg(long, default_value = "32M", value_parser = parse_size, hide = true)]
     pub wan_size: u64,
+    /// Bytes written and read per measurement of the TLS section.
+    #[arg(long, default_value = "128M", value_parser = parse_size, hide = true)]
+    pub tls_size: u64,
 }
 
 /// Hosts (one data server each) of the locality section's cluster.
@@ -144,6 +147,7 @@ pub fn run(a: DemoArgs, exe: PathBuf) -> Result<()> {
     // remote access on one behind an emulated wide-area link.
     sections.push(locality(&ctx));
     sections.push(wan(&ctx));
+    sections.push(tls(&ctx));
     let mut rep = Report {
         title: "stripefs demo report".into(),
         setup: setup_text(&a, ceiling),
@@ -720,8 +724,9 @@ fn wan(ctx: &Ctx) -> Section {
         "A third cluster (2 data servers) behind one emulated link of 50 ms round trip, \
          200 Mbit/s and a 256 KiB TCP window per connection (one connection gets at most \
          window / RTT = 5 MiB/s). A remote client writes and reads back text-like data with \
-         1 and 8 connections (streams) per data server, without compression and with \
-         --compress auto.",
+         1 and 8 connections (streams) per data server, each carrying up to 4 requests at \
+         once (pipeline 4, as cluster up --wan's client file says), without compression and \
+         with --compress auto.",
         shell_words(
             &["stripefs", "bench", "wan"]
                 .iter()
@@ -767,6 +772,63 @@ fn wan(ctx: &Ctx) -> Section {
                 )
                 .vs("the same uncompressed", rate(8, "off", dir))
                 .vs("link rate", link),
+            );
+        }
+    }
+    s
+}
+
+fn tls(ctx: &Ctx) -> Section {
+    let argv: Vec<String> = [
+        "--servers",
+        "2",
+        "--rounds",
+        "3",
+        "--size",
+        &format_size_arg(ctx.a.tls_size),
+        "--json",
+        &ctx.out("tls.json"),
+    ]
+    .iter()
+    .map(|w| w.to_string())
+    .collect();
+    let out = step(ctx, "tls", || {
+        crate::remote::run_tls(parse_args(&argv)?, &ctx.exe)
+    });
+    let mut s = section(
+        "tls",
+        "tls: encrypted connections against plain ones",
+        "A fourth cluster (2 data servers, `cluster up --tls`: a cluster CA and server \
+         certificate; servers accept TLS and plain clients). One client on another host \
+         (every byte over a connection) writes and reads back the file with TLS and \
+         without, alternating, three rounds; medians. Plain reads go by sendfile, TLS ones \
+         through the cipher.",
+        shell_words(
+            &["stripefs", "bench", "tls"]
+                .iter()
+                .map(|w| w.to_string())
+                .chain(argv.iter().cloned())
+                .collect::<Vec<_>>(),
+        )
+        .replace(&ctx.report.display().to_string(), "R"),
+        &out,
+    );
+    if let Ok(v) = &out.0 {
+        s.json = Some("tls.json".into());
+        let rows = v["rows"].as_array().cloned().unwrap_or_default();
+        let rate = |tls: bool, dir: &str| {
+            rows.iter()
+                .find(|r| r["tls"] == tls && r["direction"] == dir)
+                .and_then(|r| r["mib_s"].as_f64())
+        };
+        for dir in ["write", "read"] {
+            s.rows.push(
+                Row::new(
+                    format!("TLS, {dir}"),
+                    "MiB/s",
+                    rate(true, dir).unwrap_or(f64::NAN),
+                )
+                .vs("plain, same run", rate(false, dir)),
             );
         }
     }

@@ -205,6 +205,8 @@ fn tiny_demo(report: &Path, block: &str, throttle: &str) -> Vec<String> {
         "2M",
         "--wan-size",
         "2M",
+        "--tls-size",
+        "2M",
         "--report",
     ]
     .map(String::from)
@@ -251,6 +253,10 @@ fn demo_writes_the_report_and_stops_its_cluster() {
     // The remote-access section: rows for 1 and 8 streams, off and auto, both ways.
     let wan = json(&rep.join("wan.json"));
     assert_eq!(wan["rows"].as_array().map(Vec::len), Some(8), "{wan}");
+    // The TLS section: TLS and plain, both ways, every read verified.
+    let tls = json(&rep.join("tls.json"));
+    assert_eq!(tls["rows"].as_array().map(Vec::len), Some(4), "{tls}");
+    assert_eq!(tls["verified"], true, "{tls}");
     for png in [
         "balance.png",
         "sweep-stripe-size.png",

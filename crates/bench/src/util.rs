@@ -109,6 +109,26 @@ pub fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// `cluster up` of `servers` data servers with one unthrottled target each on
+/// 127.0.0.1, nothing else.
+fn one_target_each(servers: u32, exe: &Path) -> stripefs_launch::UpOptions {
+    stripefs_launch::UpOptions {
+        dir: PathBuf::new(),
+        servers,
+        targets: 1,
+        throttle_bytes_s: None,
+        hosts: None,
+        host_net_bytes_s: None,
+        defaults: stripefs_rpc::Defaults::default(),
+        host: "127.0.0.1".into(),
+        exe: exe.to_path_buf(),
+        no_zero_copy: false,
+        wan: None,
+        tls: false,
+        require_tls: false,
+    }
+}
+
 /// Clusters that this process started and must stop, also when interrupted.
 static LIVE_CLUSTERS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
@@ -161,24 +181,11 @@ impl ClusterGuard {
     /// Starts `servers` data servers (one target each) with a cluster CA and a server
     /// certificate (`cluster up --tls`): they accept TLS and plain clients alike.
     pub fn start_tls(dir: Option<&Path>, servers: u32, exe: &Path) -> Result<ClusterGuard> {
-        ClusterGuard::launch(
-            dir,
-            stripefs_launch::UpOptions {
-                dir: PathBuf::new(),
-                servers,
-                targets: 1,
-                throttle_bytes_s: None,
-                hosts: None,
-                host_net_bytes_s: None,
-                defaults: stripefs_rpc::Defaults::default(),
-                host: "127.0.0.1".into(),
-                exe: exe.to_path_buf(),
-                no_zero_copy: false,
-                wan: None,
-                tls: true,
-                require_tls: false,
-            },
-        )
+        let opts = stripefs_launch::UpOptions {
+            tls: true,
+            ..one_target_each(servers, exe)
+        };
+        ClusterGuard::launch(dir, opts)
     }
 
     /// Starts `servers` data servers (one target each) behind an emulated wide-area link
@@ -189,24 +196,11 @@ impl ClusterGuard {
         wan: stripefs_launch::WanLink,
         exe: &Path,
     ) -> Result<ClusterGuard> {
-        let mut g = ClusterGuard::launch(
-            dir,
-            stripefs_launch::UpOptions {
-                dir: PathBuf::new(),
-                servers,
-                targets: 1,
-                throttle_bytes_s: None,
-                hosts: None,
-                host_net_bytes_s: None,
-                defaults: stripefs_rpc::Defaults::default(),
-                host: "127.0.0.1".into(),
-                exe: exe.to_path_buf(),
-                no_zero_copy: false,
-                wan: Some(wan),
-                tls: false,
-                require_tls: false,
-            },
-        )?;
+        let opts = stripefs_launch::UpOptions {
+            wan: Some(wan),
+            ..one_target_each(servers, exe)
+        };
+        let mut g = ClusterGuard::launch(dir, opts)?;
         g.cluster_file = g.dir.join(stripefs_launch::WAN_CLIENT_FILE);
         Ok(g)
     }

@@ -190,6 +190,19 @@ impl ServerPool {
         self
     }
 
+    /// A new connection with this pool's settings.
+    fn dial(&self) -> Result<Conn, WireError> {
+        dial(
+            &self.addr,
+            &self.secret,
+            self.token.as_deref(),
+            self.timeout,
+            self.host.as_deref(),
+            self.codec,
+            self.tls.as_ref(),
+        )
+    }
+
     /// The pool's connections use TLS.
     pub fn with_tls(mut self, tls: Option<TlsClient>) -> ServerPool {
         self.tls = tls;
@@ -406,15 +419,7 @@ impl ServerPool {
             // answer each wait for their own connection's timeout, not for each other's.
             ps.opening += 1;
         }
-        let dialed = dial(
-            &self.addr,
-            &self.secret,
-            self.token.as_deref(),
-            self.timeout,
-            self.host.as_deref(),
-            self.codec,
-            self.tls.as_ref(),
-        );
+        let dialed = self.dial();
         let mut ps = lock(&self.pipes);
         ps.opening -= 1;
         let pipe = match Pipe::new(dialed?) {
@@ -581,15 +586,7 @@ impl ServerPool {
                 .unwrap_or_else(|p| p.into_inner());
         }
         drop(st);
-        match dial(
-            &self.addr,
-            &self.secret,
-            self.token.as_deref(),
-            self.timeout,
-            self.host.as_deref(),
-            self.codec,
-            self.tls.as_ref(),
-        ) {
+        match self.dial() {
             Ok(c) => Ok((c, false)),
             Err(e) => {
                 lock(&self.shared.state).open -= 1;

@@ -125,12 +125,6 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         .tls
         .server()
         .map_err(|e| format!("data server {id}: {e}"))?;
-    if let Some(t) = &tls {
-        tracing::info!(
-            "data server {id}: TLS {}",
-            if t.required { "required" } else { "accepted" }
-        );
-    }
     let served = stripefs_rpc::serve_tls(
         listener,
         cfg.cluster.secret.clone(),

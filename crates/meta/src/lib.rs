@@ -1079,12 +1079,6 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
         .tls
         .server()
         .map_err(|e| format!("metadata server: {e}"))?;
-    if let Some(t) = &tls {
-        tracing::info!(
-            "metadata server: TLS {}",
-            if t.required { "required" } else { "accepted" }
-        );
-    }
     stripefs_rpc::serve_tls(
         listener,
         cfg.cluster.secret.clone(),

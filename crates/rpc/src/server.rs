@@ -161,6 +161,14 @@ pub fn serve_tls(
     tls: Option<TlsServer>,
 ) -> std::io::Result<()> {
     limits.check();
+    if let Some(t) = &tls {
+        let how = if t.required {
+            "TLS required: plain connections are refused"
+        } else {
+            "TLS accepted beside plain connections"
+        };
+        tracing::info!("{how}");
+    }
     let nofile = crate::limits::raise_nofile_limit();
     tracing::debug!("open file limit {nofile}");
     let shared = Arc::new(Shared {

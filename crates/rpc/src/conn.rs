@@ -703,8 +703,13 @@ impl Pipe {
                     (id, opcode, tx.wire_sent - before)
                 }
                 Err(e) => {
+                    // Refused before anything was written (too much data): only this
+                    // call fails; a failed write breaks the pipe for every caller.
+                    let broken = tx.broken;
                     drop(tx);
-                    self.fail(&e);
+                    if broken {
+                        self.fail(&e);
+                    }
                     self.leave(id);
                     return (Err(e), (0, 0));
                 }

@@ -114,3 +114,22 @@ fn a_broken_connection_fails_every_waiting_caller() {
     assert_eq!(pipe.in_flight(), 0, "a caller was left waiting");
     assert!(start.elapsed() < Duration::from_secs(30));
 }
+
+#[test]
+fn a_request_refused_before_sending_fails_alone() {
+    let server = Server::start();
+    let conn = Conn::connect(&server.addr.to_string(), &server.secret, TIMEOUT).unwrap();
+    let pipe = Pipe::new(conn).ok().expect("pipe");
+    let huge = vec![0u8; MAX_DATA_BYTES as usize + 1];
+    let (r, _) = pipe.call(&Cred::root(), write_req(0, &huge), &huge, &mut []);
+    assert_eq!(r.err().map(|e| e.code), Some(ErrorCode::InvalidArgument));
+    assert!(
+        !pipe.is_broken(),
+        "one oversized request broke the connection"
+    );
+    let data = bytes(1, 1, 4096);
+    let mut back = vec![0u8; 4096];
+    let (r, _) = pipe.call(&Cred::root(), write_req(0, &data), &data, &mut back);
+    r.expect("the pipe still carries requests");
+    assert!(back == data);
+}

@@ -276,6 +276,7 @@ impl InodeIo {
     /// them first. Gathers that other threads make while this one waits are sent too:
     /// a gather completes only once sent, and its writer may have stopped writing.
     fn wait_overlapping(&self, lo: u64, hi: u64) {
+        self.send_gathers(|p| overlaps((p.lo, p.hi), lo, hi));
         loop {
             let c = {
                 let mut st = lock(&self.state);

@@ -356,6 +356,89 @@ fn cluster_down_gives_eio_in_time_and_the_mount_recovers() {
     assert_eq!(fs::read(m.p("after")).unwrap(), b"z");
 }
 
+/// 4 KiB writes through the mount (dd bs=4k, cp, stdio) reach the data servers gathered
+/// into large requests, not one request per write: 16 MiB in 4096 writes, fsynced and
+/// closed, costs at most 64 data-server requests (the writes, the fsync on each server,
+/// and the status calls counting them). The file reads back whole, in order, from
+/// another open.
+#[test]
+fn small_writes_reach_the_data_servers_coalesced() {
+    need_fuse!();
+    const BLOCK: usize = 4096;
+    const BLOCKS: usize = 4096;
+    let c = Cluster::up(2, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    // Each block names itself, so that reordered or lost blocks show.
+    let block = |i: usize| -> Vec<u8> {
+        (0..BLOCK)
+            .map(|j| (i.wrapping_mul(31) ^ j.wrapping_mul(7)) as u8)
+            .collect()
+    };
+    let before = c.status_sums("data", &["requests"])[0];
+    let mut f = fs::File::create(m.p("small")).unwrap();
+    for i in 0..BLOCKS {
+        f.write_all(&block(i)).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    let requests = c.status_sums("data", &["requests"])[0] - before;
+    eprintln!("{BLOCKS} writes of {BLOCK} bytes: {requests} data-server requests");
+    assert!(
+        requests <= 64,
+        "{requests} data-server requests for {BLOCKS} writes of {BLOCK} bytes"
+    );
+    let back = fs::read(m.p("small")).unwrap();
+    assert_eq!(back.len(), BLOCK * BLOCKS);
+    for (i, got) in back.chunks(BLOCK).enumerate() {
+        assert!(got == block(i), "block {i} differs");
+    }
+}
+
+/// Small writes (4 KiB, as dd, cp and stdio make them) are absorbed by write-behind and
+/// answered at once; an error sending them still reaches the program: at fsync, and at
+/// close (the kernel's FLUSH), as EIO. Here the servers stop between the writes and the
+/// fsync or close.
+#[test]
+fn small_writes_report_a_lost_cluster_at_fsync_and_at_close() {
+    use std::os::fd::IntoRawFd;
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let mut cfg = stripefs_rpc::ClusterConfig::load(&c.cluster_file()).unwrap();
+    cfg.timeout_ms = 2000;
+    let short = c.path().join("short.toml");
+    cfg.save(&short).unwrap();
+    let m = FuseMount::new(&short);
+    let block = vec![7u8; 4096];
+    let mut synced = fs::File::create(m.p("synced")).unwrap();
+    let mut closed = fs::File::create(m.p("closed")).unwrap();
+    for _ in 0..64 {
+        synced.write_all(&block).unwrap();
+        closed.write_all(&block).unwrap();
+    }
+    // Stopping the cluster runs a program: its exec closes the inherited descriptors,
+    // which flushes both files (a FLUSH per close, in any process). The block written
+    // after that is the one to report.
+    c.down();
+    synced.write_all(&block).unwrap();
+    closed.write_all(&block).unwrap();
+    let t = Instant::now();
+    let e = synced.sync_all().unwrap_err();
+    assert_eq!(errno_of(&e), libc::EIO, "fsync: {e}");
+    let fd = closed.into_raw_fd();
+    // SAFETY: `fd` is an open descriptor this test owns; it is closed once, here.
+    let rc = unsafe { libc::close(fd) };
+    let e = std::io::Error::last_os_error();
+    assert_eq!(rc, -1, "close after the cluster stopped succeeded");
+    assert_eq!(errno_of(&e), libc::EIO, "close: {e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t.elapsed()
+    );
+    drop(synced);
+    drop(m);
+}
+
 #[test]
 fn mount_daemon_returns_when_up_and_fails_clearly() {
     need_fuse!();

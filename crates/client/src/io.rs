@@ -135,12 +135,14 @@ impl State {
         );
     }
 
-    fn first_overlap(&self, lo: u64, hi: u64) -> Option<Completion<()>> {
+    /// The completion of the first pending write overlapping `[lo, hi)`, and whether it
+    /// is a gather not sent yet.
+    fn first_overlap(&self, lo: u64, hi: u64) -> Option<(Completion<()>, bool)> {
         let p = self
             .pending
             .iter()
             .find(|p| overlaps((p.lo, p.hi), lo, hi))?;
-        Some(p.done.clone())
+        Some((p.done.clone(), p.gather.is_some()))
     }
 
     fn drop_cells(&mut self, keep: impl Fn(&Cell) -> bool) {
@@ -270,6 +272,9 @@ impl InodeIo {
         }
     }
 
+    /// Waits for every pending write overlapping `[lo, hi)`, sending the gathers among
+    /// them first. Gathers that other threads make while this one waits are sent too:
+    /// a gather completes only once sent, and its writer may have stopped writing.
     fn wait_overlapping(&self, lo: u64, hi: u64) {
         self.send_gathers(|p| overlaps((p.lo, p.hi), lo, hi));
         loop {
@@ -277,11 +282,17 @@ impl InodeIo {
                 let mut st = lock(&self.state);
                 st.reap();
                 match st.first_overlap(lo, hi) {
-                    Some(c) => c,
+                    Some((_, true)) => None,
+                    Some((c, false)) => Some(c),
                     None => return,
                 }
             };
-            let _ = c.wait();
+            match c {
+                Some(c) => {
+                    let _ = c.wait();
+                }
+                None => self.send_gathers(|p| overlaps((p.lo, p.hi), lo, hi)),
+            }
         }
     }
 

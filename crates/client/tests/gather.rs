@@ -163,3 +163,61 @@ fn list_reads_equal_extent_by_extent_reads() {
     assert!(f.read_list(&[(0, 10)], &mut [0u8; 9]).is_err());
     f.close().unwrap();
 }
+
+/// An fsync while another thread of the process writes small pieces to the same handle
+/// (a logger and its syncer) returns once the writer stops: the pieces gathered while it
+/// waited are sent too. It used to wait for ever on the writer's last gather, which
+/// nothing sent any more (found through the mount, with the kernel's writeback cache).
+#[test]
+fn fsync_during_concurrent_small_writes_returns() {
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant};
+    let cl = Cluster::with(2, 1, 1 << 20);
+    let c = cl.client();
+    let f = Arc::new(
+        c.open(
+            "/logger",
+            &OpenOptions::create_truncate()
+                .read(true)
+                .layout(hint(1 << 20, 2)),
+        )
+        .unwrap(),
+    );
+    let block = pattern(seed("fsync_during_concurrent_small_writes_returns"), 4096);
+    let writer = {
+        let (f, block) = (f.clone(), block.clone());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let mut at = 0u64;
+            while t.elapsed() < Duration::from_millis(400) {
+                f.write_at(at, &block).unwrap();
+                at += 4096;
+            }
+            at
+        })
+    };
+    let (tx, rx) = mpsc::channel();
+    {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let mut n = 0;
+            while t.elapsed() < Duration::from_millis(600) {
+                f.fsync().unwrap();
+                n += 1;
+            }
+            let _ = tx.send(n);
+        });
+    }
+    let end = writer.join().unwrap();
+    let fsyncs = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("an fsync during concurrent small writes did not return");
+    assert!(fsyncs > 0);
+    let mut got = vec![0u8; end as usize];
+    assert_eq!(f.read_at(0, &mut got).unwrap(), end as usize);
+    for (i, piece) in got.chunks(4096).enumerate() {
+        assert!(piece == &block[..], "piece {i} reads back wrong");
+    }
+    Arc::try_unwrap(f).ok().unwrap().close().unwrap();
+}

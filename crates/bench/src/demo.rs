@@ -727,14 +727,7 @@ fn wan(ctx: &Ctx) -> Section {
          1 and 8 connections (streams) per data server, each carrying up to 4 requests at \
          once (pipeline 4, as cluster up --wan's client file says), without compression and \
          with --compress auto.",
-        shell_words(
-            &["stripefs", "bench", "wan"]
-                .iter()
-                .map(|w| w.to_string())
-                .chain(argv.iter().cloned())
-                .collect::<Vec<_>>(),
-        )
-        .replace(&ctx.report.display().to_string(), "R"),
+        bench_command(ctx, "wan", &argv),
         &out,
     );
     if let Ok(v) = &out.0 {
@@ -778,6 +771,16 @@ fn wan(ctx: &Ctx) -> Section {
     s
 }
 
+/// `stripefs bench NAME ARGV` as a shell line, the report directory shown as R.
+fn bench_command(ctx: &Ctx, name: &str, argv: &[String]) -> String {
+    let words: Vec<String> = ["stripefs", "bench", name]
+        .iter()
+        .map(|w| w.to_string())
+        .chain(argv.iter().cloned())
+        .collect();
+    shell_words(&words).replace(&ctx.report.display().to_string(), "R")
+}
+
 fn tls(ctx: &Ctx) -> Section {
     let argv: Vec<String> = [
         "--servers",
@@ -803,14 +806,7 @@ fn tls(ctx: &Ctx) -> Section {
          (every byte over a connection) writes and reads back the file with TLS and \
          without, alternating, three rounds; medians. Plain reads go by sendfile, TLS ones \
          through the cipher.",
-        shell_words(
-            &["stripefs", "bench", "tls"]
-                .iter()
-                .map(|w| w.to_string())
-                .chain(argv.iter().cloned())
-                .collect::<Vec<_>>(),
-        )
-        .replace(&ctx.report.display().to_string(), "R"),
+        bench_command(ctx, "tls", &argv),
         &out,
     );
     if let Ok(v) = &out.0 {

@@ -158,24 +158,14 @@ impl ClusterGuard {
         hosts: Option<HostsNet>,
         exe: &Path,
     ) -> Result<ClusterGuard> {
-        ClusterGuard::launch(
-            dir,
-            stripefs_launch::UpOptions {
-                dir: PathBuf::new(),
-                servers,
-                targets,
-                throttle_bytes_s,
-                hosts: hosts.map(|h| h.hosts),
-                host_net_bytes_s: hosts.and_then(|h| h.host_net_bytes_s),
-                defaults: stripefs_rpc::Defaults::default(),
-                host: "127.0.0.1".into(),
-                exe: exe.to_path_buf(),
-                no_zero_copy: false,
-                wan: None,
-                tls: false,
-                require_tls: false,
-            },
-        )
+        let opts = stripefs_launch::UpOptions {
+            targets,
+            throttle_bytes_s,
+            hosts: hosts.map(|h| h.hosts),
+            host_net_bytes_s: hosts.and_then(|h| h.host_net_bytes_s),
+            ..one_target_each(servers, exe)
+        };
+        ClusterGuard::launch(dir, opts)
     }
 
     /// Starts `servers` data servers (one target each) with a cluster CA and a server

@@ -161,6 +161,25 @@ fn up(a: UpArgs) -> Result<()> {
             }
         );
     }
+    if up.restarted && (a.tls || a.require_tls) {
+        // TLS is part of the cluster file, made with the cluster; a restart keeps it.
+        let has = stripefs_rpc::ClusterConfig::load(&up.cluster_file)
+            .map(|c| (c.tls.cert.is_some(), c.tls.require))
+            .unwrap_or((false, false));
+        if !has.0 || (a.require_tls && !has.1) {
+            eprintln!(
+                "note: {} was made {}; restarted it as it was (TLS is set when a cluster \
+                 is made: `cluster down` and a new directory, or edit tls_* and require_tls \
+                 in its cluster.toml)",
+                up.cluster_file.display(),
+                match has {
+                    (true, true) => "with TLS required",
+                    (true, false) => "with TLS accepted, not required",
+                    _ => "without TLS",
+                }
+            );
+        }
+    }
     if a.no_zero_copy && up.already_running > 0 {
         eprintln!(
             "note: {} servers were already running and keep their read path; \

@@ -752,7 +752,8 @@ impl InodeIo {
                     unit,
                     ranges: ranges.iter().map(|&(o, l)| (o, l as u32)).collect(),
                 };
-                let r = pool.call(&cred, req, &[], &mut buf).and_then(|(resp, got)| {
+                let r = checksum_retried(&mut buf, |buf| {
+                    let (resp, got) = pool.call(&cred, req.clone(), &[], buf)?;
                     let Response::ReadData { crcs } = resp else {
                         return Err(unexpected(&pool, "ReadList", &resp));
                     };
@@ -768,6 +769,7 @@ impl InodeIo {
                     }
                     let mut out = Vec::with_capacity(ranges.len());
                     let (mut at, mut ci) = (0usize, 0usize);
+                    let buf = &*buf;
                     for &(local, len) in &ranges {
                         let (n, blocks) = (len as usize, (len / BLOCK_BYTES as u64) as usize);
                         let bytes = &buf[at..at + n];
@@ -984,7 +986,9 @@ impl InodeIo {
             .exec
             .submit(self.places[place as usize], move || {
                 let mut buf = vec![0u8; len as usize];
-                if let Some(sc) = pool.local.as_ref().filter(|l| l.usable()) {
+                let worth =
+                    |l: &&crate::local::ShortCircuit| l.usable() && l.worth(fid.0, buf.len());
+                if let Some(sc) = pool.local.as_ref().filter(worth) {
                     if sc.read(fid.0, unit, local, &mut buf) {
                         p.fulfil(Ok(Arc::new(buf)));
                         return;
@@ -996,14 +1000,14 @@ impl InodeIo {
                     offset: local,
                     len: len as u32,
                 };
-                let r = pool
-                    .call(&cred, req, &[], &mut buf)
-                    .and_then(|(resp, got)| match resp {
-                        Response::ReadData { crcs } => {
+                let r = checksum_retried(&mut buf, |buf| {
+                    match pool.call(&cred, req.clone(), &[], buf)? {
+                        (Response::ReadData { crcs }, got) => {
                             verify(&crcs, &buf[..got], local, &pool, &geo, place, &what)
                         }
-                        other => Err(unexpected(&pool, "Read", &other)),
-                    });
+                        (other, _) => Err(unexpected(&pool, "Read", &other)),
+                    }
+                });
                 // Bytes past what the server returned are holes or lie past its object's end:
                 // zeros, which `buf` already holds.
                 p.fulfil(r.map(|()| Arc::new(buf)).map_err(|e| {
@@ -1282,6 +1286,30 @@ pub(crate) fn call_servers<T: Clone + Send + 'static>(
 
 /// Checks each returned block against the CRC the server stored for it. A short last
 /// block is checksummed as stored: padded with zeros to a full block.
+/// Extra tries of a read through a server whose bytes fail their checksums.
+const CHECKSUM_RETRIES: usize = 2;
+
+/// Runs a read through a server into `buf` (zeroed before each try), again when its bytes
+/// fail their checksums: data servers send stored bytes with sendfile, and a block
+/// rewritten by another client while its pages are still on their way is caught here as
+/// a mismatch (never passed on). A mismatch that stays is damage, and is reported.
+fn checksum_retried<T>(
+    buf: &mut [u8],
+    mut read: impl FnMut(&mut [u8]) -> Result<T, WireError>,
+) -> Result<T, WireError> {
+    let mut tries = 0;
+    loop {
+        match read(buf) {
+            Err(e) if e.code == ErrorCode::Checksum && tries < CHECKSUM_RETRIES => {
+                tries += 1;
+                tracing::debug!("{e}; reading again ({tries} of {CHECKSUM_RETRIES})");
+                buf.fill(0);
+            }
+            r => return r,
+        }
+    }
+}
+
 fn verify(
     crcs: &[u32],
     data: &[u8],

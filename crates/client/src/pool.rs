@@ -379,9 +379,8 @@ impl ServerPool {
         let (r, wire) = pipe.call(cred, req, data, recv);
         self.count_wire((0, 0), wire);
         // A transport failure (the pipe broke), not a server's answer.
-        let stale = reused
-            && pipe.is_broken()
-            && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
+        let stale =
+            reused && pipe.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
         let unhandled = matches!(&r, Err(e) if e.code == ErrorCode::ConnectionClosed);
         if unhandled || (stale && idempotent(&again)) {
             let (pipe, _) = self.pick_pipe(true)?;

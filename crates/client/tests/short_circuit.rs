@@ -181,3 +181,43 @@ fn reads_racing_rewrites_see_whole_blocks() {
         "{reads} reads, {direct} bytes direct"
     );
 }
+
+/// A small read of an object whose descriptors the client does not hold goes through
+/// the server (asking for descriptors costs more than the read: small files); a large
+/// read asks for them, and from then on small reads of that object go direct too.
+#[test]
+fn small_reads_of_new_objects_go_through_the_server() {
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let w = client(&cfg);
+    w.write_file("/small", &pattern(21, 3901), 0o644).unwrap();
+    let big = pattern(22, 1 << 20);
+    w.write_file("/big", &big, 0o644).unwrap();
+
+    let r = client(&cfg);
+    let opens = cl.data[0].local_opens();
+    let before = r.traffic();
+    assert!(r.read_file("/small").unwrap() == pattern(21, 3901));
+    let t = r.traffic().since(&before);
+    assert_eq!(t.direct_read, 0, "{t:?}");
+    assert!(t.local_read >= 3901, "{t:?}");
+    assert_eq!(
+        cl.data[0].local_opens(),
+        opens,
+        "descriptors asked for a small read"
+    );
+
+    let before = r.traffic();
+    assert!(r.read_file("/big").unwrap() == big);
+    let t = r.traffic().since(&before);
+    assert!(t.direct_read >= 1 << 20, "{t:?}");
+
+    // The big file's descriptors are held now: a small read of it goes direct.
+    let f = r.open("/big", &OpenOptions::read_only()).unwrap();
+    let before = r.traffic();
+    let mut buf = vec![0u8; 5000];
+    assert_eq!(f.read_at(300_000, &mut buf).unwrap(), 5000);
+    assert!(buf[..] == big[300_000..305_000]);
+    let t = r.traffic().since(&before);
+    assert!(t.direct_read > 0 && t.local_read == 0, "{t:?}");
+}

@@ -986,9 +986,7 @@ impl InodeIo {
             .exec
             .submit(self.places[place as usize], move || {
                 let mut buf = vec![0u8; len as usize];
-                let worth =
-                    |l: &&crate::local::ShortCircuit| l.usable() && l.worth(fid.0, buf.len());
-                if let Some(sc) = pool.local.as_ref().filter(worth) {
+                if let Some(sc) = pool.local.as_ref().filter(|l| l.usable()) {
                     if sc.read(fid.0, unit, local, &mut buf) {
                         p.fulfil(Ok(Arc::new(buf)));
                         return;

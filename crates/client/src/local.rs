@@ -24,13 +24,6 @@ use stripefs_wire::{padded_block_crc, BLOCK_BYTES};
 
 /// Objects whose descriptors a client keeps per server.
 const MAX_CACHED_OBJECTS: usize = 256;
-/// Smallest read of an object whose descriptors are not held yet that asks for them.
-/// Getting them costs a round trip on the socket and the server two opens per target
-/// (about 0.3 ms measured, against 0.07 ms for a 4 KiB read through the server on
-/// loopback), so a small read of a new object (small files) goes through the server;
-/// from about this size on the direct path wins, and once held the descriptors serve
-/// reads of any size.
-pub const MIN_OPENING_READ_BYTES: usize = 256 << 10;
 const BLOCK: u64 = BLOCK_BYTES as u64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -73,13 +66,6 @@ impl ShortCircuit {
     /// Whether a read should try this path.
     pub fn usable(&self) -> bool {
         self.enabled.load(Ordering::Relaxed) && !self.refused.load(Ordering::Relaxed)
-    }
-
-    /// Whether a read of `len` bytes of `fid` is worth this path: its descriptors are
-    /// held, or the read is large enough to pay for asking
-    /// ([`MIN_OPENING_READ_BYTES`]).
-    pub fn worth(&self, fid: u64, len: usize) -> bool {
-        len >= MIN_OPENING_READ_BYTES || lock(&self.cache).contains_key(&fid)
     }
 
     /// Asks the server for `fid`'s descriptors (one reconnect on a broken connection).

@@ -837,7 +837,14 @@ impl InodeIo {
                 Err(e) => {
                     // A failed cell must not stay cached, or every retry would fail too.
                     lock(&self.state).drop_cells(|c| !matches!(c.data.try_get(), Some(Err(_))));
-                    return Err(e);
+                    // A damaged block elsewhere in a cell (a whole stretch read for the
+                    // cache) must not fail a read of other bytes: read just this read's
+                    // blocks; their own damage is still an error.
+                    if e.code != ErrorCode::Checksum {
+                        return Err(e);
+                    }
+                    let own = self.submit_read(cred, chunk.place, chunk.local, chunk.len);
+                    out.push((chunk, chunk.local, own.wait()?));
                 }
             }
         }

@@ -50,6 +50,44 @@ fn corrupt_object_is_a_checksum_error() {
     assert_eq!(buf[..], data[8192..16384]);
 }
 
+/// A damaged block fails the reads that need it, not sequential reads of other bytes
+/// near it (which read whole stretches ahead for their cache).
+#[test]
+fn a_damaged_block_fails_only_reads_that_need_it() {
+    let cl = Cluster::start();
+    let c = cl.client();
+    let data = pattern(4, 1 << 20);
+    let f = c
+        .open(
+            "/near",
+            &OpenOptions::create_truncate().layout(hint(1 << 20, 1)),
+        )
+        .unwrap();
+    f.write_at(0, &data).unwrap();
+    f.fsync().unwrap();
+    let (ino, server) = (f.ino(), f.layout().servers[0].0 as usize);
+    f.close().unwrap();
+    let (path, _) = cl.object_paths(server, 0, ino);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[600_000] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let f = c.open("/near", &OpenOptions::new()).unwrap();
+    f.advise_sequential(0, data.len() as u64);
+    let mut buf = vec![0u8; 100_000];
+    for at in [0u64, 100_000, 200_000, 300_000, 400_000] {
+        assert_eq!(f.read_at(at, &mut buf).unwrap(), 100_000, "at {at}");
+        assert!(
+            buf[..] == data[at as usize..at as usize + 100_000],
+            "at {at}"
+        );
+    }
+    let err = f.read_at(550_000, &mut buf).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Checksum, "{err}");
+    assert_eq!(f.read_at(700_000, &mut buf).unwrap(), 100_000);
+    assert!(buf[..] == data[700_000..800_000]);
+}
+
 /// A stopped data server fails the reads that need it, quickly and by name; files on
 /// other servers keep working.
 #[test]

@@ -51,7 +51,9 @@ struct Gather {
 
 /// A request of a read: the chunk, the local offset its buffer starts at (a cell may
 /// start before the chunk), and the buffer to come.
-type ReadPart = (Chunk, u64, Completion<Arc<Vec<u8>>>);
+/// A chunk of a read, the local offset its read starts at, the read, and whether that is
+/// a cell (a stretch read for the cache, larger than the chunk).
+type ReadPart = (Chunk, u64, Completion<Arc<Vec<u8>>>, bool);
 /// A chunk of a read, the local offset its buffer starts at, and the buffer.
 type Fetched = (Chunk, u64, Arc<Vec<u8>>);
 
@@ -831,7 +833,7 @@ impl InodeIo {
         self.wait_overlapping(offset, end);
         let parts = self.plan_read(cred, offset, n, size, sequential);
         let mut out = Vec::with_capacity(parts.len());
-        for (chunk, base, done) in parts {
+        for (chunk, base, done, cell) in parts {
             match done.wait() {
                 Ok(d) => out.push((chunk, base, d)),
                 Err(e) => {
@@ -840,7 +842,7 @@ impl InodeIo {
                     // A damaged block elsewhere in a cell (a whole stretch read for the
                     // cache) must not fail a read of other bytes: read just this read's
                     // blocks; their own damage is still an error.
-                    if e.code != ErrorCode::Checksum {
+                    if e.code != ErrorCode::Checksum || !cell {
                         return Err(e);
                     }
                     let own = self.submit_read(cred, chunk.place, chunk.local, chunk.len);
@@ -892,7 +894,7 @@ impl InodeIo {
                 .get(&key)
                 .filter(|c| c.local <= chunk.local && chunk.local + chunk.len <= c.local + c.len);
             if let Some(c) = cached {
-                parts.push((chunk, c.local, c.data.clone()));
+                parts.push((chunk, c.local, c.data.clone(), true));
                 continue;
             }
             let span = self.geo.cell_span(chunk.place, idx);
@@ -903,12 +905,13 @@ impl InodeIo {
             match cell {
                 Some((lo, len)) if lo <= chunk.local && chunk.local + chunk.len <= lo + len => {
                     let data = self.insert_cell(&mut st, cred, key, lo, len);
-                    parts.push((chunk, lo, data));
+                    parts.push((chunk, lo, data, true));
                 }
                 _ => parts.push((
                     chunk,
                     chunk.local,
                     self.submit_read(cred, chunk.place, chunk.local, chunk.len),
+                    false,
                 )),
             }
         }

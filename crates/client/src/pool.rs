@@ -289,11 +289,11 @@ impl ServerPool {
         }
     }
 
-    /// Adds what a connection moved on the wire between two of its readings.
-    fn count_wire(&self, before: (u64, u64), after: (u64, u64)) {
+    /// Adds what a call moved on the wire, (sent, received).
+    fn count_wire(&self, (sent, got): (u64, u64)) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.wire_sent.fetch_add(after.0 - before.0, Relaxed);
-        self.wire_received.fetch_add(after.1 - before.1, Relaxed);
+        self.wire_sent.fetch_add(sent, Relaxed);
+        self.wire_received.fetch_add(got, Relaxed);
     }
 
     /// A pool whose requests travel over `via` rather than TCP.
@@ -340,7 +340,7 @@ impl ServerPool {
         let (mut conn, reused) = self.checkout()?;
         let before = conn.wire_data_bytes();
         let r = conn.call(cred, req, data, recv);
-        self.count_wire(before, conn.wire_data_bytes());
+        self.count_wire(wire_since(before, &conn));
         let stale =
             reused && conn.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
         // The server closed the connection before handling the request: safe to resend.
@@ -357,7 +357,7 @@ impl ServerPool {
             let r = conn
                 .defer_frames(&carried)
                 .and_then(|()| conn.call(cred, again, data, recv));
-            self.count_wire(before, conn.wire_data_bytes());
+            self.count_wire(wire_since(before, &conn));
             self.checkin(conn);
             return r;
         }
@@ -377,7 +377,7 @@ impl ServerPool {
         let again = req.clone();
         let (pipe, reused) = self.pick_pipe(false)?;
         let (r, wire) = pipe.call(cred, req, data, recv);
-        self.count_wire((0, 0), wire);
+        self.count_wire(wire);
         // A transport failure (the pipe broke), not a server's answer.
         let stale =
             reused && pipe.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
@@ -385,7 +385,7 @@ impl ServerPool {
         if unhandled || (stale && idempotent(&again)) {
             let (pipe, _) = self.pick_pipe(true)?;
             let (r, wire) = pipe.call(cred, again, data, recv);
-            self.count_wire((0, 0), wire);
+            self.count_wire(wire);
             return r;
         }
         r
@@ -750,6 +750,12 @@ fn send_unsent<'a>(
 }
 
 /// Requests that do the same thing when sent twice.
+/// What `conn` moved on the wire since it said `before`.
+fn wire_since(before: (u64, u64), conn: &Conn) -> (u64, u64) {
+    let now = conn.wire_data_bytes();
+    (now.0 - before.0, now.1 - before.1)
+}
+
 /// Requests whose data goes one way only, which a pipelined connection carries.
 fn bulk(req: &Request) -> bool {
     matches!(

@@ -77,12 +77,7 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
     )?;
     let host = cfg.host_id(Role::Data)?;
     service.set_host(host.clone());
-    service.set_token_checker(tokens::TokenChecker::new(
-        cfg.cluster.meta_addr.clone(),
-        cfg.cluster.secret.clone(),
-        std::time::Duration::from_millis(cfg.cluster.timeout_ms),
-        cfg.cluster.tls.client.clone(),
-    ));
+    service.set_token_checker(tokens::TokenChecker::new(cfg.cluster.clone()));
     if let Some(rate) = cfg.host_net_bytes_s {
         service.set_host_net(host.clone(), rate)?;
     }

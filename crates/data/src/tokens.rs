@@ -7,9 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use stripefs_rpc::tls::TlsClient;
 use stripefs_rpc::token::Token;
-use stripefs_rpc::{Conn, Secret};
+use stripefs_rpc::{ClusterConfig, Conn};
 use stripefs_wire::{Cred, ErrorCode, InodeId, Request, WireError};
 
 /// How long an answer of the metadata server is trusted.
@@ -20,11 +19,8 @@ const MAX_IDLE_CONNS: usize = 8;
 const MAX_ANSWERS: usize = 1 << 16;
 
 pub struct TokenChecker {
-    meta_addr: String,
-    secret: Secret,
-    timeout: Duration,
-    /// TLS to the metadata server, when the cluster file has `tls_ca`.
-    tls: Option<TlsClient>,
+    /// The cluster file: the metadata server's address, the secret, TLS, the timeout.
+    cluster: ClusterConfig,
     /// Idle connections to the metadata server (at most [`MAX_IDLE_CONNS`]).
     conns: Mutex<Vec<Conn>>,
     /// (token id, fid, write) -> when the metadata server allowed it.
@@ -32,17 +28,9 @@ pub struct TokenChecker {
 }
 
 impl TokenChecker {
-    pub fn new(
-        meta_addr: String,
-        secret: Secret,
-        timeout: Duration,
-        tls: Option<TlsClient>,
-    ) -> TokenChecker {
+    pub fn new(cluster: ClusterConfig) -> TokenChecker {
         TokenChecker {
-            meta_addr,
-            secret,
-            timeout,
-            tls,
+            cluster,
             conns: Mutex::new(Vec::new()),
             allowed: Mutex::default(),
         }
@@ -100,18 +88,14 @@ impl TokenChecker {
     }
 
     fn connect(&self) -> Result<Conn, WireError> {
-        Conn::connect_with(
-            &self.meta_addr,
-            &self.secret,
-            None,
-            self.timeout,
-            self.tls.as_ref(),
-        )
-        .map_err(|e| {
-            WireError::new(
-                ErrorCode::Unreachable,
-                format!("cannot check the token with the metadata server: {e}"),
-            )
-        })
+        let timeout = Duration::from_millis(self.cluster.timeout_ms);
+        self.cluster
+            .connect(&self.cluster.meta_addr, timeout)
+            .map_err(|e| {
+                WireError::new(
+                    ErrorCode::Unreachable,
+                    format!("cannot check the token with the metadata server: {e}"),
+                )
+            })
     }
 }

@@ -317,7 +317,7 @@ impl ClusterConfig {
             _ => PathBuf::from(p),
         };
         let ca = raw.tls_ca.map(|c| {
-            if c.trim_start().starts_with("-----BEGIN") {
+            if crate::tls::is_pem_text(&c) {
                 c
             } else {
                 at(c).display().to_string()

@@ -136,7 +136,12 @@ impl Conn {
                 WireError::new(ErrorCode::Unreachable, format!("server {addr}: {why}"))
             })?,
         };
-        let conn = Conn {
+        Ok(Conn::over(stream, addr, Codec::Off))
+    }
+
+    /// A connection on `stream` with nothing sent or received yet.
+    fn over(stream: Stream, addr: &str, codec: Codec) -> Conn {
+        Conn {
             stream,
             addr: addr.to_string(),
             next_id: 1,
@@ -144,12 +149,11 @@ impl Conn {
             body_buf: Vec::new(),
             outbox: Vec::new(),
             sent_deferred: Vec::new(),
-            codec: Codec::Off,
+            codec,
             packed_buf: Vec::new(),
             wire_sent: 0,
             wire_received: 0,
-        };
-        Ok(conn)
+        }
     }
 
     /// The handshake: `hello` (Hello or TokenHello, carrying the client nonce), the
@@ -630,19 +634,7 @@ impl Pipe {
             Ok(s) => s,
             Err(_) => return Err(Box::new(conn)),
         };
-        let rx = Conn {
-            stream: Stream::Plain(rx_stream),
-            addr: conn.addr.clone(),
-            next_id: 0,
-            broken: false,
-            body_buf: Vec::new(),
-            outbox: Vec::new(),
-            sent_deferred: Vec::new(),
-            codec: conn.codec,
-            packed_buf: Vec::new(),
-            wire_sent: 0,
-            wire_received: 0,
-        };
+        let rx = Conn::over(Stream::Plain(rx_stream), &conn.addr, conn.codec);
         Ok(Pipe {
             tx: std::sync::Mutex::new(conn),
             rx: std::sync::Mutex::new(rx),

@@ -371,9 +371,14 @@ impl TlsSettings {
     }
 }
 
+/// Whether a `tls_ca` value is PEM text itself rather than a file's path.
+pub fn is_pem_text(ca: &str) -> bool {
+    ca.trim_start().starts_with("-----BEGIN")
+}
+
 /// `tls_ca`'s PEM: the value itself when it is PEM text, else the file it names.
 fn ca_pem(ca: &str) -> Result<Vec<u8>, String> {
-    if ca.trim_start().starts_with("-----BEGIN") {
+    if is_pem_text(ca) {
         return Ok(ca.as_bytes().to_vec());
     }
     std::fs::read(ca).map_err(|e| format!("cannot read tls_ca {ca}: {e}"))

@@ -237,3 +237,49 @@ fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records()
         "an fsynced record lies past the size"
     );
 }
+
+/// The exact crash window of a shared partial block: record 0 is fsynced; record 1
+/// rewrites the rest of record 0's last block, and the data server aborts (as kill -9
+/// would: its page cache survives) after that block's new bytes reached the file and
+/// before its new checksum did (`STRIPEFS_FAULT_ABORT_MID_RMW`). After a restart,
+/// record 0 reads back whole, and record 1 reads as written, as never written, or as
+/// a checksum error: never as other bytes.
+#[test]
+fn data_server_dying_mid_read_modify_write_keeps_the_fsynced_neighbour() {
+    let c = Cluster::up_with_env(
+        "stripefs-test-",
+        1,
+        1,
+        &[],
+        &[("STRIPEFS_FAULT_ABORT_MID_RMW", "1")],
+    );
+    let cl = client(&c);
+    let f = cl.open("/f", &OpenOptions::create_new(0o644)).unwrap();
+    let rec0: Vec<u8> = (0..5000).map(|i| record_byte(0, i)).collect();
+    f.write_at(0, &rec0).unwrap();
+    f.fsync().unwrap();
+    let rec1: Vec<u8> = (0..4000).map(|i| record_byte(1, i)).collect();
+    let r = f.write_at(5000, &rec1).and_then(|_| f.fsync());
+    assert!(r.is_err(), "the data server was to abort in that write");
+    let _ = f.close();
+    drop(cl);
+    c.restart();
+
+    let cl = client(&c);
+    let f = cl.open("/f", &OpenOptions::read_only()).unwrap();
+    let mut got = vec![0u8; 5000];
+    assert_eq!(f.read_at(0, &mut got).unwrap(), 5000);
+    assert!(got == rec0, "the fsynced record changed after the crash");
+    let mut got = vec![0u8; 4000];
+    match f.read_at(5000, &mut got) {
+        Ok(n) => {
+            for (i, &b) in got[..n].iter().enumerate() {
+                assert!(
+                    b == rec1[i] || b == 0,
+                    "byte {i} of the unacknowledged record is {b}"
+                );
+            }
+        }
+        Err(e) => assert_eq!(e.code, stripefs_client::ErrorCode::Checksum, "{e:?}"),
+    }
+}

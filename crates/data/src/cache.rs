@@ -2,18 +2,22 @@
 //! a close each. Bounded by [`MAX_OPEN_OBJECTS`]; the least recently used is closed first
 //! (an evicted handle still in use stays open until its last user drops it).
 
+use crate::intent::IntentLog;
 use crate::store::ObjectFile;
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Most objects (each a data file and a checksum sidecar, so two descriptors) kept open.
+/// Most objects (each a data file and a checksum sidecar, so two descriptors, and a third
+/// once the object has logged an intent) kept open.
 pub const MAX_OPEN_OBJECTS: usize = 1024;
 
-/// One object on one target: its data file and its checksum sidecar.
+/// One object on one target: its data file, its checksum sidecar and its log of
+/// intents (`intent.rs`).
 pub struct Object {
     pub data: Arc<dyn ObjectFile>,
     pub crcs: Arc<dyn ObjectFile>,
+    pub intents: IntentLog,
 }
 
 /// Target index and file id.

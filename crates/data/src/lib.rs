@@ -21,6 +21,7 @@
 mod cache;
 mod clock;
 mod hostnet;
+mod intent;
 mod local;
 mod locks;
 mod memstore;

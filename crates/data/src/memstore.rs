@@ -272,6 +272,15 @@ impl ObjectFile for MemFile {
         Ok(lock(&self.state).data.len() as u64)
     }
 
+    fn append(&self, buf: &[u8]) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        let at = st.data.len() as u64;
+        if let Some(e) = self.faults.injected() {
+            return Err(e);
+        }
+        self.put_within_space(&mut st, buf, at)
+    }
+
     /// Never fails for lack of space, as a sparse extension would not.
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = lock(&self.state);

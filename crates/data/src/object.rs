@@ -37,6 +37,10 @@ pub struct Ctx<'a> {
     pub target: &'a Path,
     /// A known-broken rule swapped in for the simulator's checker to catch.
     pub canary: Option<Canary>,
+    /// Fault injection for tests (`STRIPEFS_FAULT_ABORT_MID_RMW`): counts down the
+    /// read-modify-writes of written blocks; the one that takes it to zero aborts the
+    /// process after its data reached the file and before its checksum did.
+    pub abort_mid_rmw: Option<&'a std::sync::atomic::AtomicU64>,
 }
 
 impl Ctx<'_> {
@@ -82,6 +86,8 @@ struct Partial {
     written: bool,
     /// The byte range of `buf` to write out, set by `apply`.
     dirty: (usize, usize),
+    /// The block's CRC after `apply`.
+    crc: u32,
 }
 
 impl Partial {
@@ -110,6 +116,7 @@ impl Partial {
             on_disk,
             written: stored.is_some(),
             dirty: (0, 0),
+            crc: 0,
         })
     }
 
@@ -124,7 +131,21 @@ impl Partial {
         } else {
             (0, end.max(self.on_disk))
         };
-        crc32c(&self.buf)
+        self.crc = crc32c(&self.buf);
+        self.crc
+    }
+
+    /// Before the block's bytes change in place: if it holds written bytes (of other
+    /// writes, perhaps acknowledged by an fsync), notes the new checksum in the intent
+    /// log, so that a server dying between the data and the checksum leaves a block
+    /// that reads (`replay_intents`). A hole has nothing to lose: it stays a hole.
+    fn note_intent(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
+        if !self.written || c.canary == Some(Canary::ChecksumBeforeData) {
+            return Ok(());
+        }
+        obj.intents
+            .note(self.block, self.crc, BLOCK)
+            .map_err(|e| c.io(&format!("logging the rewrite of block {}", self.block), &e))
     }
 
     /// Writes the bytes `apply` changed.
@@ -142,6 +163,7 @@ impl Partial {
     /// Puts `bytes` at `at` in the block, writes what changed and returns the new CRC.
     fn store(&mut self, c: &Ctx, obj: &Object, at: usize, bytes: &[u8]) -> Result<u32, WireError> {
         let crc = self.apply(at, bytes);
+        self.note_intent(c, obj)?;
         self.flush(c, obj)?;
         Ok(crc)
     }
@@ -196,6 +218,9 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
         .map_err(|e| c.io("reading the object length", &e))?;
     if off < size {
         reserve(c, obj, first, off + len, nblocks as u64)?;
+    }
+    for p in [head.as_ref(), tail.as_ref()].into_iter().flatten() {
+        p.note_intent(c, obj)?;
     }
     let mid = (
         if head_partial { head_len } else { 0 },
@@ -271,6 +296,17 @@ impl WriteParts<'_> {
         start_writeback_behind(obj, self.off, self.data.len() as u64);
         if let Some(p) = self.tail {
             p.flush(c, obj)?;
+        }
+        if let Some(countdown) = c.abort_mid_rmw {
+            let rmw = [self.head, self.tail]
+                .into_iter()
+                .flatten()
+                .any(|p| p.written);
+            if rmw && countdown.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                eprintln!("STRIPEFS_FAULT_ABORT_MID_RMW: dying between data and checksum");
+                // SAFETY: kill(2) on this process: it dies as with kill -9.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
         }
         self.write_entries(c, obj)
     }
@@ -569,7 +605,9 @@ pub fn truncate(c: &Ctx, obj: &Object, new_len: u64) -> Result<(), WireError> {
         let mut p = Partial::load(c, obj, block)?;
         if p.written {
             p.buf[keep..].fill(0);
-            cut_crc = Some(crc32c(&p.buf));
+            p.crc = crc32c(&p.buf);
+            p.note_intent(c, obj)?;
+            cut_crc = Some(p.crc);
         }
     }
     obj.data
@@ -741,6 +779,63 @@ pub fn seek(c: &Ctx, obj: &Object, off: u64, hole: bool) -> Result<Option<u64>, 
         block += n;
     }
     Ok(hole.then(|| off.max(block * BLOCK)))
+}
+
+/// After the object's files are opened: gives each block named by an intent in `log`
+/// (the log file's bytes) the intended checksum, if its bytes now match that checksum
+/// and not the stored one (a server died between the data and the checksum of a
+/// read-modify-write). Blocks past the data file's end are left alone. Returns how many
+/// blocks were repaired; the caller holds the object's range lock or has the only
+/// handle.
+pub fn replay_intents(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError> {
+    let decoded = crate::intent::decode(log, BLOCK);
+    if decoded.skipped > 0 {
+        tracing::warn!(
+            "data server {}: {} on target {}: {} torn or unknown intent records skipped",
+            c.server.0,
+            c.fid,
+            c.target.display(),
+            decoded.skipped
+        );
+    }
+    let size = obj
+        .data
+        .size_bytes()
+        .map_err(|e| c.io("reading the object length", &e))?;
+    // Per block, every checksum it was meant to get.
+    let mut intended: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
+    for i in &decoded.intents {
+        intended.entry(i.block).or_default().push(i.crc);
+    }
+    let mut repaired = 0;
+    for (block, crcs) in intended {
+        if block * BLOCK >= size {
+            continue;
+        }
+        let mut buf = [0u8; BLOCK_USIZE];
+        obj.data
+            .read_at(&mut buf, block * BLOCK)
+            .map_err(|e| c.io(&format!("reading block {block}"), &e))?;
+        let actual = crc32c(&buf);
+        let stored = read_entry(obj, block)
+            .map_err(|e| c.io(&format!("reading checksum of block {block}"), &e))?;
+        if stored == Some(actual) || !crcs.contains(&actual) {
+            continue;
+        }
+        obj.crcs
+            .write_at(&encode_entry(actual), block * ENTRY_BYTES)
+            .map_err(|e| c.io(&format!("writing checksum of block {block}"), &e))?;
+        tracing::warn!(
+            "data server {}: {} on target {}: block at object offset {} was rewritten but \
+             not its checksum (the server died in between); checksum set from the intent log",
+            c.server.0,
+            c.fid,
+            c.target.display(),
+            block * BLOCK
+        );
+        repaired += 1;
+    }
+    Ok(repaired)
 }
 
 #[cfg(test)]

@@ -2,12 +2,14 @@
 
 use crate::cache::{Key, Object, ObjectCache};
 use crate::clock::{Clock, SystemClock};
+use crate::intent::IntentLog;
 use crate::locks::{Mode, RangeGuard, RangeLocks};
 use crate::object::{self, Ctx, BLOCK};
 use crate::store::{FsStore, Storage};
 use crate::throttle::Throttle;
 use crate::Canary;
 use std::collections::{BTreeSet, HashSet};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,8 @@ use stripefs_wire::{
 const OBJECTS_DIR: &str = "objects";
 /// Suffix of an object's checksum sidecar.
 const SIDECAR_SUFFIX: &str = ".crc";
+/// Suffix of an object's log (`intent.rs`).
+const LOG_SUFFIX: &str = ".log";
 /// Number of fan-out subdirectories (the low byte of the file id).
 const FANOUT_DIRS: u64 = 256;
 
@@ -120,6 +124,8 @@ pub struct DataService {
     /// fsync knows the server restarted and the write may be lost.
     boot_id: u64,
     canary: Option<Canary>,
+    /// `STRIPEFS_FAULT_ABORT_MID_RMW=N` (tests): see [`object::Ctx::abort_mid_rmw`].
+    abort_mid_rmw: Option<std::sync::atomic::AtomicU64>,
     /// The emulated host link, if any (`hostnet.rs`).
     pub(crate) host_net: std::sync::OnceLock<crate::hostnet::HostNet>,
     /// This server's host id, for the locality counters (`set_host`).
@@ -252,6 +258,7 @@ impl DataService {
             resized: Mutex::new(HashSet::new()),
             boot_id: opts.boot_id.unwrap_or_else(rand::random),
             canary: opts.canary,
+            abort_mid_rmw: fault_countdown("STRIPEFS_FAULT_ABORT_MID_RMW")?,
             zero_copy: !opts.no_zero_copy,
             host_net: std::sync::OnceLock::new(),
             host: std::sync::OnceLock::new(),
@@ -366,7 +373,49 @@ impl DataService {
             fid,
             target: &self.targets[t].root,
             canary: self.canary,
+            abort_mid_rmw: self.abort_mid_rmw.as_ref(),
         }
+    }
+
+    /// The log path of `fid` on target `t`.
+    fn log_path(&self, t: usize, fid: InodeId) -> PathBuf {
+        let mut p = self.targets[t].data_path(fid).into_os_string();
+        p.push(LOG_SUFFIX);
+        p.into()
+    }
+
+    /// The intent log of an object whose files were just opened: an existing one is
+    /// replayed first (a server that died mid-write left it), so that every block
+    /// reads as its last complete write.
+    fn open_log(
+        &self,
+        t: usize,
+        fid: InodeId,
+        data: &Arc<dyn crate::store::ObjectFile>,
+        crcs: &Arc<dyn crate::store::ObjectFile>,
+        fresh: bool,
+    ) -> io::Result<IntentLog> {
+        let path = self.log_path(t, fid);
+        let existing = if fresh {
+            None
+        } else {
+            self.store.open(&path, false)?
+        };
+        let log = IntentLog::new(path, self.store.clone(), existing.clone());
+        if let Some(f) = existing.filter(|_| log.is_dirty()) {
+            let len = f.size_bytes()?;
+            let mut bytes = vec![0u8; len as usize];
+            let n = f.read_at(&mut bytes, 0)?;
+            bytes.truncate(n);
+            let obj = Object {
+                data: data.clone(),
+                crcs: crcs.clone(),
+                intents: IntentLog::new(PathBuf::new(), self.store.clone(), None),
+            };
+            object::replay_intents(&self.ctx(t, fid), &obj, &bytes)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        Ok(log)
     }
 
     fn stripe(&self, unit: u32) -> Result<Stripe, WireError> {
@@ -415,7 +464,12 @@ impl DataService {
                 if created {
                     lock_set(&self.new_names).insert(key);
                 }
-                Ok(Some(Object { data, crcs }))
+                let intents = self.open_log(t, fid, &data, &crcs, created)?;
+                Ok(Some(Object {
+                    data,
+                    crcs,
+                    intents,
+                }))
             })
             .map_err(|e| self.ctx(t, fid).io("opening the object", &e))
     }
@@ -746,7 +800,7 @@ impl DataService {
             lock_set(&self.new_names).remove(&(t as u32, fid.0));
             lock_set(&self.resized).remove(&(t as u32, fid.0));
             let (data, crc) = self.object_paths(t, fid);
-            for p in [&data, &crc] {
+            for p in [&data, &crc, &self.log_path(t, fid)] {
                 self.store.remove(p).map_err(|e| {
                     self.ctx(t, fid)
                         .io(&format!("removing {}", p.display()), &e)
@@ -808,6 +862,17 @@ impl DataService {
                     lock_set(&self.resized).insert(key);
                 }
                 return Err(e);
+            }
+            // The intents of completed writes are no longer needed; emptied with no
+            // write in flight on this object here (each holds its range lock from its
+            // intent to its checksum).
+            if obj.intents.is_dirty() {
+                let _g = self
+                    .locks
+                    .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
+                obj.intents
+                    .clear()
+                    .map_err(|e| c.io("emptying the object's log", &e))?;
             }
             if lock_set(&self.new_names).contains(&key) {
                 if self.canary != Some(Canary::SkipDirSync) {
@@ -899,7 +964,14 @@ impl DataService {
         let (Some(data), Some(crcs)) = (open(&data_path)?, open(&crc_path)?) else {
             return Ok((0, None, Vec::new()));
         };
-        let obj = Object { data, crcs };
+        let intents = self
+            .open_log(t, fid, &data, &crcs, false)
+            .map_err(|e| c.io("replaying the object's log", &e))?;
+        let obj = Object {
+            data,
+            crcs,
+            intents,
+        };
         let blocks = obj
             .crcs
             .size_bytes()
@@ -1286,5 +1358,20 @@ impl Service for DataService {
             tracing::warn!("{} from {} failed: {e}", op.name(), conn.peer);
         }
         reply
+    }
+}
+
+/// A countdown for a fault-injection point, from the environment variable `name`
+/// (a positive integer); `None` when it is unset.
+fn fault_countdown(name: &str) -> Result<Option<std::sync::atomic::AtomicU64>, String> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => match v.parse::<u64>() {
+            Ok(n) if n > 0 => {
+                tracing::warn!("fault injection {name}={n} is on");
+                Ok(Some(std::sync::atomic::AtomicU64::new(n)))
+            }
+            _ => Err(format!("{name}={v}: expected a positive integer")),
+        },
     }
 }

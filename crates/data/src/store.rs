@@ -53,6 +53,12 @@ pub trait ObjectFile: Send + Sync {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
+    /// Writes all of `buf` at the file's end, atomically with respect to other appends
+    /// to the same file (through any handle): only for files opened with
+    /// [`Storage::open_append`].
+    fn append(&self, buf: &[u8]) -> io::Result<()> {
+        self.write_at(buf, self.size_bytes()?)
+    }
 }
 
 /// Bytes of zeros written per call where a file system cannot punch holes.
@@ -90,6 +96,11 @@ pub trait Storage: Send + Sync + 'static {
             "this store has no files to hand out",
         ))
     }
+    /// Opens the file at `path` for [`ObjectFile::append`], creating it if absent.
+    fn open_append(&self, path: &Path) -> io::Result<Arc<dyn ObjectFile>> {
+        self.open(path, true)?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "not created"))
+    }
 }
 
 /// The real file system.
@@ -119,6 +130,14 @@ impl ObjectFile for FsFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)
+    }
+
+    /// The file was opened with `O_APPEND` (`open_append`): each write(2) lands at the
+    /// end as a whole, under the inode lock. Records are far below a page, so one call
+    /// writes all of one.
+    fn append(&self, buf: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        (&self.0).write_all(buf)
     }
 
     fn size_bytes(&self) -> io::Result<u64> {
@@ -237,6 +256,16 @@ impl Storage for FsStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound && !create => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Arc<dyn ObjectFile>> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(Arc::new(FsFile(f)))
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {

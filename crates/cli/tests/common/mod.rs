@@ -21,6 +21,18 @@ impl Cluster {
 
     /// [`Cluster::up`] in a temporary directory whose name starts with `prefix`.
     pub fn up_prefixed(prefix: &str, servers: u32, targets: u32, extra: &[&str]) -> Cluster {
+        Cluster::up_with_env(prefix, servers, targets, extra, &[])
+    }
+
+    /// [`Cluster::up_prefixed`] with environment variables for the servers it starts
+    /// (fault injection); a [`Cluster::restart`] starts them without.
+    pub fn up_with_env(
+        prefix: &str,
+        servers: u32,
+        targets: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
         let c = Cluster { dir };
         let mut args = vec![
@@ -34,7 +46,11 @@ impl Cluster {
             targets.to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let out = Command::new(exe()).args(&args).output().unwrap();
+        let out = Command::new(exe())
+            .args(&args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
         assert!(out.status.success(), "cluster up failed: {}", text(&out));
         c
     }

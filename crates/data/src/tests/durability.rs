@@ -4,7 +4,9 @@
 //! caught by the check it breaks.
 
 use super::*;
+use crate::Storage;
 use crate::{Canary, Options};
+use std::path::Path;
 
 const UNIT: u32 = 1 << 20;
 const OLD_LEN: usize = 8 << 10;
@@ -319,4 +321,83 @@ fn background_scrubber_finds_damage() {
     h.join().unwrap();
     // Each pass that meets the block counts it again.
     assert!(damaged >= 1, "the scrubber found nothing");
+}
+
+/// Puts the sidecar entry of `block` back to `entry`: what a server that died between a
+/// read-modify-write's new bytes and its new checksum leaves behind.
+fn undo_entry(store: &MemStore, crc_path: &Path, block: usize, entry: &[u8]) {
+    for (i, &b) in entry.iter().enumerate() {
+        assert!(store.corrupt(crc_path, block * 8 + i, |_| b));
+    }
+}
+
+/// Issue 13's crash rule for shared blocks: record `a` is fsynced; record `b` then
+/// rewrites the rest of `a`'s last block, and the server dies after the block's bytes
+/// and before its checksum. The restarted server finds the intent in the object's log
+/// and gives the block its new checksum, so `a` still reads; without the log the whole
+/// block, `a`'s acknowledged bytes included, would be a checksum error (checked too, so
+/// that this test can fail).
+#[test]
+fn dying_between_rmw_bytes_and_checksum_keeps_the_blocks_other_bytes() {
+    for keep_log in [true, false] {
+        let store = Arc::new(MemStore::new());
+        let svc = mem_server_with(store.clone(), Options::default());
+        let fid = 7;
+        let a = pattern(5000, 1);
+        write(&svc, fid, UNIT, 0, &a).unwrap();
+        simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
+        let (data_path, crc_path) = svc.object_paths(0, InodeId(fid));
+        let old_entry = store.contents(&crc_path).unwrap()[8..16].to_vec();
+        let b = pattern(4000, 2);
+        write(&svc, fid, UNIT, 5000, &b).unwrap();
+        undo_entry(&store, &crc_path, 1, &old_entry);
+        let mut log_path = data_path.into_os_string();
+        log_path.push(".log");
+        let log_path = PathBuf::from(log_path);
+        assert_eq!(
+            store.contents(&log_path).map(|l| l.len()),
+            Some(crate::intent::RECORD_BYTES),
+            "one intent: block 1 held written bytes; block 2 was a hole"
+        );
+        if !keep_log {
+            store.remove(&log_path).unwrap();
+        }
+        drop(svc);
+        // The restarted server.
+        let svc = mem_server_with(store.clone(), Options::default());
+        let (crcs, bytes) = read_raw(&svc, fid, UNIT, 0, 3 * B as u32).unwrap();
+        let block1_ok = crc32c(&bytes[B..2 * B]) == crcs[1];
+        if !keep_log {
+            assert!(
+                !block1_ok,
+                "without the intent the block fails its checksum"
+            );
+            continue;
+        }
+        assert!(block1_ok, "the intent repaired block 1's checksum");
+        assert_eq!(read(&svc, fid, UNIT, 0, 5000), a);
+        assert_eq!(read(&svc, fid, UNIT, 5000, 4000), b);
+        // The next fsync empties the log: its intents are of completed writes.
+        simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
+        write(&svc, fid, UNIT, 6000, &pattern(10, 3)).unwrap();
+        simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
+        assert_eq!(store.contents(&log_path).map(|l| l.len()), Some(0));
+    }
+}
+
+/// An intent never blesses bytes it does not name: a block whose bytes match neither
+/// its stored checksum nor the intended one (a flipped byte) stays a checksum error.
+#[test]
+fn an_intent_does_not_bless_damaged_bytes() {
+    let store = Arc::new(MemStore::new());
+    let svc = mem_server_with(store.clone(), Options::default());
+    let fid = 9;
+    write(&svc, fid, UNIT, 0, &pattern(5000, 1)).unwrap();
+    write(&svc, fid, UNIT, 5000, &pattern(100, 2)).unwrap();
+    let (data_path, _) = svc.object_paths(0, InodeId(fid));
+    assert!(store.corrupt(&data_path, 4500, |b| b ^ 0x40));
+    drop(svc);
+    let svc = mem_server_with(store.clone(), Options::default());
+    let (crcs, bytes) = read_raw(&svc, fid, UNIT, 0, 2 * B as u32).unwrap();
+    assert_ne!(crc32c(&bytes[B..]), crcs[1], "damage is still reported");
 }

@@ -37,6 +37,13 @@ pub struct MountArgs {
     /// Honour set-user-ID and set-group-ID bits on exec (mount option `suid`; root only).
     #[arg(long)]
     suid: bool,
+    /// Use the kernel's writeback cache: small writes (4 KiB from dd, cp, stdio) gather
+    /// in the page cache and go out as large ones, several times faster. The kernel then
+    /// trusts its own size and times of the files it caches, so a file another client
+    /// grows or truncates meanwhile shows a stale size here: only for files no other
+    /// client changes while this mount uses them (one job's own output, for example).
+    #[arg(long)]
+    writeback_cache: bool,
     /// Internal: the pipe on which a daemon reports that the mount is up.
     #[arg(long, hide = true)]
     ready_fd: Option<i32>,
@@ -94,7 +101,11 @@ fn daemonize(a: MountArgs) -> Result<()> {
     if let Some(host) = &a.host {
         cmd.arg("--host").arg(host);
     }
-    for (on, flag) in [(a.dev, "--dev"), (a.suid, "--suid")] {
+    for (on, flag) in [
+        (a.dev, "--dev"),
+        (a.suid, "--suid"),
+        (a.writeback_cache, "--writeback-cache"),
+    ] {
         if on {
             cmd.arg(flag);
         }
@@ -191,6 +202,7 @@ fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
     let opts = stripefs_fuse::MountOptions {
         dev: a.dev,
         suid: a.suid,
+        writeback_cache: a.writeback_cache,
         ..stripefs_fuse::MountOptions::default()
     };
     Ok(stripefs_fuse::mount(client, &a.mountpoint, &opts)?)

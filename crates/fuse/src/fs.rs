@@ -9,7 +9,7 @@ use crate::pool::Pool;
 use crate::{ATTR_TTL, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS};
 use fuser::consts::{
     FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_ASYNC_DIO, FUSE_ATOMIC_O_TRUNC, FUSE_CACHE_SYMLINKS,
-    FUSE_PARALLEL_DIROPS,
+    FUSE_PARALLEL_DIROPS, FUSE_WRITEBACK_CACHE,
 };
 use fuser::{
     KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
@@ -71,6 +71,12 @@ pub struct Shared {
     /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later): write-only handles then bypass
     /// the page cache.
     direct_writes: AtomicBool,
+    /// The kernel's writeback cache is on (asked for with `--writeback-cache` and granted
+    /// at INIT): writes come from the kernel's page cache at offsets it chose, also for
+    /// appending handles, and it may read through any handle to fill a page.
+    writeback: AtomicBool,
+    /// `--writeback-cache` was asked for.
+    writeback_wanted: bool,
     /// The change stamp of each file whose pages the kernel may hold.
     stamps: CacheStamps,
     /// Directory attributes, for the kernel's permission checks (see [`DirAttrs`]).
@@ -256,8 +262,38 @@ impl Shared {
         }
     }
 
+    /// Write-only handles bypass the page cache (not with the writeback cache, whose
+    /// point is to gather writes there).
     fn direct_writes(&self) -> bool {
-        self.direct_writes.load(Ordering::Relaxed)
+        self.direct_writes.load(Ordering::Relaxed) && !self.writeback()
+    }
+
+    fn writeback(&self) -> bool {
+        self.writeback.load(Ordering::Relaxed)
+    }
+
+    /// Opens `ino` (or creates `name` in `parent`) for open(2) `flags`. With the
+    /// writeback cache, O_APPEND is the kernel's business (it sends each write at the end
+    /// it knows), and a write-only open is made read-write where the caller may read, as
+    /// the kernel may read a page through it before a partial write; where the caller
+    /// may not, it stays write-only (such a partial write then fails with EACCES).
+    fn open_file(
+        &self,
+        flags: i32,
+        open: impl Fn(&OpenOptions) -> Result<File, WireError>,
+        adjust: impl Fn(OpenOptions) -> OpenOptions,
+    ) -> Result<File, WireError> {
+        if !self.writeback() {
+            return open(&adjust(open_options(flags)));
+        }
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
+            match open(&adjust(open_options(rw))) {
+                Err(e) if e.code == ErrorCode::PermissionDenied => {}
+                r => return r,
+            }
+        }
+        open(&adjust(open_options(flags)))
     }
 
     fn insert(&self, h: Handle) -> u64 {
@@ -300,7 +336,7 @@ pub struct StripeFs {
 }
 
 impl StripeFs {
-    pub fn new(client: Client, mountpoint: &Path) -> StripeFs {
+    pub fn new(client: Client, mountpoint: &Path, writeback_cache: bool) -> StripeFs {
         StripeFs {
             shared: Arc::new(Shared {
                 client,
@@ -312,6 +348,8 @@ impl StripeFs {
                 mountpoint: mountpoint.to_path_buf(),
                 readahead_set: std::sync::Once::new(),
                 direct_writes: AtomicBool::new(false),
+                writeback: AtomicBool::new(false),
+                writeback_wanted: writeback_cache,
                 stamps: CacheStamps::default(),
                 dirs: DirAttrs::default(),
                 drop_behind: crate::drop_behind_policy(crate::keep_head_bytes()),
@@ -516,6 +554,15 @@ impl fuser::Filesystem for StripeFs {
         }
         let direct = config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok();
         self.shared.direct_writes.store(direct, Ordering::Relaxed);
+        if self.shared.writeback_wanted {
+            let granted = config.add_capabilities(FUSE_WRITEBACK_CACHE).is_ok();
+            if !granted {
+                tracing::warn!(
+                    "--writeback-cache: this kernel does not offer it; writes go through"
+                );
+            }
+            self.shared.writeback.store(granted, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -737,14 +784,14 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
-        let append = flags & libc::O_APPEND != 0;
+        let append = flags & libc::O_APPEND != 0 && !self.shared.writeback();
         self.spawn(req, move |sh, c| {
             // Only after INIT, which would clamp it back, and never while mounting, when
             // looking at the mount would wait for this very loop.
             sh.readahead_set
                 .call_once(|| crate::readahead::raise(&sh.mountpoint));
-            let opened = c
-                .open_ino(InodeId(ino), &open_options(flags))
+            let opened = sh
+                .open_file(flags, |o| c.open_ino(InodeId(ino), o), |o| o)
                 .and_then(|f| Ok((truncate_read_only(&c, flags, &f)?, f)));
             match opened {
                 Ok((truncated, file)) => {
@@ -1057,13 +1104,15 @@ impl fuser::Filesystem for StripeFs {
         reply: ReplyCreate,
     ) {
         let name = owned_name!(name, reply);
-        let append = flags & libc::O_APPEND != 0;
-        let opts = open_options(flags)
-            .create(true)
-            .exclusive(flags & libc::O_EXCL != 0)
-            .mode(mode & 0o7777 & !umask);
+        let append = flags & libc::O_APPEND != 0 && !self.shared.writeback();
+        let adjust = move |o: OpenOptions| {
+            o.create(true)
+                .exclusive(flags & libc::O_EXCL != 0)
+                .mode(mode & 0o7777 & !umask)
+        };
         self.spawn(req, move |sh, c| {
-            match c.create_at(InodeId(parent), &name, &opts) {
+            let created = sh.open_file(flags, |o| c.create_at(InodeId(parent), &name, o), adjust);
+            match created {
                 Ok(file) => {
                     let created = file.cached_attr();
                     sh.dirs.entry_added(parent, &created);

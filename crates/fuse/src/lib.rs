@@ -110,6 +110,12 @@ pub struct MountOptions {
     pub dev: bool,
     /// Set-user-ID and set-group-ID bits take effect on exec (mount option `suid`).
     pub suid: bool,
+    /// The kernel's writeback cache (FUSE_WRITEBACK_CACHE): small writes gather in the
+    /// page cache and reach the daemon as large ones, but the kernel then keeps its own
+    /// size and times of every file it caches and ignores the cluster's, so a file that
+    /// another client grows or truncates shows a stale size here. Only for a mount whose
+    /// files no other client changes while they are in use here (docs/ARCHITECTURE.md).
+    pub writeback_cache: bool,
 }
 
 impl Default for MountOptions {
@@ -120,6 +126,7 @@ impl Default for MountOptions {
             fsname: "stripefs".into(),
             dev: false,
             suid: false,
+            writeback_cache: false,
         }
     }
 }
@@ -156,7 +163,7 @@ pub fn mount(client: Client, mountpoint: &Path, opts: &MountOptions) -> io::Resu
     if opts.suid {
         options.push(fuser::MountOption::Suid);
     }
-    let fs = fs::StripeFs::new(client, mountpoint);
+    let fs = fs::StripeFs::new(client, mountpoint, opts.writeback_cache);
     let shared = fs.shared();
     let session = fuser::Session::new(fs, mountpoint, &options).map_err(|e| {
         io::Error::new(

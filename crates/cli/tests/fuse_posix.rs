@@ -421,7 +421,10 @@ fn writeback_cache_mount_writes_small_pieces_right() {
     }
     f.sync_all().unwrap();
     drop(f);
-    assert!(fs::read(other.p("small")).unwrap() == want, "another mount reads other bytes");
+    assert!(
+        fs::read(other.p("small")).unwrap() == want,
+        "another mount reads other bytes"
+    );
 
     // Not page-aligned, inside the file, through a write-only handle: the kernel
     // fills the page by reading through this handle.
@@ -433,9 +436,18 @@ fn writeback_cache_mount_writes_small_pieces_right() {
     f.write_all(b"appended").unwrap();
     drop(f);
     want.extend_from_slice(b"appended");
-    assert!(fs::read(wb.p("small")).unwrap() == want, "this mount reads other bytes");
-    assert!(fs::read(other.p("small")).unwrap() == want, "another mount reads other bytes");
-    assert_eq!(fs::metadata(other.p("small")).unwrap().len(), want.len() as u64);
+    assert!(
+        fs::read(wb.p("small")).unwrap() == want,
+        "this mount reads other bytes"
+    );
+    assert!(
+        fs::read(other.p("small")).unwrap() == want,
+        "another mount reads other bytes"
+    );
+    assert_eq!(
+        fs::metadata(other.p("small")).unwrap().len(),
+        want.len() as u64
+    );
 }
 
 /// Small writes (4 KiB, as dd, cp and stdio make them) are absorbed by write-behind and

@@ -1,21 +1,31 @@
-//! The intent records of an object's log file (`<fid>.log`, docs/objects.md, "Log
-//! records"): what makes a read-modify-write of a partial block safe against the death
-//! of the server process.
+//! An object's log file (`<fid>.log`, docs/objects.md, "Log records"): what makes a
+//! read-modify-write of a partial block safe against the death of the server process
+//! and against a power cut.
 //!
-//! A partial write into a block that already holds written bytes rewrites the block's
-//! bytes in the data file and then its checksum in the sidecar. A server killed between
-//! the two (`kill -9`, an abort, the OOM killer) leaves the new bytes under the old
-//! checksum: the whole block would read as a checksum error, and with it the bytes of
-//! other writes that share the block, which may have been acknowledged by an fsync long
-//! before. So before the data changes, the block's new checksum is appended to the log
-//! as an intent record; when the object is next opened, every block named by an intent
-//! whose bytes no longer match their stored checksum but match the intended one gets
-//! the intended checksum. A block whose bytes match neither (only a torn write after a
-//! power cut can leave one) stays a checksum error. The records are needed only while
-//! their write is in flight, so an fsync empties the log (under the object's exclusive
-//! range lock, with no write in flight).
+//! A partial write into a block that already holds written bytes rewrites the block in
+//! place: its bytes in the data file, then its checksum in the sidecar. Those bytes
+//! include other writes' bytes, perhaps acknowledged by an fsync long before, and the
+//! block's checksum covers them all; a server that stops between the two steps, or a
+//! power cut that tears the rewrite, would turn the whole block into a checksum error.
+//! So before a block changes in place, the log gets one of two records:
+//!
+//! - an **image** (the block's whole new content, synced to disk before the block is
+//!   touched), for the first rewrite of a block since the object's last fsync began:
+//!   the block may hold acknowledged bytes that are already on disk, and the image
+//!   restores them (with the rewrite's own bytes) whatever a power cut tore;
+//! - an **intent** (the block's new CRC, not synced), for later rewrites before the next
+//!   fsync: the block's durable content then holds no bytes acknowledged since (an
+//!   fsync starts by forgetting which blocks were written, see [`IntentLog::begin_sync`]),
+//!   and the intent covers the death of the process, whose page cache survives it.
+//!
+//! When the object is next opened, each block named in the log that fails its stored
+//! checksum is repaired: given the intended CRC if its bytes match one, else rewritten
+//! from its latest image (`object::replay_log`). A block matching neither stays a
+//! checksum error. An fsync empties the log once the data and checksums it covers are
+//! on disk and no record was appended meanwhile.
 
 use crate::store::{ObjectFile, Storage};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,68 +33,152 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use stripefs_wire::crc32c;
 
 /// Bytes of a record header (an intent record is a header alone).
-pub const RECORD_BYTES: usize = 40;
+pub const HEADER_BYTES: usize = 40;
 const MAGIC: &[u8; 4] = b"SFDL";
 const VERSION: u8 = 1;
-/// Record kind of an intent; 1 to 3 are reserved for the delta log's pieces, covers
-/// and block images (docs/objects.md).
+/// Record kinds; 1 (piece) and 2 (cover) are reserved for the delta log
+/// (docs/objects.md).
+const KIND_IMAGE: u8 = 3;
 const KIND_INTENT: u8 = 4;
 
-/// One intent: block `block` of the object is being rewritten to bytes whose CRC32C is
-/// `crc`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Intent {
-    pub seq: u64,
-    pub block: u64,
-    pub crc: u32,
+/// One record of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Block `block` is being rewritten in place to bytes whose CRC32C is `crc`.
+    Intent { seq: u64, block: u64, crc: u32 },
+    /// Block `block` is being rewritten in place to `bytes` (a whole block).
+    Image {
+        seq: u64,
+        block: u64,
+        bytes: Vec<u8>,
+    },
 }
 
-/// The 40-byte record of an intent.
-pub fn encode(i: &Intent, block_bytes: u64) -> [u8; RECORD_BYTES] {
-    let mut r = [0u8; RECORD_BYTES];
+fn header(kind: u8, seq: u64, offset: u64, len: u32, crc: u32) -> [u8; HEADER_BYTES] {
+    let mut r = [0u8; HEADER_BYTES];
     r[0..4].copy_from_slice(MAGIC);
     r[4] = VERSION;
-    r[5] = KIND_INTENT;
-    r[8..16].copy_from_slice(&i.seq.to_le_bytes());
-    r[16..24].copy_from_slice(&(i.block * block_bytes).to_le_bytes());
-    // Length 0 (bytes 24..28): an intent carries no payload.
-    r[28..32].copy_from_slice(&i.crc.to_le_bytes());
+    r[5] = kind;
+    r[8..16].copy_from_slice(&seq.to_le_bytes());
+    r[16..24].copy_from_slice(&offset.to_le_bytes());
+    r[24..28].copy_from_slice(&len.to_le_bytes());
+    r[28..32].copy_from_slice(&crc.to_le_bytes());
     let h = crc32c(&r[0..32]);
     r[32..36].copy_from_slice(&h.to_le_bytes());
     r
 }
 
-/// What a log holds: its valid intents in order, and how many records were skipped as
-/// torn or unknown (a torn tail is expected after a crash: the write it belonged to was
-/// never acknowledged).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Decoded {
-    pub intents: Vec<Intent>,
-    pub skipped: usize,
+/// The bytes of a record.
+pub fn encode(r: &Record, block_bytes: u64) -> Vec<u8> {
+    match r {
+        Record::Intent { seq, block, crc } => {
+            header(KIND_INTENT, *seq, block * block_bytes, 0, *crc).to_vec()
+        }
+        Record::Image { seq, block, bytes } => {
+            assert_eq!(bytes.len() as u64, block_bytes, "an image is a whole block");
+            let mut out = Vec::with_capacity(HEADER_BYTES + bytes.len());
+            out.extend_from_slice(&header(
+                KIND_IMAGE,
+                *seq,
+                block * block_bytes,
+                bytes.len() as u32,
+                crc32c(bytes),
+            ));
+            out.extend_from_slice(bytes);
+            out
+        }
+    }
 }
 
-/// Parses a log's bytes. A record is valid when its magic, version, kind, header CRC
-/// and block alignment hold; anything else (a torn tail, a partial record) is skipped.
+/// What a log holds: its valid records in order, and whether parsing stopped early at
+/// a record that does not hold (a torn tail after a power cut: everything after it was
+/// never synced, so no rewrite relied on it).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Decoded {
+    pub records: Vec<Record>,
+    pub torn_bytes: usize,
+}
+
+/// Parses a log's bytes, up to the first record whose magic, version, kind, length,
+/// header CRC, payload CRC or block alignment does not hold.
 pub fn decode(bytes: &[u8], block_bytes: u64) -> Decoded {
     let mut out = Decoded::default();
-    for r in bytes.chunks(RECORD_BYTES) {
-        let valid = r.len() == RECORD_BYTES
-            && &r[0..4] == MAGIC
-            && r[4] == VERSION
-            && r[5] == KIND_INTENT
-            && u32::from_le_bytes(r[32..36].try_into().unwrap()) == crc32c(&r[0..32]);
-        let offset = u64::from_le_bytes(r.get(16..24).map_or([0; 8], |b| b.try_into().unwrap()));
-        if !valid || offset % block_bytes != 0 {
-            out.skipped += 1;
-            continue;
+    let mut at = 0;
+    while at < bytes.len() {
+        match decode_one(&bytes[at..], block_bytes) {
+            Some((r, n)) => {
+                out.records.push(r);
+                at += n;
+            }
+            None => {
+                out.torn_bytes = bytes.len() - at;
+                break;
+            }
         }
-        out.intents.push(Intent {
-            seq: u64::from_le_bytes(r[8..16].try_into().unwrap()),
-            block: offset / block_bytes,
-            crc: u32::from_le_bytes(r[28..32].try_into().unwrap()),
-        });
     }
     out
+}
+
+fn decode_one(b: &[u8], block_bytes: u64) -> Option<(Record, usize)> {
+    let h = b.get(..HEADER_BYTES)?;
+    let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap());
+    if &h[0..4] != MAGIC || h[4] != VERSION || u32_at(32) != crc32c(&h[0..32]) {
+        return None;
+    }
+    let (seq, offset, len, crc) = (u64_at(8), u64_at(16), u32_at(24) as usize, u32_at(28));
+    if offset % block_bytes != 0 {
+        return None;
+    }
+    let block = offset / block_bytes;
+    match h[5] {
+        KIND_INTENT if len == 0 => Some((Record::Intent { seq, block, crc }, HEADER_BYTES)),
+        KIND_IMAGE if len as u64 == block_bytes => {
+            let bytes = b.get(HEADER_BYTES..HEADER_BYTES + len)?;
+            (crc32c(bytes) == crc).then(|| {
+                let r = Record::Image {
+                    seq,
+                    block,
+                    bytes: bytes.to_vec(),
+                };
+                (r, HEADER_BYTES + len)
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Blocks written since the object's last fsync began, as disjoint ranges
+/// `first -> end`.
+#[derive(Default)]
+struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    fn contains(&self, block: u64) -> bool {
+        self.0
+            .range(..=block)
+            .next_back()
+            .is_some_and(|(_, &end)| block < end)
+    }
+
+    fn insert(&mut self, mut first: u64, mut end: u64) {
+        if first >= end {
+            return;
+        }
+        // Merge with every range that touches [first, end).
+        if let Some((&f, &e)) = self.0.range(..=first).next_back() {
+            if e >= first {
+                first = f;
+                end = end.max(e);
+            }
+        }
+        let touching: Vec<u64> = self.0.range(first..=end).map(|(&f, _)| f).collect();
+        for f in touching {
+            let e = self.0.remove(&f).unwrap();
+            end = end.max(e);
+        }
+        self.0.insert(first, end);
+    }
 }
 
 /// The log of one open object: opened (created) at its first record, appended to with
@@ -96,7 +190,10 @@ pub struct IntentLog {
     file: Mutex<Option<Arc<dyn ObjectFile>>>,
     /// Records appended since the log was last emptied.
     dirty: AtomicBool,
+    /// The log file was created by this handle and its name is not yet durable.
+    new_name: AtomicBool,
     seq: AtomicU64,
+    written: Mutex<Ranges>,
 }
 
 impl IntentLog {
@@ -114,7 +211,9 @@ impl IntentLog {
             store,
             file: Mutex::new(existing),
             dirty: AtomicBool::new(dirty),
+            new_name: AtomicBool::new(false),
             seq: AtomicU64::new(0),
+            written: Mutex::new(Ranges::default()),
         }
     }
 
@@ -122,45 +221,99 @@ impl IntentLog {
         self.file.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends the intent to rewrite `block` to bytes of CRC `crc`. No sync: the record
-    /// guards against the process dying, whose page cache survives it.
-    pub fn note(&self, block: u64, crc: u32, block_bytes: u64) -> io::Result<()> {
-        let file = {
-            let mut f = self.lock();
-            match f.as_ref() {
-                Some(f) => f.clone(),
-                None => {
-                    let opened = self.store.open_append(&self.path)?;
-                    *f = Some(opened.clone());
-                    opened
+    fn written(&self) -> MutexGuard<'_, Ranges> {
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn file(&self) -> io::Result<Arc<dyn ObjectFile>> {
+        let mut f = self.lock();
+        if let Some(f) = f.as_ref() {
+            return Ok(f.clone());
+        }
+        let opened = self.store.open_append(&self.path)?;
+        self.new_name.store(true, Ordering::Release);
+        *f = Some(opened.clone());
+        Ok(opened)
+    }
+
+    fn append(&self, r: &Record, block_bytes: u64) -> io::Result<Arc<dyn ObjectFile>> {
+        let file = self.file()?;
+        self.dirty.store(true, Ordering::Release);
+        file.append(&encode(r, block_bytes))?;
+        Ok(file)
+    }
+
+    /// Whether `block` was written since the object's last fsync began: its durable
+    /// content then holds no bytes acknowledged since, and an intent suffices.
+    pub fn written_since_sync(&self, block: u64) -> bool {
+        self.written().contains(block)
+    }
+
+    /// Notes that blocks `first..end` were written.
+    pub fn mark_written(&self, first: u64, end: u64) {
+        self.written().insert(first, end);
+    }
+
+    /// Before rewriting `block` in place to `image` (whose CRC is `crc`): an image
+    /// record made durable, or an intent, as the module explains.
+    pub fn protect(&self, block: u64, image: &[u8], crc: u32, block_bytes: u64) -> io::Result<()> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        if self.written_since_sync(block) {
+            return self
+                .append(&Record::Intent { seq, block, crc }, block_bytes)
+                .map(|_| ());
+        }
+        let r = Record::Image {
+            seq,
+            block,
+            bytes: image.to_vec(),
+        };
+        let file = self.append(&r, block_bytes)?;
+        file.sync_data()?;
+        if self.new_name.swap(false, Ordering::AcqRel) {
+            if let Some(dir) = self.path.parent() {
+                if let Err(e) = self.store.sync_dir(dir) {
+                    self.new_name.store(true, Ordering::Release);
+                    return Err(e);
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Whether records may have been appended since the log was last emptied, or
+    /// blocks written since the last fsync began.
+    pub fn needs_sync_work(&self) -> bool {
+        self.dirty.load(Ordering::Acquire) || !self.written().0.is_empty()
+    }
+
+    /// The start of an fsync, under the object's exclusive range lock (no rewrite in
+    /// flight): forgets which blocks were written, so that every rewrite from here on
+    /// that could touch bytes this fsync acknowledges writes an image first. Returns
+    /// the log's length, for [`IntentLog::end_sync`].
+    pub fn begin_sync(&self) -> io::Result<u64> {
+        self.written().0.clear();
+        match self.lock().as_ref() {
+            Some(f) => f.size_bytes(),
+            None => Ok(0),
+        }
+    }
+
+    /// The end of an fsync, once the object's data and checksums are on disk, under
+    /// the object's exclusive range lock: empties the log if nothing was appended since
+    /// `begin_sync` returned `len` (the records of rewrites since then may still guard
+    /// bytes the fsync acknowledged).
+    pub fn end_sync(&self, len: u64) -> io::Result<()> {
+        let f = self.lock().clone();
+        let Some(f) = f else {
+            return Ok(());
         };
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        self.dirty.store(true, Ordering::Release);
-        file.append(&encode(&Intent { seq, block, crc }, block_bytes))
-    }
-
-    /// Whether records may have been appended since the log was last emptied.
-    pub fn is_dirty(&self) -> bool {
-        self.dirty.load(Ordering::Acquire)
-    }
-
-    /// Empties the log. The caller holds the object's exclusive range lock: no
-    /// read-modify-write is between its intent and its checksum.
-    pub fn clear(&self) -> io::Result<()> {
-        if !self.dirty.swap(false, Ordering::AcqRel) {
+        if f.size_bytes()? != len {
             return Ok(());
         }
-        let f = self.lock().clone();
-        let emptied = match f {
-            Some(f) => f.set_len(0),
-            None => Ok(()),
-        };
-        if emptied.is_err() {
-            self.dirty.store(true, Ordering::Release);
-        }
-        emptied
+        self.dirty.store(false, Ordering::Release);
+        f.set_len(0)
+            .inspect_err(|_| self.dirty.store(true, Ordering::Release))
     }
 }
 
@@ -170,51 +323,99 @@ mod tests {
 
     const B: u64 = 4096;
 
-    #[test]
-    fn records_round_trip_and_damage_is_skipped() {
-        let intents: Vec<Intent> = (0..5)
-            .map(|i| Intent {
-                seq: i,
-                block: i * 7 + 1,
-                crc: 0xdead_beef ^ i as u32,
+    fn sample() -> Vec<Record> {
+        (0..6u64)
+            .map(|i| {
+                if i % 3 == 2 {
+                    Record::Image {
+                        seq: i,
+                        block: i * 5,
+                        bytes: (0..B).map(|j| (j * 7 + i) as u8).collect(),
+                    }
+                } else {
+                    Record::Intent {
+                        seq: i,
+                        block: i * 7 + 1,
+                        crc: 0xdead_beef ^ i as u32,
+                    }
+                }
             })
-            .collect();
-        let mut log: Vec<u8> = intents.iter().flat_map(|i| encode(i, B)).collect();
+            .collect()
+    }
+
+    #[test]
+    fn records_round_trip_and_damage_ends_the_log() {
+        let records = sample();
+        let encoded: Vec<Vec<u8>> = records.iter().map(|r| encode(r, B)).collect();
+        let log: Vec<u8> = encoded.concat();
         assert_eq!(
             decode(&log, B),
             Decoded {
-                intents: intents.clone(),
-                skipped: 0
+                records: records.clone(),
+                torn_bytes: 0
             }
         );
-        // Every single flipped bit of every record is caught by its header CRC (or its
-        // magic, version or kind), and only that record is lost.
-        for at in 0..RECORD_BYTES * 2 {
-            for bit in 0..8 {
+        // Every flipped bit of a header or a payload is caught (by the header CRC,
+        // the payload CRC, the magic, version, kind or length), and the log ends there.
+        let starts: Vec<usize> = encoded
+            .iter()
+            .scan(0, |at, e| {
+                let s = *at;
+                *at += e.len();
+                Some(s)
+            })
+            .collect();
+        for (k, &start) in starts.iter().enumerate() {
+            let len = encoded[k].len();
+            for at in (start..start + len).step_by(13).chain([start + 36]) {
                 let mut bad = log.clone();
-                bad[at] ^= 1 << bit;
+                bad[at] ^= 1 << (at % 8);
                 let d = decode(&bad, B);
-                if (36..40).contains(&(at % RECORD_BYTES)) {
-                    // The zero padding is not covered: a flip there changes nothing.
-                    assert_eq!(d.intents, intents);
+                if (36..40).contains(&(at - start)) {
+                    // The header's zero padding is not covered.
+                    assert_eq!(d.records, records);
                     continue;
                 }
-                assert_eq!(d.skipped, 1, "flip of bit {bit} at byte {at}");
-                let lost = at / RECORD_BYTES;
-                let mut want = intents.clone();
-                want.remove(lost);
-                assert_eq!(d.intents, want);
+                assert_eq!(d.records, records[..k], "flip at byte {at}");
+                assert_eq!(d.torn_bytes, log.len() - start);
             }
         }
-        // A torn tail: a partial last record is skipped, the others kept.
-        log.truncate(log.len() - 13);
-        let d = decode(&log, B);
-        assert_eq!(d.intents, intents[..4]);
-        assert_eq!(d.skipped, 1);
+        // A torn tail: a partial last record ends the log.
+        let cut = &log[..log.len() - 13];
+        let d = decode(cut, B);
+        assert_eq!(d.records, records[..5]);
     }
 
     #[test]
     fn an_empty_log_holds_nothing() {
         assert_eq!(decode(&[], B), Decoded::default());
+    }
+
+    #[test]
+    fn written_ranges_merge_and_answer() {
+        let mut r = Ranges::default();
+        let mut model = std::collections::BTreeSet::new();
+        let mut x = 12345u64;
+        for _ in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let first = (x >> 33) % 200;
+            let len = (x >> 20) % 9;
+            r.insert(first, first + len);
+            model.extend(first..first + len);
+            for b in 0..220 {
+                assert_eq!(r.contains(b), model.contains(&b), "block {b}");
+            }
+            // Disjoint and not touching.
+            let mut prev_end = None;
+            for (&f, &e) in &r.0 {
+                assert!(f < e);
+                if let Some(p) = prev_end {
+                    assert!(f > p, "ranges {p} and {f} touch");
+                }
+                prev_end = Some(e);
+            }
+        }
     }
 }

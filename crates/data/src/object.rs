@@ -136,15 +136,16 @@ impl Partial {
     }
 
     /// Before the block's bytes change in place: if it holds written bytes (of other
-    /// writes, perhaps acknowledged by an fsync), notes the new checksum in the intent
-    /// log, so that a server dying between the data and the checksum leaves a block
-    /// that reads (`replay_intents`). A hole has nothing to lose: it stays a hole.
-    fn note_intent(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
+    /// writes, perhaps acknowledged by an fsync), logs the rewrite (an image made
+    /// durable, or an intent; `intent.rs`), so that a server dying or a power cut
+    /// between the data and the checksum leaves a block that reads (`replay_log`). A
+    /// hole has nothing to lose: it stays a hole.
+    fn protect(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
         if !self.written || c.canary == Some(Canary::ChecksumBeforeData) {
             return Ok(());
         }
         obj.intents
-            .note(self.block, self.crc, BLOCK)
+            .protect(self.block, &self.buf, self.crc, BLOCK)
             .map_err(|e| c.io(&format!("logging the rewrite of block {}", self.block), &e))
     }
 
@@ -163,7 +164,7 @@ impl Partial {
     /// Puts `bytes` at `at` in the block, writes what changed and returns the new CRC.
     fn store(&mut self, c: &Ctx, obj: &Object, at: usize, bytes: &[u8]) -> Result<u32, WireError> {
         let crc = self.apply(at, bytes);
-        self.note_intent(c, obj)?;
+        self.protect(c, obj)?;
         self.flush(c, obj)?;
         Ok(crc)
     }
@@ -220,7 +221,7 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
         reserve(c, obj, first, off + len, nblocks as u64)?;
     }
     for p in [head.as_ref(), tail.as_ref()].into_iter().flatten() {
-        p.note_intent(c, obj)?;
+        p.protect(c, obj)?;
     }
     let mid = (
         if head_partial { head_len } else { 0 },
@@ -242,7 +243,9 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
         if let Err(r) = repair(c, obj, first, &entries) {
             tracing::error!("{e}; then repairing the checksums failed: {r}");
         }
-    })
+    })?;
+    obj.intents.mark_written(first, first + nblocks as u64);
+    Ok(())
 }
 
 /// Bytes of an object written out together once a write completes them.
@@ -606,7 +609,7 @@ pub fn truncate(c: &Ctx, obj: &Object, new_len: u64) -> Result<(), WireError> {
         if p.written {
             p.buf[keep..].fill(0);
             p.crc = crc32c(&p.buf);
-            p.note_intent(c, obj)?;
+            p.protect(c, obj)?;
             cut_crc = Some(p.crc);
         }
     }
@@ -781,34 +784,44 @@ pub fn seek(c: &Ctx, obj: &Object, off: u64, hole: bool) -> Result<Option<u64>, 
     Ok(hole.then(|| off.max(block * BLOCK)))
 }
 
-/// After the object's files are opened: gives each block named by an intent in `log`
-/// (the log file's bytes) the intended checksum, if its bytes now match that checksum
-/// and not the stored one (a server died between the data and the checksum of a
-/// read-modify-write). Blocks past the data file's end are left alone. Returns how many
-/// blocks were repaired; the caller holds the object's range lock or has the only
-/// handle.
-pub fn replay_intents(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError> {
+/// After the object's files are opened: repairs each block named in its log (`log`
+/// holds the log file's bytes, `intent.rs`) that fails its stored checksum, as a server
+/// that died or lost power between a rewrite's data and its checksum leaves it: the
+/// block gets an intended CRC its bytes match, or else is rewritten from its latest
+/// image. Blocks that are holes or lie past the data file's end are left alone (a punch
+/// or truncate came later). Returns how many blocks were repaired; the caller has the
+/// only handle or holds the object's range lock.
+pub fn replay_log(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError> {
+    use crate::intent::Record;
     let decoded = crate::intent::decode(log, BLOCK);
-    if decoded.skipped > 0 {
+    if decoded.torn_bytes > 0 {
         tracing::warn!(
-            "data server {}: {} on target {}: {} torn or unknown intent records skipped",
+            "data server {}: {} on target {}: the last {} bytes of the object's log are torn \
+             (never synced); ignored",
             c.server.0,
             c.fid,
             c.target.display(),
-            decoded.skipped
+            decoded.torn_bytes
         );
     }
     let size = obj
         .data
         .size_bytes()
         .map_err(|e| c.io("reading the object length", &e))?;
-    // Per block, every checksum it was meant to get.
-    let mut intended: std::collections::BTreeMap<u64, Vec<u32>> = Default::default();
-    for i in &decoded.intents {
-        intended.entry(i.block).or_default().push(i.crc);
+    // Per block: every CRC it was meant to get, and its latest image.
+    let mut blocks: std::collections::BTreeMap<u64, (Vec<u32>, Option<&[u8]>)> = Default::default();
+    for r in &decoded.records {
+        match r {
+            Record::Intent { block, crc, .. } => blocks.entry(*block).or_default().0.push(*crc),
+            Record::Image { block, bytes, .. } => {
+                let e = blocks.entry(*block).or_default();
+                e.0.push(crc32c(bytes));
+                e.1 = Some(bytes);
+            }
+        }
     }
     let mut repaired = 0;
-    for (block, crcs) in intended {
+    for (block, (crcs, image)) in blocks {
         if block * BLOCK >= size {
             continue;
         }
@@ -819,15 +832,30 @@ pub fn replay_intents(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireEr
         let actual = crc32c(&buf);
         let stored = read_entry(obj, block)
             .map_err(|e| c.io(&format!("reading checksum of block {block}"), &e))?;
-        if stored == Some(actual) || !crcs.contains(&actual) {
+        if stored.is_none() || stored == Some(actual) {
             continue;
         }
+        let how = if crcs.contains(&actual) {
+            "given the checksum of its bytes from an intent"
+        } else if let Some(img) = image {
+            obj.data
+                .write_at(img, block * BLOCK)
+                .map_err(|e| c.io(&format!("rewriting block {block} from its image"), &e))?;
+            "rewritten from its image"
+        } else {
+            continue;
+        };
+        let crc = if crcs.contains(&actual) {
+            actual
+        } else {
+            crc32c(image.expect("rewritten from it"))
+        };
         obj.crcs
-            .write_at(&encode_entry(actual), block * ENTRY_BYTES)
+            .write_at(&encode_entry(crc), block * ENTRY_BYTES)
             .map_err(|e| c.io(&format!("writing checksum of block {block}"), &e))?;
         tracing::warn!(
-            "data server {}: {} on target {}: block at object offset {} was rewritten but \
-             not its checksum (the server died in between); checksum set from the intent log",
+            "data server {}: {} on target {}: block at object offset {} failed its checksum \
+             after a rewrite was cut short (the server died or lost power); {how} (object log)",
             c.server.0,
             c.fid,
             c.target.display(),

@@ -402,7 +402,7 @@ impl DataService {
             self.store.open(&path, false)?
         };
         let log = IntentLog::new(path, self.store.clone(), existing.clone());
-        if let Some(f) = existing.filter(|_| log.is_dirty()) {
+        if let Some(f) = existing.filter(|_| log.needs_sync_work()) {
             let len = f.size_bytes()?;
             let mut bytes = vec![0u8; len as usize];
             let n = f.read_at(&mut bytes, 0)?;
@@ -412,7 +412,7 @@ impl DataService {
                 crcs: crcs.clone(),
                 intents: IntentLog::new(PathBuf::new(), self.store.clone(), None),
             };
-            object::replay_intents(&self.ctx(t, fid), &obj, &bytes)
+            object::replay_log(&self.ctx(t, fid), &obj, &bytes)
                 .map_err(|e| io::Error::other(e.to_string()))?;
         }
         Ok(log)
@@ -842,6 +842,19 @@ impl DataService {
             let key: Key = (t as u32, fid.0);
             // Taken before the sync, so that a change racing with it marks it again.
             let resized = lock_set(&self.resized).remove(&key);
+            // Rewrites from here on log images (intent.rs), with none in flight now.
+            let log_len = if obj.intents.needs_sync_work() {
+                let _g = self
+                    .locks
+                    .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
+                Some(
+                    obj.intents
+                        .begin_sync()
+                        .map_err(|e| c.io("reading the object's log length", &e))?,
+                )
+            } else {
+                None
+            };
             let synced = if resized {
                 obj.data
                     .sync_all()
@@ -863,15 +876,14 @@ impl DataService {
                 }
                 return Err(e);
             }
-            // The intents of completed writes are no longer needed; emptied with no
-            // write in flight on this object here (each holds its range lock from its
-            // intent to its checksum).
-            if obj.intents.is_dirty() {
+            // The records of rewrites done before the sync are no longer needed: the
+            // log is emptied if none was appended since (with no rewrite in flight).
+            if let Some(len) = log_len {
                 let _g = self
                     .locks
                     .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
                 obj.intents
-                    .clear()
+                    .end_sync(len)
                     .map_err(|e| c.io("emptying the object's log", &e))?;
             }
             if lock_set(&self.new_names).contains(&key) {

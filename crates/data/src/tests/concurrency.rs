@@ -6,6 +6,13 @@ const THREADS: usize = 8;
 /// Eight threads write disjoint, unaligned ranges of one file whose neighbours share
 /// blocks, in random order; the result must be exact and every CRC right.
 fn disjoint_writers(svc: Arc<DataService>, unit: u32, seed: u64) {
+    disjoint_writers_syncing(svc, unit, seed, false)
+}
+
+/// [`disjoint_writers`], with a thread fsyncing the file over and over meanwhile if
+/// `fsyncs` (each fsync forgets the written blocks and may empty the object's log while
+/// rewrites of shared blocks go on: images and intents, see intent.rs).
+fn disjoint_writers_syncing(svc: Arc<DataService>, unit: u32, seed: u64, fsyncs: bool) {
     let mut rng = StdRng::seed_from_u64(seed);
     let total = 3 << 20;
     let mut cuts = vec![0usize];
@@ -27,16 +34,52 @@ fn disjoint_writers(svc: Arc<DataService>, unit: u32, seed: u64) {
             }
         }));
     }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let syncer = fsyncs.then(|| {
+        let (svc, stop) = (svc.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                simple(&svc, Request::Fsync { fid: InodeId(77) }).unwrap();
+                n += 1;
+            }
+            n
+        })
+    });
     for h in handles {
         h.join().unwrap();
     }
-    assert_eq!(read(&svc, 77, unit, 0, total), expect);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(s) = syncer {
+        let n = s.join().unwrap();
+        eprintln!("{n} fsyncs during the writes");
+    }
+    assert!(read(&svc, 77, unit, 0, total) == expect, "seed {seed}");
 }
 
 #[test]
 fn eight_writers_one_object() {
     let (_d, svc) = fs_server(1, None);
     disjoint_writers(svc, 64 << 10, seed("eight_writers_one_object"));
+}
+
+#[test]
+fn eight_writers_one_object_fsyncing_meanwhile() {
+    let (_d, svc) = fs_server(2, None);
+    let seed = seed("eight_writers_one_object_fsyncing_meanwhile");
+    disjoint_writers_syncing(svc.clone(), 16 << 10, seed, true);
+    // After a last fsync with nothing in flight, every object's log is empty again.
+    simple(&svc, Request::Fsync { fid: InodeId(77) }).unwrap();
+    for t in 0..2 {
+        let (data, _) = svc.object_paths(t, InodeId(77));
+        let mut log = data.into_os_string();
+        log.push(".log");
+        let len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+        assert_eq!(
+            len, 0,
+            "target {t}: the log holds {len} bytes after a quiet fsync"
+        );
+    }
 }
 
 #[test]

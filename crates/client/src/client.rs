@@ -189,11 +189,21 @@ impl Client {
         self.file_of(attr, opts, path, true)
     }
 
-    /// Opens the file `ino`. `opts.create` is ignored: the inode exists.
+    /// Opens the file `ino`. `opts.create` is ignored: the inode exists. One round trip:
+    /// the metadata server checks the type and the access, counts the open and answers
+    /// the attributes.
     pub fn open_ino(&self, ino: InodeId, opts: &OpenOptions) -> Result<File, WireError> {
         opts.validate()?;
-        let attr = self.getattr(ino)?;
-        self.file_of(attr, opts, None, false)
+        let make = |session| Request::Open {
+            ino,
+            session,
+            read: opts.read,
+            write: opts.write,
+        };
+        let attr = ctx(self.inner.open_counted(&self.cred, make), || {
+            format!("open {ino}")
+        })?;
+        self.file_of(attr, opts, None, true)
     }
 
     /// A handle on `attr`'s file; sends Open unless the server counted it already.
@@ -235,7 +245,14 @@ impl Client {
             };
             ctx(self.inner.open_counted(&self.cred, make), what)?
         };
-        let io = self.inner.inode_io(&attr, path)?;
+        let io = match self.inner.inode_io(&attr, path) {
+            Ok(io) => io,
+            Err(e) => {
+                // The open was counted: uncount it, or the file could never be purged.
+                let _ = self.inner.close_counted(&self.cred, ino);
+                return Err(e);
+            }
+        };
         io.note_meta_size(attr.size);
         let file = File::new(
             self.inner.clone(),

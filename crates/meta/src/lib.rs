@@ -714,6 +714,23 @@ impl MetaService {
             return Err(gone());
         }
         let inode = need(&view, ino)?;
+        // Only regular files are opened here (the client's File); refused before the
+        // permission check, as open(2) answers EISDIR before EACCES.
+        match inode.ftype {
+            FileType::File => {}
+            FileType::Dir => {
+                return Err(WireError::new(
+                    ErrorCode::IsDir,
+                    format!("open inode {ino}: is a directory"),
+                ))
+            }
+            _ => {
+                return Err(WireError::new(
+                    ErrorCode::Unsupported,
+                    format!("open inode {ino}: not a regular file"),
+                ))
+            }
+        }
         if check {
             check_open(cred, ino, &inode, read, write)?;
         }

@@ -38,9 +38,12 @@ fn bytes(pool: &ServerPool, resp: Response) -> Result<u64, WireError> {
 }
 
 /// Bytes the file of `attr` occupies on its data servers (data and checksums), for
-/// `st_blocks`. A file of size 0 costs no round trip: objects exist only once written,
-/// and fallocate past the end of an empty file (KEEP_SIZE) is the one case left out.
-/// Anything else is asked of all its servers at once.
+/// `st_blocks`. Only the servers holding stripe units of `[0, size)` are asked (all at
+/// once): the others hold no bytes of the file, since a write past the size moves it
+/// and a truncate cuts every server's object. So a small file costs one round trip to
+/// one server, not one to each server of its layout (a stat through the mount asks
+/// this for every non-empty file). A file of size 0 costs none. Left out: space that
+/// fallocate with KEEP_SIZE reserved past the end on servers holding nothing below it.
 pub(crate) fn allocated_bytes(inner: &Inner, cred: &Cred, attr: &Attr) -> Result<u64, WireError> {
     let Some(layout) = attr.layout.as_ref() else {
         return Ok(0);
@@ -61,10 +64,11 @@ pub(crate) fn allocated_bytes(inner: &Inner, cred: &Cred, attr: &Attr) -> Result
             ),
         ));
     }
-    let reqs = layout
-        .servers
-        .iter()
-        .map(|s| (s.0 as usize, Request::Allocated { fid: attr.ino }));
+    let geo = crate::chunk::Geometry::new(attr.ino, layout)?;
+    let reqs = geo.stripe().extents(0, attr.size).into_iter().map(|e| {
+        let server = layout.servers[e.place as usize].0 as usize;
+        (server, Request::Allocated { fid: attr.ino })
+    });
     let per_server = call_servers(inner, cred, "Allocated", &attr.ino.to_string(), reqs, bytes)?;
     Ok(per_server.iter().sum())
 }

@@ -186,7 +186,7 @@ impl Client {
             write: opts.write,
         };
         let attr = ctx(self.inner.open_counted(&self.cred, make), what)?;
-        self.file_of(attr, opts, path, true)
+        self.file_of(attr, opts, path, Opened::ByCreate)
     }
 
     /// Opens the file `ino`. `opts.create` is ignored: the inode exists. One round trip:
@@ -203,7 +203,7 @@ impl Client {
         let attr = ctx(self.inner.open_counted(&self.cred, make), || {
             format!("open {ino}")
         })?;
-        self.file_of(attr, opts, None, true)
+        self.file_of(attr, opts, None, Opened::Existing)
     }
 
     /// A handle on `attr`'s file; sends Open unless the server counted it already.
@@ -212,7 +212,7 @@ impl Client {
         attr: Attr,
         opts: &OpenOptions,
         path: Option<&str>,
-        opened: bool,
+        opened: Opened,
     ) -> Result<File, WireError> {
         let ino = attr.ino;
         let what = || match path {
@@ -234,7 +234,7 @@ impl Client {
                 ))
             }
         }
-        let attr = if opened {
+        let attr = if opened != Opened::No {
             attr
         } else {
             let make = |session| Request::Open {
@@ -265,7 +265,7 @@ impl Client {
         if opts.truncate && io.size() > 0 {
             // On failure the handle is dropped, which closes it on the server.
             file.set_len(0)?;
-        } else if opts.truncate && !opened {
+        } else if opts.truncate && opened != Opened::ByCreate {
             // O_TRUNC of an existing empty file still marks it modified, as Linux does.
             let now = SetAttrs {
                 mtime: Some(SetTime::Now),
@@ -517,7 +517,7 @@ impl Client {
             return self.create_named(dir, &name, opts, Some(&canon));
         }
         let attr = self.stat(&canon)?;
-        self.file_of(attr, opts, Some(&canon), false)
+        self.file_of(attr, opts, Some(&canon), Opened::No)
     }
 
     pub fn unlink(&self, path: &str) -> Result<(), WireError> {
@@ -777,4 +777,15 @@ impl Client {
         }
         Ok(fs)
     }
+}
+
+/// Whether the metadata server already counted the open a [`File`] is made for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// Not yet: Open is sent.
+    No,
+    /// By an Open of the existing file.
+    Existing,
+    /// By CreateOpen (the file may be new).
+    ByCreate,
 }

@@ -6,7 +6,7 @@ use crate::intent::IntentLog;
 use crate::store::ObjectFile;
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Most objects (each a data file and a checksum sidecar, so two descriptors, and a third
 /// once the object has logged an intent) kept open.
@@ -31,6 +31,10 @@ pub struct ObjectCache {
 #[derive(Default)]
 struct Inner {
     map: HashMap<Key, (Arc<Object>, u64)>,
+    /// Handles evicted while possibly still in use: a miss takes one back if it lives,
+    /// so that an object never has two live handles (two would keep two logs' states
+    /// apart, and opening the second would replay the log under the first's writes).
+    evicted: HashMap<Key, Weak<Object>>,
     tick: u64,
 }
 
@@ -39,9 +43,10 @@ impl ObjectCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The cached handle for `key`, or the result of `open` (which runs under the cache
-    /// mutex, so that a handle is never opened twice or cached after a removal that
-    /// raced with it).
+    /// The cached handle for `key` (or an evicted one still in use), or the result of
+    /// `open`, which runs under the cache mutex, so that a handle is never opened twice
+    /// or cached after a removal that raced with it, and runs only when no handle of the
+    /// object is alive anywhere (no write is using one).
     pub fn get_or_open(
         &self,
         key: Key,
@@ -54,20 +59,27 @@ impl ObjectCache {
             *used = tick;
             return Ok(Some(obj.clone()));
         }
-        let Some(obj) = open()? else {
-            return Ok(None);
+        let alive = inner.evicted.remove(&key).and_then(|w| w.upgrade());
+        let obj = match alive {
+            Some(obj) => obj,
+            None => match open()? {
+                Some(obj) => Arc::new(obj),
+                None => return Ok(None),
+            },
         };
         if inner.map.len() >= MAX_OPEN_OBJECTS {
             inner.evict_oldest();
         }
-        let obj = Arc::new(obj);
         inner.map.insert(key, (obj.clone(), tick));
         assert!(inner.map.len() <= MAX_OPEN_OBJECTS);
         Ok(Some(obj))
     }
 
+    /// Forgets `key`'s handle, also an evicted one (its object is being removed).
     pub fn evict(&self, key: Key) {
-        self.lock().map.remove(&key);
+        let mut inner = self.lock();
+        inner.map.remove(&key);
+        inner.evicted.remove(&key);
     }
 
     pub fn len(&self) -> usize {
@@ -84,7 +96,70 @@ impl Inner {
             .min_by_key(|(_, (_, used))| *used)
             .map(|(k, _)| *k);
         if let Some(k) = oldest {
-            self.map.remove(&k);
+            if let Some((obj, _)) = self.map.remove(&k) {
+                if self.evicted.len() >= MAX_OPEN_OBJECTS {
+                    self.evicted.retain(|_, w| w.strong_count() > 0);
+                }
+                self.evicted.insert(k, Arc::downgrade(&obj));
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Storage;
+    use crate::MemStore;
+    use std::path::{Path, PathBuf};
+
+    fn object(store: &Arc<MemStore>, n: u64) -> Object {
+        let f = |s: &str| {
+            store
+                .open(Path::new(&format!("/o/{n}{s}")), true)
+                .unwrap()
+                .unwrap()
+        };
+        Object {
+            data: f(""),
+            crcs: f(".crc"),
+            intents: IntentLog::new(PathBuf::from(format!("/o/{n}.log")), store.clone(), None),
+        }
+    }
+
+    /// A handle evicted while a request still holds it is taken back on the next miss,
+    /// not opened a second time (which would replay its log under its writes); once
+    /// nobody holds it, a miss opens anew.
+    #[test]
+    fn an_evicted_handle_in_use_is_taken_back() {
+        let store = Arc::new(MemStore::new());
+        let cache = ObjectCache::default();
+        let opened = std::cell::Cell::new(0);
+        let get = |n: u64| {
+            cache
+                .get_or_open((0, n), || {
+                    opened.set(opened.get() + 1);
+                    Ok(Some(object(&store, n)))
+                })
+                .unwrap()
+                .unwrap()
+        };
+        let held = get(0);
+        for n in 1..=MAX_OPEN_OBJECTS as u64 {
+            get(n);
+        }
+        assert_eq!(cache.len(), MAX_OPEN_OBJECTS, "object 0 was evicted");
+        let before = opened.get();
+        let again = get(0);
+        assert!(Arc::ptr_eq(&held, &again), "a second handle was opened");
+        assert_eq!(opened.get(), before);
+        drop((held, again));
+        // Evict it again, now unused: the next miss opens it.
+        for n in 1000..1000 + MAX_OPEN_OBJECTS as u64 {
+            get(n);
+        }
+        let before = opened.get();
+        get(0);
+        assert_eq!(opened.get(), before + 1);
     }
 }

@@ -965,7 +965,10 @@ impl DataService {
                 ),
             ));
         }
-        // Opened past the handle cache, so that a scrub does not evict busy objects.
+        // Opened past the handle cache, so that a scrub does not evict busy objects;
+        // but an object with a log to replay (its server died mid-rewrite) is opened
+        // through the cache, which replays it only when no handle of it is in use, so
+        // that the scrub does not report blocks the replay repairs.
         let c = self.ctx(t, fid);
         let (data_path, crc_path) = self.object_paths(t, fid);
         let open = |p: &Path| {
@@ -973,16 +976,21 @@ impl DataService {
                 .open(p, false)
                 .map_err(|e| c.io(&format!("opening {}", p.display()), &e))
         };
-        let (Some(data), Some(crcs)) = (open(&data_path)?, open(&crc_path)?) else {
-            return Ok((0, None, Vec::new()));
-        };
-        let intents = self
-            .open_log(t, fid, &data, &crcs, false)
-            .map_err(|e| c.io("replaying the object's log", &e))?;
-        let obj = Object {
-            data,
-            crcs,
-            intents,
+        let log = open(&self.log_path(t, fid))?;
+        let obj = if log.is_some_and(|f| f.size_bytes().is_ok_and(|n| n > 0)) {
+            match self.object(t, fid, false)? {
+                Some(obj) => obj,
+                None => return Ok((0, None, Vec::new())),
+            }
+        } else {
+            let (Some(data), Some(crcs)) = (open(&data_path)?, open(&crc_path)?) else {
+                return Ok((0, None, Vec::new()));
+            };
+            Arc::new(Object {
+                data,
+                crcs,
+                intents: IntentLog::new(PathBuf::new(), self.store.clone(), None),
+            })
         };
         let blocks = obj
             .crcs

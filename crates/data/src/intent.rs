@@ -40,8 +40,10 @@ const VERSION: u8 = 1;
 /// (docs/objects.md).
 const KIND_IMAGE: u8 = 3;
 const KIND_INTENT: u8 = 4;
+const KIND_BARRIER: u8 = 5;
 
-/// One record of the log.
+/// One record of the log. `seq` is the object's sync epoch when the record was
+/// appended (one more at each fsync's start).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     /// Block `block` is being rewritten in place to bytes whose CRC32C is `crc`.
@@ -52,6 +54,19 @@ pub enum Record {
         block: u64,
         bytes: Vec<u8>,
     },
+    /// An fsync that began epoch `seq` completed: records of earlier epochs are dead
+    /// (the states they guard are superseded by one on disk).
+    Barrier { seq: u64 },
+}
+
+impl Record {
+    pub fn seq(&self) -> u64 {
+        match self {
+            Record::Intent { seq, .. } | Record::Image { seq, .. } | Record::Barrier { seq } => {
+                *seq
+            }
+        }
+    }
 }
 
 fn header(kind: u8, seq: u64, offset: u64, len: u32, crc: u32) -> [u8; HEADER_BYTES] {
@@ -74,6 +89,7 @@ pub fn encode(r: &Record, block_bytes: u64) -> Vec<u8> {
         Record::Intent { seq, block, crc } => {
             header(KIND_INTENT, *seq, block * block_bytes, 0, *crc).to_vec()
         }
+        Record::Barrier { seq } => header(KIND_BARRIER, *seq, 0, 0, 0).to_vec(),
         Record::Image { seq, block, bytes } => {
             assert_eq!(bytes.len() as u64, block_bytes, "an image is a whole block");
             let mut out = Vec::with_capacity(HEADER_BYTES + bytes.len());
@@ -133,6 +149,7 @@ fn decode_one(b: &[u8], block_bytes: u64) -> Option<(Record, usize)> {
     let block = offset / block_bytes;
     match h[5] {
         KIND_INTENT if len == 0 => Some((Record::Intent { seq, block, crc }, HEADER_BYTES)),
+        KIND_BARRIER if len == 0 && offset == 0 => Some((Record::Barrier { seq }, HEADER_BYTES)),
         KIND_IMAGE if len as u64 == block_bytes => {
             let bytes = b.get(HEADER_BYTES..HEADER_BYTES + len)?;
             (crc32c(bytes) == crc).then(|| {
@@ -192,7 +209,8 @@ pub struct IntentLog {
     dirty: AtomicBool,
     /// The log file was created by this handle and its name is not yet durable.
     new_name: AtomicBool,
-    seq: AtomicU64,
+    /// The sync epoch records are appended in (see [`Record`]).
+    epoch: AtomicU64,
     written: Mutex<Ranges>,
 }
 
@@ -212,9 +230,16 @@ impl IntentLog {
             file: Mutex::new(existing),
             dirty: AtomicBool::new(dirty),
             new_name: AtomicBool::new(false),
-            seq: AtomicU64::new(0),
+            epoch: AtomicU64::new(1),
             written: Mutex::new(Ranges::default()),
         }
+    }
+
+    /// After reading an existing log whose records' largest epoch is `seq`: appends
+    /// from here on are of a later epoch, so that a barrier written later cannot kill
+    /// them.
+    pub fn resume_after(&self, seq: u64) {
+        self.epoch.fetch_max(seq + 1, Ordering::AcqRel);
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Arc<dyn ObjectFile>>> {
@@ -257,7 +282,7 @@ impl IntentLog {
     /// Before rewriting `block` in place to `image` (whose CRC is `crc`): an image
     /// record made durable, or an intent, as the module explains.
     pub fn protect(&self, block: u64, image: &[u8], crc: u32, block_bytes: u64) -> io::Result<()> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = self.epoch.load(Ordering::Acquire);
         if self.written_since_sync(block) {
             return self
                 .append(&Record::Intent { seq, block, crc }, block_bytes)
@@ -293,6 +318,7 @@ impl IntentLog {
     /// the log's length, for [`IntentLog::end_sync`].
     pub fn begin_sync(&self) -> io::Result<u64> {
         self.written().0.clear();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         match self.lock().as_ref() {
             Some(f) => f.size_bytes(),
             None => Ok(0),
@@ -300,20 +326,28 @@ impl IntentLog {
     }
 
     /// The end of an fsync, once the object's data and checksums are on disk, under
-    /// the object's exclusive range lock: empties the log if nothing was appended since
-    /// `begin_sync` returned `len` (the records of rewrites since then may still guard
-    /// bytes the fsync acknowledged).
+    /// the object's exclusive range lock. The records from before `begin_sync` (which
+    /// returned `len`) guard states this fsync supersedes: replaying one after a later
+    /// crash could bring back bytes older than what the fsync acknowledged (say, before
+    /// a truncate, or under a whole-block write). So before the fsync is answered they
+    /// are made dead on disk: the log is emptied and synced (a length cut needs
+    /// `fsync`) if nothing was appended since, or else a barrier for the epoch begun is
+    /// appended and synced (the records of rewrites since may guard bytes this fsync
+    /// acknowledges, so they stay).
     pub fn end_sync(&self, len: u64) -> io::Result<()> {
         let f = self.lock().clone();
         let Some(f) = f else {
             return Ok(());
         };
-        if f.size_bytes()? != len {
+        if f.size_bytes()? == len {
+            f.set_len(0)?;
+            f.sync_all()?;
+            self.dirty.store(false, Ordering::Release);
             return Ok(());
         }
-        self.dirty.store(false, Ordering::Release);
-        f.set_len(0)
-            .inspect_err(|_| self.dirty.store(true, Ordering::Release))
+        let seq = self.epoch.load(Ordering::Acquire);
+        f.append(&encode(&Record::Barrier { seq }, 1))?;
+        f.sync_data()
     }
 }
 
@@ -326,7 +360,9 @@ mod tests {
     fn sample() -> Vec<Record> {
         (0..6u64)
             .map(|i| {
-                if i % 3 == 2 {
+                if i == 4 {
+                    Record::Barrier { seq: i }
+                } else if i % 3 == 2 {
                     Record::Image {
                         seq: i,
                         block: i * 5,

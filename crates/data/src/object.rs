@@ -810,8 +810,17 @@ pub fn replay_log(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError>
         .map_err(|e| c.io("reading the object length", &e))?;
     // Per block: every CRC it was meant to get, and its latest image.
     let mut blocks: std::collections::BTreeMap<u64, (Vec<u32>, Option<&[u8]>)> = Default::default();
-    for r in &decoded.records {
+    // Records of epochs before the last barrier guard states an fsync superseded.
+    let live_from = decoded
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Barrier { .. }))
+        .map(Record::seq)
+        .max()
+        .unwrap_or(0);
+    for r in decoded.records.iter().filter(|r| r.seq() >= live_from) {
         match r {
+            Record::Barrier { .. } => {}
             Record::Intent { block, crc, .. } => blocks.entry(*block).or_default().0.push(*crc),
             Record::Image { block, bytes, .. } => {
                 let e = blocks.entry(*block).or_default();

@@ -414,6 +414,8 @@ impl DataService {
             };
             object::replay_log(&self.ctx(t, fid), &obj, &bytes)
                 .map_err(|e| io::Error::other(e.to_string()))?;
+            let decoded = crate::intent::decode(&bytes, BLOCK);
+            log.resume_after(decoded.records.iter().map(|r| r.seq()).max().unwrap_or(0));
         }
         Ok(log)
     }
@@ -686,9 +688,11 @@ impl DataService {
         let stripe = self.stripe(unit)?;
         for t in 0..self.targets.len() {
             let new_len = stripe.local_size(local_size, t as u32);
+            // The whole object: a cut is made durable like an fsync, and its log's
+            // older records are then made dead (below), with no rewrite in flight.
             let _g = self
                 .locks
-                .lock(fid.0, t as u32, new_len / BLOCK, u64::MAX, Mode::Exclusive);
+                .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
             // Growing a missing object needs nothing: it reads as zeros anyway.
             if let Some(obj) = self.object(t, fid, false)? {
                 let c = self.ctx(t, fid);
@@ -696,9 +700,19 @@ impl DataService {
                     .data
                     .size_bytes()
                     .map_err(|e| c.io("reading the object length", &e))?;
+                let cut = new_len < old_len;
+                let log_len = if cut && obj.intents.needs_sync_work() {
+                    Some(
+                        obj.intents
+                            .begin_sync()
+                            .map_err(|e| c.io("reading the object's log length", &e))?,
+                    )
+                } else {
+                    None
+                };
                 self.mark_resized(t, fid);
                 object::truncate(&c, &obj, new_len)?;
-                if new_len < old_len {
+                if cut {
                     // The metadata server records the new size durably once we answer;
                     // a cut lost in a power cut would let a later extension show the
                     // cut bytes again instead of zeros. So a cut is durable first (found
@@ -707,6 +721,13 @@ impl DataService {
                         .sync_all()
                         .and_then(|()| obj.crcs.sync_all())
                         .map_err(|e| c.io("making the cut durable", &e))?;
+                    // Nor may a logged image of a cut block bring its bytes back after
+                    // a later extension and a crash (simulator, seed 213).
+                    if let Some(len) = log_len {
+                        obj.intents
+                            .end_sync(len)
+                            .map_err(|e| c.io("emptying the object's log", &e))?;
+                    }
                 }
             }
         }

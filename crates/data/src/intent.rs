@@ -34,6 +34,8 @@ use stripefs_wire::crc32c;
 
 /// Bytes of a record header (an intent record is a header alone).
 pub const HEADER_BYTES: usize = 40;
+/// Most disjoint ranges of written blocks an object remembers between fsyncs.
+pub const MAX_WRITTEN_RANGES: usize = 1 << 16;
 const MAGIC: &[u8; 4] = b"SFDL";
 const VERSION: u8 = 1;
 /// Record kinds; 1 (piece) and 2 (cover) are reserved for the delta log
@@ -211,6 +213,8 @@ pub struct IntentLog {
     new_name: AtomicBool,
     /// The sync epoch records are appended in (see [`Record`]).
     epoch: AtomicU64,
+    /// Bytes appended since the log was last emptied (by this handle).
+    appended: AtomicU64,
     written: Mutex<Ranges>,
 }
 
@@ -231,6 +235,7 @@ impl IntentLog {
             dirty: AtomicBool::new(dirty),
             new_name: AtomicBool::new(false),
             epoch: AtomicU64::new(1),
+            appended: AtomicU64::new(0),
             written: Mutex::new(Ranges::default()),
         }
     }
@@ -264,7 +269,10 @@ impl IntentLog {
     fn append(&self, r: &Record, block_bytes: u64) -> io::Result<Arc<dyn ObjectFile>> {
         let file = self.file()?;
         self.dirty.store(true, Ordering::Release);
-        file.append(&encode(r, block_bytes))?;
+        let bytes = encode(r, block_bytes);
+        file.append(&bytes)?;
+        self.appended
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(file)
     }
 
@@ -274,9 +282,21 @@ impl IntentLog {
         self.written().contains(block)
     }
 
-    /// Notes that blocks `first..end` were written.
+    /// Notes that blocks `first..end` were written. The set is bounded: past
+    /// [`MAX_WRITTEN_RANGES`] disjoint ranges (random small writes without an fsync) it
+    /// is forgotten, which is always safe (blocks then count as unwritten, and their
+    /// next rewrites log images: more syncs, never less safety).
     pub fn mark_written(&self, first: u64, end: u64) {
-        self.written().insert(first, end);
+        let mut w = self.written();
+        w.insert(first, end);
+        if w.0.len() > MAX_WRITTEN_RANGES {
+            w.0.clear();
+        }
+    }
+
+    /// Bytes appended to the log since it was last emptied.
+    pub fn appended_bytes(&self) -> u64 {
+        self.appended.load(Ordering::Relaxed)
     }
 
     /// Before rewriting `block` in place to `image` (whose CRC is `crc`): an image
@@ -343,6 +363,7 @@ impl IntentLog {
             f.set_len(0)?;
             f.sync_all()?;
             self.dirty.store(false, Ordering::Release);
+            self.appended.store(0, Ordering::Relaxed);
             return Ok(());
         }
         let seq = self.epoch.load(Ordering::Acquire);

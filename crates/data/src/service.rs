@@ -27,6 +27,9 @@ const OBJECTS_DIR: &str = "objects";
 const SIDECAR_SUFFIX: &str = ".crc";
 /// Suffix of an object's log (`intent.rs`).
 const LOG_SUFFIX: &str = ".log";
+/// Bytes a log may hold before a write syncs its object to empty it (small in unit
+/// tests, so that they reach it).
+const MAX_LOG_BYTES: u64 = if cfg!(test) { 64 << 10 } else { 64 << 20 };
 /// Number of fan-out subdirectories (the low byte of the file id).
 const FANOUT_DIRS: u64 = 256;
 
@@ -572,6 +575,13 @@ impl DataService {
                 &crcs[next_crc..next_crc + n],
             )?;
             next_crc += n;
+            drop(_g);
+            // A writer that never fsyncs would grow the object's log without end (an
+            // intent per small rewrite): past a bound, the object is synced here, with
+            // its writes held for that long, and the log emptied.
+            if obj.intents.appended_bytes() > MAX_LOG_BYTES {
+                self.sync_object(t, fid, true)?;
+            }
         }
         assert_eq!(next_crc, crcs.len());
         self.stats
@@ -856,69 +866,81 @@ impl DataService {
             return Ok(done);
         }
         for t in 0..self.targets.len() {
-            let Some(obj) = self.object(t, fid, false)? else {
-                continue;
-            };
-            let c = self.ctx(t, fid);
-            let key: Key = (t as u32, fid.0);
-            // Taken before the sync, so that a change racing with it marks it again.
-            let resized = lock_set(&self.resized).remove(&key);
-            // Rewrites from here on log images (intent.rs), with none in flight now.
-            let log_len = if obj.intents.needs_sync_work() {
-                let _g = self
-                    .locks
-                    .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
-                Some(
-                    obj.intents
-                        .begin_sync()
-                        .map_err(|e| c.io("reading the object's log length", &e))?,
-                )
-            } else {
-                None
-            };
-            let synced = if resized {
-                obj.data
-                    .sync_all()
-                    .and_then(|()| obj.crcs.sync_all())
-                    .map_err(|e| c.io("syncing data, checksums and lengths", &e))
-            } else {
-                obj.data
-                    .sync_data()
-                    .map_err(|e| c.io("syncing data", &e))
-                    .and_then(|()| {
-                        obj.crcs
-                            .sync_data()
-                            .map_err(|e| c.io("syncing checksums", &e))
-                    })
-            };
-            if let Err(e) = synced {
-                if resized {
-                    lock_set(&self.resized).insert(key);
-                }
-                return Err(e);
-            }
-            // The records of rewrites done before the sync are no longer needed: the
-            // log is emptied if none was appended since (with no rewrite in flight).
-            if let Some(len) = log_len {
-                let _g = self
-                    .locks
-                    .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
-                obj.intents
-                    .end_sync(len)
-                    .map_err(|e| c.io("emptying the object's log", &e))?;
-            }
-            if lock_set(&self.new_names).contains(&key) {
-                if self.canary != Some(Canary::SkipDirSync) {
-                    let (data, _) = self.object_paths(t, fid);
-                    let dir = data.parent().unwrap_or(Path::new("/"));
-                    self.store
-                        .sync_dir(dir)
-                        .map_err(|e| c.io(&format!("syncing directory {}", dir.display()), &e))?;
-                }
-                lock_set(&self.new_names).remove(&key);
-            }
+            self.sync_object(t, fid, false)?;
         }
         Ok(done)
+    }
+
+    /// Makes the object of `fid` on target `t` durable (data, checksums, lengths and
+    /// names) and its log's older records dead. With `quiesce`, under the object's
+    /// exclusive range lock throughout, so that no record is appended meanwhile and the
+    /// log is emptied for sure (the bound on a log's size, below); otherwise the lock
+    /// is taken only around the log's two steps, and writes go on during the sync.
+    fn sync_object(&self, t: usize, fid: InodeId, quiesce: bool) -> Result<(), WireError> {
+        let Some(obj) = self.object(t, fid, false)? else {
+            return Ok(());
+        };
+        let c = self.ctx(t, fid);
+        let key: Key = (t as u32, fid.0);
+        let whole = || {
+            self.locks
+                .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive)
+        };
+        let held = quiesce.then(whole);
+        // Taken before the sync, so that a change racing with it marks it again.
+        let resized = lock_set(&self.resized).remove(&key);
+        // Rewrites from here on log images (intent.rs), with none in flight now.
+        let log_len = if obj.intents.needs_sync_work() {
+            let _g = held.is_none().then(whole);
+            Some(
+                obj.intents
+                    .begin_sync()
+                    .map_err(|e| c.io("reading the object's log length", &e))?,
+            )
+        } else {
+            None
+        };
+        let synced = if resized {
+            obj.data
+                .sync_all()
+                .and_then(|()| obj.crcs.sync_all())
+                .map_err(|e| c.io("syncing data, checksums and lengths", &e))
+        } else {
+            obj.data
+                .sync_data()
+                .map_err(|e| c.io("syncing data", &e))
+                .and_then(|()| {
+                    obj.crcs
+                        .sync_data()
+                        .map_err(|e| c.io("syncing checksums", &e))
+                })
+        };
+        if let Err(e) = synced {
+            if resized {
+                lock_set(&self.resized).insert(key);
+            }
+            return Err(e);
+        }
+        // The records of rewrites done before the sync are dead on disk before the
+        // fsync is answered (intent.rs), with no rewrite in flight.
+        if let Some(len) = log_len {
+            let _g = held.is_none().then(whole);
+            obj.intents
+                .end_sync(len)
+                .map_err(|e| c.io("emptying the object's log", &e))?;
+        }
+        drop(held);
+        if lock_set(&self.new_names).contains(&key) {
+            if self.canary != Some(Canary::SkipDirSync) {
+                let (data, _) = self.object_paths(t, fid);
+                let dir = data.parent().unwrap_or(Path::new("/"));
+                self.store
+                    .sync_dir(dir)
+                    .map_err(|e| c.io(&format!("syncing directory {}", dir.display()), &e))?;
+            }
+            lock_set(&self.new_names).remove(&key);
+        }
+        Ok(())
     }
 
     /// File ids this server holds objects of (on any target), in the order

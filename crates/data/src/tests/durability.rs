@@ -494,3 +494,32 @@ fn a_truncate_kills_the_logged_images_of_the_blocks_it_cuts() {
         }
     }
 }
+
+/// A writer that never fsyncs does not grow an object's log without end: small appends
+/// to a file (each rewrites its written last block, logging an intent) sync the object
+/// and empty the log once it passes its bound (64 KiB in unit tests), and every byte
+/// reads back.
+#[test]
+fn an_object_log_stays_bounded_without_fsync() {
+    let store = Arc::new(MemStore::new());
+    let svc = mem_server_with(store.clone(), Options::default());
+    let fid = 17;
+    let (data_path, _) = svc.object_paths(0, InodeId(fid));
+    let mut log_path = data_path.into_os_string();
+    log_path.push(".log");
+    let log_path = PathBuf::from(log_path);
+    let mut want = Vec::new();
+    let mut largest = 0;
+    for i in 0..6000u64 {
+        let rec = pattern(37, i);
+        write(&svc, fid, UNIT, want.len() as u64, &rec).unwrap();
+        want.extend_from_slice(&rec);
+        largest = largest.max(store.contents(&log_path).map_or(0, |l| l.len()));
+    }
+    // 6000 intents would be 240,000 bytes.
+    assert!(
+        largest <= (64 << 10) + 4136,
+        "the log grew to {largest} bytes"
+    );
+    assert_eq!(read(&svc, fid, UNIT, 0, want.len()), want);
+}

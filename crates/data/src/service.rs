@@ -712,11 +712,7 @@ impl DataService {
                     .map_err(|e| c.io("reading the object length", &e))?;
                 let cut = new_len < old_len;
                 let log_len = if cut && obj.intents.needs_sync_work() {
-                    Some(
-                        obj.intents
-                            .begin_sync()
-                            .map_err(|e| c.io("reading the object's log length", &e))?,
-                    )
+                    Some(begin_log_sync(&c, &obj)?)
                 } else {
                     None
                 };
@@ -892,11 +888,7 @@ impl DataService {
         // Rewrites from here on log images (intent.rs), with none in flight now.
         let log_len = if obj.intents.needs_sync_work() {
             let _g = held.is_none().then(whole);
-            Some(
-                obj.intents
-                    .begin_sync()
-                    .map_err(|e| c.io("reading the object's log length", &e))?,
-            )
+            Some(begin_log_sync(&c, &obj)?)
         } else {
             None
         };
@@ -1437,4 +1429,11 @@ fn fault_countdown(name: &str) -> Result<Option<std::sync::atomic::AtomicU64>, S
             _ => Err(format!("{name}={v}: expected a positive integer")),
         },
     }
+}
+
+/// [`IntentLog::begin_sync`] of `obj`'s log, its error naming the object.
+fn begin_log_sync(c: &Ctx, obj: &Object) -> Result<u64, WireError> {
+    obj.intents
+        .begin_sync()
+        .map_err(|e| c.io("reading the object's log length", &e))
 }

@@ -92,20 +92,23 @@ pub fn encode(r: &Record, block_bytes: u64) -> Vec<u8> {
             header(KIND_INTENT, *seq, block * block_bytes, 0, *crc).to_vec()
         }
         Record::Barrier { seq } => header(KIND_BARRIER, *seq, 0, 0, 0).to_vec(),
-        Record::Image { seq, block, bytes } => {
-            assert_eq!(bytes.len() as u64, block_bytes, "an image is a whole block");
-            let mut out = Vec::with_capacity(HEADER_BYTES + bytes.len());
-            out.extend_from_slice(&header(
-                KIND_IMAGE,
-                *seq,
-                block * block_bytes,
-                bytes.len() as u32,
-                crc32c(bytes),
-            ));
-            out.extend_from_slice(bytes);
-            out
-        }
+        Record::Image { seq, block, bytes } => image_record(*seq, *block, bytes, block_bytes),
     }
+}
+
+/// The bytes of an image record of `bytes`, a whole block.
+fn image_record(seq: u64, block: u64, bytes: &[u8], block_bytes: u64) -> Vec<u8> {
+    assert_eq!(bytes.len() as u64, block_bytes, "an image is a whole block");
+    let mut out = Vec::with_capacity(HEADER_BYTES + bytes.len());
+    out.extend_from_slice(&header(
+        KIND_IMAGE,
+        seq,
+        block * block_bytes,
+        bytes.len() as u32,
+        crc32c(bytes),
+    ));
+    out.extend_from_slice(bytes);
+    out
 }
 
 /// What a log holds: its valid records in order, and whether parsing stopped early at
@@ -266,11 +269,10 @@ impl IntentLog {
         Ok(opened)
     }
 
-    fn append(&self, r: &Record, block_bytes: u64) -> io::Result<Arc<dyn ObjectFile>> {
+    fn append(&self, bytes: &[u8]) -> io::Result<Arc<dyn ObjectFile>> {
         let file = self.file()?;
         self.dirty.store(true, Ordering::Release);
-        let bytes = encode(r, block_bytes);
-        file.append(&bytes)?;
+        file.append(bytes)?;
         self.appended
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(file)
@@ -304,16 +306,10 @@ impl IntentLog {
     pub fn protect(&self, block: u64, image: &[u8], crc: u32, block_bytes: u64) -> io::Result<()> {
         let seq = self.epoch.load(Ordering::Acquire);
         if self.written_since_sync(block) {
-            return self
-                .append(&Record::Intent { seq, block, crc }, block_bytes)
-                .map(|_| ());
+            let r = Record::Intent { seq, block, crc };
+            return self.append(&encode(&r, block_bytes)).map(|_| ());
         }
-        let r = Record::Image {
-            seq,
-            block,
-            bytes: image.to_vec(),
-        };
-        let file = self.append(&r, block_bytes)?;
+        let file = self.append(&image_record(seq, block, image, block_bytes))?;
         file.sync_data()?;
         if self.new_name.swap(false, Ordering::AcqRel) {
             if let Some(dir) = self.path.parent() {

@@ -784,16 +784,19 @@ pub fn seek(c: &Ctx, obj: &Object, off: u64, hole: bool) -> Result<Option<u64>, 
     Ok(hole.then(|| off.max(block * BLOCK)))
 }
 
-/// After the object's files are opened: repairs each block named in its log (`log`
-/// holds the log file's bytes, `intent.rs`) that fails its stored checksum, as a server
+/// After the object's files are opened: repairs each block named in its log (`log`,
+/// parsed from the log file, `intent.rs`) that fails its stored checksum, as a server
 /// that died or lost power between a rewrite's data and its checksum leaves it: the
 /// block gets an intended CRC its bytes match, or else is rewritten from its latest
 /// image. Blocks that are holes or lie past the data file's end are left alone (a punch
 /// or truncate came later). Returns how many blocks were repaired; the caller has the
 /// only handle or holds the object's range lock.
-pub fn replay_log(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError> {
+pub fn replay_log(
+    c: &Ctx,
+    obj: &Object,
+    decoded: &crate::intent::Decoded,
+) -> Result<usize, WireError> {
     use crate::intent::Record;
-    let decoded = crate::intent::decode(log, BLOCK);
     if decoded.torn_bytes > 0 {
         tracing::warn!(
             "data server {}: {} on target {}: the last {} bytes of the object's log are torn \
@@ -808,8 +811,9 @@ pub fn replay_log(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError>
         .data
         .size_bytes()
         .map_err(|e| c.io("reading the object length", &e))?;
-    // Per block: every CRC it was meant to get, and its latest image.
-    let mut blocks: std::collections::BTreeMap<u64, (Vec<u32>, Option<&[u8]>)> = Default::default();
+    // Per block: every CRC it was meant to get, and its latest image with its CRC.
+    type Meant<'a> = (Vec<u32>, Option<(&'a [u8], u32)>);
+    let mut blocks: std::collections::BTreeMap<u64, Meant> = Default::default();
     // Records of epochs before the last barrier guard states an fsync superseded.
     let live_from = decoded
         .records
@@ -823,9 +827,10 @@ pub fn replay_log(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError>
             Record::Barrier { .. } => {}
             Record::Intent { block, crc, .. } => blocks.entry(*block).or_default().0.push(*crc),
             Record::Image { block, bytes, .. } => {
+                let crc = crc32c(bytes);
                 let e = blocks.entry(*block).or_default();
-                e.0.push(crc32c(bytes));
-                e.1 = Some(bytes);
+                e.0.push(crc);
+                e.1 = Some((bytes, crc));
             }
         }
     }
@@ -844,20 +849,15 @@ pub fn replay_log(c: &Ctx, obj: &Object, log: &[u8]) -> Result<usize, WireError>
         if stored.is_none() || stored == Some(actual) {
             continue;
         }
-        let how = if crcs.contains(&actual) {
-            "given the checksum of its bytes from an intent"
-        } else if let Some(img) = image {
+        let (crc, how) = if crcs.contains(&actual) {
+            (actual, "given the checksum of its bytes from an intent")
+        } else if let Some((img, crc)) = image {
             obj.data
                 .write_at(img, block * BLOCK)
                 .map_err(|e| c.io(&format!("rewriting block {block} from its image"), &e))?;
-            "rewritten from its image"
+            (crc, "rewritten from its image")
         } else {
             continue;
-        };
-        let crc = if crcs.contains(&actual) {
-            actual
-        } else {
-            crc32c(image.expect("rewritten from it"))
         };
         obj.crcs
             .write_at(&encode_entry(crc), block * ENTRY_BYTES)

@@ -381,46 +381,46 @@ impl DataService {
     }
 
     /// The log path of `fid` on target `t`.
-    fn log_path(&self, t: usize, fid: InodeId) -> PathBuf {
+    pub(crate) fn log_path(&self, t: usize, fid: InodeId) -> PathBuf {
         let mut p = self.targets[t].data_path(fid).into_os_string();
         p.push(LOG_SUFFIX);
         p.into()
     }
 
-    /// The intent log of an object whose files were just opened: an existing one is
-    /// replayed first (a server that died mid-write left it), so that every block
-    /// reads as its last complete write.
-    fn open_log(
+    /// The object whose data file and sidecar were just opened, with its log: an
+    /// existing log is replayed first (a server that died or lost power mid-rewrite left
+    /// it), so that every block reads as its last complete write; records appended from
+    /// here on are of a later epoch than any in it.
+    fn object_with_log(
         &self,
         t: usize,
         fid: InodeId,
-        data: &Arc<dyn crate::store::ObjectFile>,
-        crcs: &Arc<dyn crate::store::ObjectFile>,
+        data: Arc<dyn crate::store::ObjectFile>,
+        crcs: Arc<dyn crate::store::ObjectFile>,
         fresh: bool,
-    ) -> io::Result<IntentLog> {
+    ) -> io::Result<Object> {
         let path = self.log_path(t, fid);
         let existing = if fresh {
             None
         } else {
             self.store.open(&path, false)?
         };
-        let log = IntentLog::new(path, self.store.clone(), existing.clone());
-        if let Some(f) = existing.filter(|_| log.needs_sync_work()) {
-            let len = f.size_bytes()?;
-            let mut bytes = vec![0u8; len as usize];
+        let obj = Object {
+            data,
+            crcs,
+            intents: IntentLog::new(path, self.store.clone(), existing.clone()),
+        };
+        if let Some(f) = existing.filter(|_| obj.intents.needs_sync_work()) {
+            let mut bytes = vec![0u8; f.size_bytes()? as usize];
             let n = f.read_at(&mut bytes, 0)?;
             bytes.truncate(n);
-            let obj = Object {
-                data: data.clone(),
-                crcs: crcs.clone(),
-                intents: IntentLog::new(PathBuf::new(), self.store.clone(), None),
-            };
-            object::replay_log(&self.ctx(t, fid), &obj, &bytes)
-                .map_err(|e| io::Error::other(e.to_string()))?;
             let decoded = crate::intent::decode(&bytes, BLOCK);
-            log.resume_after(decoded.records.iter().map(|r| r.seq()).max().unwrap_or(0));
+            object::replay_log(&self.ctx(t, fid), &obj, &decoded)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            let last = decoded.records.iter().map(|r| r.seq()).max();
+            obj.intents.resume_after(last.unwrap_or(0));
         }
-        Ok(log)
+        Ok(obj)
     }
 
     fn stripe(&self, unit: u32) -> Result<Stripe, WireError> {
@@ -469,12 +469,7 @@ impl DataService {
                 if created {
                     lock_set(&self.new_names).insert(key);
                 }
-                let intents = self.open_log(t, fid, &data, &crcs, created)?;
-                Ok(Some(Object {
-                    data,
-                    crcs,
-                    intents,
-                }))
+                self.object_with_log(t, fid, data, crcs, created).map(Some)
             })
             .map_err(|e| self.ctx(t, fid).io("opening the object", &e))
     }
@@ -1021,10 +1016,11 @@ impl DataService {
             let (Some(data), Some(crcs)) = (open(&data_path)?, open(&crc_path)?) else {
                 return Ok((0, None, Vec::new()));
             };
+            // Never written through: the scrub only reads.
             Arc::new(Object {
                 data,
                 crcs,
-                intents: IntentLog::new(PathBuf::new(), self.store.clone(), None),
+                intents: IntentLog::new(self.log_path(t, fid), self.store.clone(), None),
             })
         };
         let blocks = obj

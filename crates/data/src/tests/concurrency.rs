@@ -71,9 +71,7 @@ fn eight_writers_one_object_fsyncing_meanwhile() {
     // After a last fsync with nothing in flight, every object's log is empty again.
     simple(&svc, Request::Fsync { fid: InodeId(77) }).unwrap();
     for t in 0..2 {
-        let (data, _) = svc.object_paths(t, InodeId(77));
-        let mut log = data.into_os_string();
-        log.push(".log");
+        let log = svc.log_path(t, InodeId(77));
         let len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
         assert_eq!(
             len, 0,

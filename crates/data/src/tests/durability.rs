@@ -346,14 +346,12 @@ fn dying_between_rmw_bytes_and_checksum_keeps_the_blocks_other_bytes() {
         let a = pattern(5000, 1);
         write(&svc, fid, UNIT, 0, &a).unwrap();
         simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
-        let (data_path, crc_path) = svc.object_paths(0, InodeId(fid));
+        let (_, crc_path) = svc.object_paths(0, InodeId(fid));
         let old_entry = store.contents(&crc_path).unwrap()[8..16].to_vec();
         let b = pattern(4000, 2);
         write(&svc, fid, UNIT, 5000, &b).unwrap();
         undo_entry(&store, &crc_path, 1, &old_entry);
-        let mut log_path = data_path.into_os_string();
-        log_path.push(".log");
-        let log_path = PathBuf::from(log_path);
+        let log_path = svc.log_path(0, InodeId(fid));
         let log = store.contents(&log_path).unwrap();
         let records = crate::intent::decode(&log, B as u64).records;
         assert!(
@@ -504,10 +502,7 @@ fn an_object_log_stays_bounded_without_fsync() {
     let store = Arc::new(MemStore::new());
     let svc = mem_server_with(store.clone(), Options::default());
     let fid = 17;
-    let (data_path, _) = svc.object_paths(0, InodeId(fid));
-    let mut log_path = data_path.into_os_string();
-    log_path.push(".log");
-    let log_path = PathBuf::from(log_path);
+    let log_path = svc.log_path(0, InodeId(fid));
     let mut want = Vec::new();
     let mut largest = 0;
     for i in 0..6000u64 {

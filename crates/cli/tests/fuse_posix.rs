@@ -450,6 +450,69 @@ fn writeback_cache_mount_writes_small_pieces_right() {
     );
 }
 
+/// `--writeback-cache` as a user other than the mounting one: 4 KiB writes, a
+/// partial-page write through a write-only handle of a readable file, both read back
+/// whole. A file the user may write but not read (mode 0200) takes whole pages, and a
+/// partial-page write into its data fails with EBADF (the kernel cannot fill the page
+/// through that handle), as documented, without changing the file.
+#[test]
+fn writeback_cache_mount_as_an_unprivileged_user() {
+    need_fuse!();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: needs root to act as another user");
+        return;
+    }
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::with_args(&c.cluster_file(), &["--writeback-cache"]);
+    fs::create_dir(m.p("pub")).unwrap();
+    fs::set_permissions(m.p("pub"), fs::Permissions::from_mode(0o777)).unwrap();
+    let script = r#"
+import os, errno
+data = bytes((i * 7) % 251 for i in range(64 * 1024))
+with open("pub/a", "wb") as f:
+    for i in range(0, len(data), 4096):
+        f.write(data[i:i + 4096])
+fd = os.open("pub/a", os.O_WRONLY)
+os.pwrite(fd, b"xyz", 10001)
+os.close(fd)
+fd = os.open("pub/w", os.O_CREAT | os.O_WRONLY, 0o200)
+os.write(fd, data)
+os.close(fd)
+fd = os.open("pub/w", os.O_WRONLY)
+try:
+    os.pwrite(fd, b"q", 5)
+    os.fsync(fd)
+    print("partial: ok")
+except OSError as e:
+    print("partial:", errno.errorcode[e.errno])
+"#;
+    let out = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(script)
+        .current_dir(m.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let data: Vec<u8> = (0..64 * 1024).map(|i| ((i * 7) % 251) as u8).collect();
+    let mut want = data.clone();
+    want[10_001..10_004].copy_from_slice(b"xyz");
+    assert!(
+        fs::read(m.p("pub/a")).unwrap() == want,
+        "pub/a reads other bytes"
+    );
+    assert_eq!(fs::metadata(m.p("pub/a")).unwrap().uid(), 65534);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "partial: EBADF",
+        "{}",
+        text(&out)
+    );
+    assert!(fs::read(m.p("pub/w")).unwrap() == data, "pub/w changed");
+}
+
 /// Small writes (4 KiB, as dd, cp and stdio make them) are absorbed by write-behind and
 /// answered at once; an error sending them still reaches the program: at fsync, and at
 /// close (the kernel's FLUSH), as EIO. Here the servers stop between the writes and the

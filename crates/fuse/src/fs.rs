@@ -276,7 +276,7 @@ impl Shared {
     /// writeback cache, O_APPEND is the kernel's business (it sends each write at the end
     /// it knows), and a write-only open is made read-write where the caller may read, as
     /// the kernel may read a page through it before a partial write; where the caller
-    /// may not, it stays write-only (such a partial write then fails with EACCES).
+    /// may not, it stays write-only (such a partial-page write then fails with EBADF).
     fn open_file(
         &self,
         flags: i32,

@@ -280,20 +280,16 @@ impl Shared {
     fn open_file(
         &self,
         flags: i32,
-        open: impl Fn(&OpenOptions) -> Result<File, WireError>,
-        adjust: impl Fn(OpenOptions) -> OpenOptions,
+        open: impl Fn(OpenOptions) -> Result<File, WireError>,
     ) -> Result<File, WireError> {
-        if !self.writeback() {
-            return open(&adjust(open_options(flags)));
-        }
-        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+        if self.writeback() && flags & libc::O_ACCMODE == libc::O_WRONLY {
             let rw = (flags & !libc::O_ACCMODE) | libc::O_RDWR;
-            match open(&adjust(open_options(rw))) {
+            match open(open_options(rw)) {
                 Err(e) if e.code == ErrorCode::PermissionDenied => {}
                 r => return r,
             }
         }
-        open(&adjust(open_options(flags)))
+        open(open_options(flags))
     }
 
     fn insert(&self, h: Handle) -> u64 {
@@ -791,7 +787,7 @@ impl fuser::Filesystem for StripeFs {
             sh.readahead_set
                 .call_once(|| crate::readahead::raise(&sh.mountpoint));
             let opened = sh
-                .open_file(flags, |o| c.open_ino(InodeId(ino), o), |o| o)
+                .open_file(flags, |o| c.open_ino(InodeId(ino), &o))
                 .and_then(|f| Ok((truncate_read_only(&c, flags, &f)?, f)));
             match opened {
                 Ok((truncated, file)) => {
@@ -1105,13 +1101,14 @@ impl fuser::Filesystem for StripeFs {
     ) {
         let name = owned_name!(name, reply);
         let append = flags & libc::O_APPEND != 0 && !self.shared.writeback();
-        let adjust = move |o: OpenOptions| {
-            o.create(true)
-                .exclusive(flags & libc::O_EXCL != 0)
-                .mode(mode & 0o7777 & !umask)
-        };
         self.spawn(req, move |sh, c| {
-            let created = sh.open_file(flags, |o| c.create_at(InodeId(parent), &name, o), adjust);
+            let created = sh.open_file(flags, |o| {
+                let o = o
+                    .create(true)
+                    .exclusive(flags & libc::O_EXCL != 0)
+                    .mode(mode & 0o7777 & !umask);
+                c.create_at(InodeId(parent), &name, &o)
+            });
             match created {
                 Ok(file) => {
                     let created = file.cached_attr();

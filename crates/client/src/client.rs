@@ -186,7 +186,7 @@ impl Client {
             write: opts.write,
         };
         let attr = ctx(self.inner.open_counted(&self.cred, make), what)?;
-        self.file_of(attr, opts, path, Opened::ByCreate)
+        self.file_of(attr, opts, path, true)
     }
 
     /// Opens the file `ino`. `opts.create` is ignored: the inode exists. One round trip:
@@ -194,56 +194,43 @@ impl Client {
     /// the attributes.
     pub fn open_ino(&self, ino: InodeId, opts: &OpenOptions) -> Result<File, WireError> {
         opts.validate()?;
+        self.open_existing(ino, opts, None)
+    }
+
+    /// Opens the existing inode `ino` (reached by `path`, if given) with one Open,
+    /// which the metadata server refuses for anything but a regular file.
+    fn open_existing(
+        &self,
+        ino: InodeId,
+        opts: &OpenOptions,
+        path: Option<&str>,
+    ) -> Result<File, WireError> {
         let make = |session| Request::Open {
             ino,
             session,
             read: opts.read,
             write: opts.write,
         };
-        let attr = ctx(self.inner.open_counted(&self.cred, make), || {
-            format!("open {ino}")
+        let attr = ctx(self.inner.open_counted(&self.cred, make), || match path {
+            Some(p) => format!("open {p}"),
+            None => format!("open {ino}"),
         })?;
-        self.file_of(attr, opts, None, Opened::Existing)
+        self.file_of(attr, opts, path, false)
     }
 
-    /// A handle on `attr`'s file; sends Open unless the server counted it already.
+    /// A handle on the regular file `attr`, whose open the metadata server counted
+    /// (Open or CreateOpen, which refuse other types); `created`: by CreateOpen.
     fn file_of(
         &self,
         attr: Attr,
         opts: &OpenOptions,
         path: Option<&str>,
-        opened: Opened,
+        created: bool,
     ) -> Result<File, WireError> {
         let ino = attr.ino;
         let what = || match path {
             Some(p) => format!("open {p}"),
             None => format!("open {ino}"),
-        };
-        match attr.ftype {
-            FileType::File => {}
-            FileType::Dir => {
-                return Err(WireError::new(
-                    ErrorCode::IsDir,
-                    format!("{}: is a directory", what()),
-                ))
-            }
-            _ => {
-                return Err(WireError::new(
-                    ErrorCode::Unsupported,
-                    format!("{}: not a regular file", what()),
-                ))
-            }
-        }
-        let attr = if opened != Opened::No {
-            attr
-        } else {
-            let make = |session| Request::Open {
-                ino: attr.ino,
-                session,
-                read: opts.read,
-                write: opts.write,
-            };
-            ctx(self.inner.open_counted(&self.cred, make), what)?
         };
         let io = match self.inner.inode_io(&attr, path) {
             Ok(io) => io,
@@ -265,7 +252,7 @@ impl Client {
         if opts.truncate && io.size() > 0 {
             // On failure the handle is dropped, which closes it on the server.
             file.set_len(0)?;
-        } else if opts.truncate && opened != Opened::ByCreate {
+        } else if opts.truncate && !created {
             // O_TRUNC of an existing empty file still marks it modified, as Linux does.
             let now = SetAttrs {
                 mtime: Some(SetTime::Now),
@@ -517,7 +504,7 @@ impl Client {
             return self.create_named(dir, &name, opts, Some(&canon));
         }
         let attr = self.stat(&canon)?;
-        self.file_of(attr, opts, Some(&canon), Opened::No)
+        self.open_existing(attr.ino, opts, Some(&canon))
     }
 
     pub fn unlink(&self, path: &str) -> Result<(), WireError> {
@@ -777,15 +764,4 @@ impl Client {
         }
         Ok(fs)
     }
-}
-
-/// Whether the metadata server already counted the open a [`File`] is made for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Opened {
-    /// Not yet: Open is sent.
-    No,
-    /// By an Open of the existing file.
-    Existing,
-    /// By CreateOpen (the file may be new).
-    ByCreate,
 }

@@ -43,6 +43,10 @@ pub struct UpArgs {
     /// Default stripe count of new files (0 = all data servers).
     #[arg(long, default_value_t = 0)]
     stripe_count: u32,
+    /// Default inline threshold: new files keep up to this many bytes on the metadata
+    /// server, with their inode, instead of on data servers (0 = never; at most 64K).
+    #[arg(long, default_value = "4K", value_parser = parse_size)]
+    inline_bytes: u64,
     /// Address the servers listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -114,6 +118,13 @@ fn up(a: UpArgs) -> Result<()> {
     if a.stripe_size == 0 || a.stripe_size % 4096 != 0 || a.stripe_size > 16 << 20 {
         return Err(anyhow!("--stripe-size must be a multiple of 4K up to 16M"));
     }
+    if a.inline_bytes > stripefs_wire::MAX_INLINE_BYTES as u64 {
+        return Err(anyhow!(
+            "--inline-bytes {} exceeds {}",
+            a.inline_bytes,
+            stripefs_wire::MAX_INLINE_BYTES
+        ));
+    }
     let servers = a.servers.unwrap_or(4);
     if a.stripe_count > servers {
         return Err(anyhow!(
@@ -131,6 +142,7 @@ fn up(a: UpArgs) -> Result<()> {
         defaults: Defaults {
             stripe_size_bytes: a.stripe_size as u32,
             stripe_count: a.stripe_count,
+            inline_bytes: a.inline_bytes as u32,
         },
         host: a.host,
         exe: crate::exe(),

@@ -175,6 +175,10 @@ pub struct SetstripeArgs {
     /// from a rotating start (the default).
     #[arg(long, value_parser = parse_policy)]
     layout: Option<Policy>,
+    /// Inline threshold of new files in a directory: files up to this size keep their
+    /// bytes on the metadata server with their inode (0 = never; at most 64K).
+    #[arg(long, value_parser = parse_size)]
+    inline_bytes: Option<u64>,
     #[command(flatten)]
     c: ClusterArg,
 }
@@ -646,8 +650,22 @@ pub fn mv(a: MvArgs) -> Result<()> {
 }
 
 pub fn setstripe(a: SetstripeArgs) -> Result<()> {
-    if a.size.is_none() && a.count.is_none() && a.servers.is_none() && a.layout.is_none() {
-        bail!("give --size, --count, --servers and/or --layout");
+    if a.size.is_none()
+        && a.count.is_none()
+        && a.servers.is_none()
+        && a.layout.is_none()
+        && a.inline_bytes.is_none()
+    {
+        bail!("give --size, --count, --servers, --layout and/or --inline-bytes");
+    }
+    if let Some(n) = a
+        .inline_bytes
+        .filter(|&n| n > stripefs_wire::MAX_INLINE_BYTES as u64)
+    {
+        bail!(
+            "--inline-bytes {n} exceeds {}",
+            stripefs_wire::MAX_INLINE_BYTES
+        );
     }
     let client = a.c.connect()?;
     let mut h = hint(a.size, a.count)?;
@@ -656,6 +674,7 @@ pub fn setstripe(a: SetstripeArgs) -> Result<()> {
     }
     h.servers = a.servers.clone();
     h.policy = a.layout;
+    h.inline_bytes = a.inline_bytes.map(|n| n as u32);
     match client.lstat(&a.path) {
         Ok(_) => client.set_stripe(&a.path, h).map(|_| ()),
         Err(e) if e.code == ErrorCode::NotFound => {
@@ -698,6 +717,8 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
             "stripe_count": count,
             "servers": servers,
             "layout": at.dir_layout.policy.map(|p| p.name()),
+            "inline_bytes": at.dir_layout.inline_bytes,
+            "inline": at.inline.as_ref().map(|i| i.max),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -723,6 +744,15 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
     }
     if let Some(p) = at.dir_layout.policy {
         println!("  layout:       {}{dflt}", p.name());
+    }
+    if let Some(n) = at.dir_layout.inline_bytes {
+        println!("  inline_bytes: {n}{dflt}");
+    }
+    if let Some(i) = &at.inline {
+        println!(
+            "  inline:       {} bytes kept with the inode (up to {})",
+            at.size, i.max
+        );
     }
     Ok(())
 }

@@ -241,6 +241,7 @@ impl Client {
             }
         };
         io.note_meta_size(attr.size);
+        io.note_open(&attr);
         let file = File::new(
             self.inner.clone(),
             self.cred.clone(),

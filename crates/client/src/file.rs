@@ -394,6 +394,9 @@ impl File {
 
     /// Bytes the file occupies on its data servers (for `st_blocks`).
     pub fn allocated_bytes(&self) -> Result<u64, WireError> {
+        if self.io.is_inline() {
+            return Ok(self.io.size());
+        }
         self.io.wait_all();
         crate::io::allocated_bytes(&self.inner, &self.cred, &self.cached_attr())
     }
@@ -403,6 +406,12 @@ impl File {
     pub fn cached_attr(&self) -> Attr {
         let mut attr = self.opened_attr.clone();
         attr.size = self.io.size();
+        if !self.io.is_inline() {
+            attr.inline = None;
+        }
+        if let Some(i) = attr.inline.as_mut() {
+            i.data = None;
+        }
         attr
     }
 

@@ -19,6 +19,7 @@ use crate::{
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+mod inline;
 mod sparse;
 pub(crate) use sparse::allocated_bytes;
 
@@ -104,6 +105,9 @@ pub(crate) struct InodeIo {
     /// Set when the metadata server released this inode's opens with an ended session
     /// and it could not be opened again (`session.rs`): every later call fails so.
     lost: std::sync::OnceLock<WireError>,
+    /// The file's bytes while the metadata server holds them (`io/inline.rs`); `None`
+    /// once the file is striped over its data servers.
+    inline: inline::InlineSlot,
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -198,6 +202,7 @@ impl InodeIo {
             ra_max,
             boots: Arc::new(Mutex::new(HashMap::new())),
             lost: std::sync::OnceLock::new(),
+            inline: Mutex::new(inline::InlineState::from_attr(attr)),
             state: Mutex::new(State {
                 pending: VecDeque::new(),
                 inflight_bytes: 0,
@@ -391,6 +396,9 @@ impl InodeIo {
             })?;
         self.take_latched()?;
         if data.is_empty() {
+            return Ok(());
+        }
+        if self.write_inline(cred, offset, data)? {
             return Ok(());
         }
         self.wait_overlapping(offset, end);
@@ -620,6 +628,10 @@ impl InodeIo {
         buf: &mut [u8],
         sequential: bool,
     ) -> Result<usize, WireError> {
+        if let Some(b) = self.read_inline(cred, offset, buf.len() as u64)? {
+            buf[..b.len()].copy_from_slice(&b);
+            return Ok(b.len());
+        }
         let (n, size) = self.clamp(cred, offset, buf.len() as u64)?;
         if n == 0 {
             return Ok(0);
@@ -652,6 +664,16 @@ impl InodeIo {
         let hi = extents.iter().map(|e| e.0 + e.1).max().unwrap_or(0);
         let lo = extents.iter().map(|e| e.0).min().unwrap_or(0);
         if hi == lo {
+            return Ok(());
+        }
+        if let Some(b) = self.read_inline(cred, lo, hi - lo)? {
+            let mut at = 0;
+            for &(offset, len) in extents {
+                let from = ((offset - lo) as usize).min(b.len());
+                let to = ((offset - lo + len) as usize).min(b.len());
+                out[at..at + (to - from)].copy_from_slice(&b[from..to]);
+                at += len as usize;
+            }
             return Ok(());
         }
         let (_, size) = self.clamp(cred, lo, hi - lo)?;
@@ -803,6 +825,9 @@ impl InodeIo {
         sequential: bool,
         f: impl FnOnce(&[&[u8]]) -> R,
     ) -> Result<R, WireError> {
+        if let Some(b) = self.read_inline(cred, offset, len)? {
+            return Ok(if b.is_empty() { f(&[]) } else { f(&[&b]) });
+        }
         let (n, size) = self.clamp(cred, offset, len)?;
         if n == 0 {
             return Ok(f(&[]));
@@ -1074,10 +1099,18 @@ impl InodeIo {
     /// layout, then tells the metadata server the new size and mtime.
     /// Asks every server of the layout to drop its cached pages of this file.
     pub fn drop_server_cache(&self, cred: &Cred) -> Result<(), WireError> {
+        if self.is_inline() {
+            return Ok(());
+        }
         self.on_all_servers(cred, "DropCache", |_| Request::DropCache { fid: self.ino })
     }
 
     pub fn flush(&self, cred: &Cred, data_sync: bool) -> Result<(), WireError> {
+        // First: a file found moved meanwhile gets its inline writes queued for the data
+        // servers, which the wait below covers.
+        if self.flush_inline(cred)? {
+            return Ok(());
+        }
         self.wait_all();
         self.take_latched()?;
         if data_sync {
@@ -1184,6 +1217,18 @@ impl InodeIo {
                     mask: 2,
                 },
             )?;
+        }
+        let resize = Request::SetAttr {
+            ino: self.ino,
+            attrs: SetAttrs {
+                size: Some(size),
+                via_write_handle,
+                ..SetAttrs::default()
+            },
+        };
+        // Before the wait: a move queues the inline writes for the data servers.
+        if let Some(attr) = self.truncate_inline(cred, resize, size)? {
+            return Ok(attr);
         }
         self.wait_all();
         self.take_latched()?;

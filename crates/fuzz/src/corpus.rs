@@ -82,6 +82,7 @@ fn hint(rng: &mut StdRng) -> LayoutHint {
             1 => Some(Policy::Spread),
             _ => Some(Policy::Local),
         },
+        inline_bytes: rng.gen_bool(0.3).then(|| rng.gen_range(0..70_000)),
     }
 }
 
@@ -289,6 +290,26 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             token: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
         },
         Opcode::TokenRevoke => Request::TokenRevoke { id: rng.gen() },
+        Opcode::WriteInline => Request::WriteInline {
+            ino: ino(rng),
+            pieces: (0..rng.gen_range(0..4))
+                .map(|_| {
+                    let data: Vec<u8> = (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect();
+                    InlinePiece {
+                        offset: rng.gen_range(0..70_000),
+                        crc: if rng.gen_bool(0.8) {
+                            crc32c(&data)
+                        } else {
+                            rng.gen()
+                        },
+                        data,
+                    }
+                })
+                .collect(),
+            mtime_ns: rng.gen(),
+        },
+        Opcode::ReadInline => Request::ReadInline { ino: ino(rng) },
+        Opcode::Uninline => Request::Uninline { ino: ino(rng) },
         Opcode::TokenAllows => Request::TokenAllows {
             token: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
             fid: ino(rng),
@@ -359,6 +380,13 @@ fn attr(rng: &mut StdRng) -> Attr {
             servers: (0..servers).map(ServerId).collect(),
         }),
         dir_layout: hint(rng),
+        inline: rng.gen_bool(0.3).then(|| Inline {
+            max: rng.gen_range(0..70_000),
+            crc: rng.gen(),
+            data: rng
+                .gen_bool(0.5)
+                .then(|| (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect()),
+        }),
     }
 }
 
@@ -394,6 +422,9 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Link
         | Opcode::SetAttr
         | Opcode::SetLayout
+        | Opcode::WriteInline
+        | Opcode::ReadInline
+        | Opcode::Uninline
         | Opcode::Open => Response::Attr(attr(rng)),
         Opcode::Readlink => Response::Target(text(rng)),
         Opcode::ReadDir => Response::Entries {

@@ -93,7 +93,9 @@ pub fn inventory(path: &std::path::Path) -> Result<Inventory, String> {
     for (ino, i) in load_inodes(&rd, &mut p)? {
         inv.inodes.insert(ino);
         if let (FileType::File, Some(l)) = (i.ftype, &i.layout) {
-            inv.files.push((ino, i.size, l.servers.clone()));
+            // An inline file's bytes are not on its data servers: none expected there.
+            let on_servers = if i.inline.is_some() { 0 } else { i.size };
+            inv.files.push((ino, on_servers, l.servers.clone()));
         }
     }
     for item in rd.purge.iter().map_err(|e| e.to_string())? {
@@ -110,7 +112,20 @@ pub fn check_db(db: &Database) -> Result<Report, String> {
     let mut p = Problems::default();
     let inodes = load_inodes(&rd, &mut p)?;
     let mut report = Report::default();
-    for inode in inodes.values() {
+    for (ino, inode) in &inodes {
+        if let Some(i) = &inode.inline {
+            if let Err(e) = i.check(*ino) {
+                p.add(e.message);
+            }
+            if inode.ftype != FileType::File || i.bytes.len() as u64 != inode.size {
+                p.add(format!(
+                    "inode {ino} ({:?}, size {}) holds {} inline bytes",
+                    inode.ftype,
+                    inode.size,
+                    i.bytes.len()
+                ));
+            }
+        }
         match inode.ftype {
             FileType::File => report.files += 1,
             FileType::Dir => report.dirs += 1,

@@ -16,6 +16,22 @@ pub trait DataNet: Send + Sync + 'static {
     /// Sends `reqs` (at most [`stripefs_rpc::MAX_PENDING`]) to data server `server`,
     /// back to back, and returns their answers in order.
     fn call_many(&self, server: u32, cred: &Cred, reqs: Vec<Request>) -> Answers;
+
+    /// Sends one request with bulk `data` (a Write of inline bytes moving to the data
+    /// servers) and returns its answer.
+    fn call_data(
+        &self,
+        server: u32,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+    ) -> Result<Response, WireError> {
+        let _ = (server, cred, data);
+        Err(WireError::new(
+            ErrorCode::Unsupported,
+            format!("this network does not carry {}", req.opcode().name()),
+        ))
+    }
 }
 
 /// Data servers reached over TCP at the addresses of the cluster file.
@@ -55,5 +71,32 @@ impl DataNet for TcpNet {
         let answers = conn.call_many(cred, reqs)?;
         conns.insert(server, conn);
         Ok(answers)
+    }
+
+    fn call_data(
+        &self,
+        server: u32,
+        cred: &Cred,
+        req: Request,
+        data: &[u8],
+    ) -> Result<Response, WireError> {
+        // Not under the lock while waiting: a connection is taken out and put back.
+        let taken = self
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&server);
+        let mut conn = match taken {
+            Some(c) => c,
+            None => self.connect(server)?,
+        };
+        let answer = conn.call(cred, req, data, &mut []);
+        if !conn.is_broken() {
+            self.conns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(server, conn);
+        }
+        answer.map(|(r, _)| r)
     }
 }

@@ -52,7 +52,9 @@ fn mutates(req: &Request) -> bool {
     crate::ops::is_mutation(req)
         || matches!(
             req,
-            Request::CreateOpen { .. } | Request::Open { write: true, .. }
+            Request::CreateOpen { .. }
+                | Request::Open { write: true, .. }
+                | Request::Uninline { .. }
         )
 }
 
@@ -240,6 +242,9 @@ impl Scopes {
             | Request::Close { ino, .. }
             | Request::ExtendSize { ino, .. }
             | Request::SetLayout { ino, .. }
+            | Request::WriteInline { ino, .. }
+            | Request::ReadInline { ino }
+            | Request::Uninline { ino }
             | Request::Access { ino, .. } => self.need_ino(t, ns, ino.0),
             Request::Resolve { path, .. } => {
                 let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;

@@ -41,9 +41,10 @@ pub const META_WAL_SEQ: &str = "wal_seq";
 /// Format of inode records. 1: the first release's; 2: layout hints gained
 /// `start_server`; 3: sockets and devices, with a device number; 4: the same fields in
 /// postcard instead of bincode 1 (formats 1-3, read by `legacy.rs`); 5: layout hints
-/// gained an explicit server list and a placement policy. Old records are read and
-/// rewritten in the new form when changed.
-const RECORD_VERSION: u8 = 5;
+/// gained an explicit server list and a placement policy; 6: inline data and the
+/// inline threshold of layout hints. Old records are read and rewritten in the new form
+/// when changed.
+const RECORD_VERSION: u8 = 6;
 /// Leading byte of an encoded purge-queue layout in postcard. Layouts written by
 /// bincode 1 had no format byte; they start with the stripe size's low byte, which is
 /// 0 in every valid layout (a multiple of 4096), so the two cannot be confused.
@@ -71,6 +72,55 @@ pub struct Inode {
     pub parent: u64,
     /// Device number of a block or character device; 0 for other types.
     pub rdev: u32,
+    /// A regular file's bytes while they live here (docs/objects.md, "Inline files").
+    pub inline: Option<InlineData>,
+}
+
+/// The bytes of an inline file, with what keeps them right.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InlineData {
+    /// Most bytes the file may hold inline (from its directory when it was created).
+    pub max: u32,
+    /// Counts the changes of the bytes, so that a move to the data servers can tell
+    /// whether the bytes it copied are still the file's.
+    pub gen: u64,
+    /// A move to the data servers may have begun (and died): the file's objects may hold
+    /// bytes, which the next move removes first. False for a file that never moved.
+    pub spilled: bool,
+    /// CRC32C of `bytes`, computed when they were written.
+    pub crc: u32,
+    /// The file's bytes; as long as the file.
+    pub bytes: Vec<u8>,
+}
+
+impl InlineData {
+    /// The bytes checked against their CRC: a damaged byte is an error, never served,
+    /// moved or built upon (which would give it a fresh CRC).
+    pub fn check(&self, ino: u64) -> Result<(), WireError> {
+        let actual = stripefs_wire::crc32c(&self.bytes);
+        if actual == self.crc {
+            return Ok(());
+        }
+        Err(WireError::new(
+            ErrorCode::Checksum,
+            format!(
+                "inline bytes of inode {ino} are damaged: {} bytes with CRC {actual:#010x}, \
+                 stored {:#010x}",
+                self.bytes.len(),
+                self.crc
+            ),
+        ))
+    }
+
+    pub fn empty(max: u32) -> InlineData {
+        InlineData {
+            max,
+            gen: 0,
+            spilled: false,
+            crc: stripefs_wire::crc32c(&[]),
+            bytes: Vec::new(),
+        }
+    }
 }
 
 impl Inode {
@@ -89,7 +139,25 @@ impl Inode {
             rdev: self.rdev,
             layout: self.layout.clone(),
             dir_layout: self.dir_layout.clone(),
+            inline: self.inline.as_ref().map(|i| stripefs_wire::Inline {
+                max: i.max,
+                crc: i.crc,
+                data: None,
+            }),
         }
+    }
+
+    /// [`Inode::attr`] with the inline bytes, if any and if they pass their CRC
+    /// (answers to opens and ReadInline; a reader of damaged bytes asks ReadInline,
+    /// which reports the damage).
+    pub fn attr_with_data(&self, ino: u64) -> Attr {
+        let mut a = self.attr(ino);
+        if let (Some(out), Some(i)) = (a.inline.as_mut(), self.inline.as_ref()) {
+            if i.check(ino).is_ok() {
+                out.data = Some(i.bytes.clone());
+            }
+        }
+        a
     }
 
     pub fn is_dir(&self) -> bool {
@@ -136,6 +204,35 @@ struct DiskInode {
     ctime_ns: i64,
     layout: Option<DiskLayout>,
     dir_layout: DiskHint,
+    target: Option<String>,
+    parent: u64,
+    rdev: u32,
+    inline: Option<DiskInline>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct DiskInline {
+    max: u32,
+    gen: u64,
+    spilled: bool,
+    crc: u32,
+    bytes: Vec<u8>,
+}
+
+/// Version 5 records: no inline data, no inline threshold.
+#[derive(Serialize, Deserialize)]
+struct DiskInodeV5 {
+    ftype: u8,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime_ns: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    layout: Option<DiskLayout>,
+    dir_layout: DiskHintV5,
     target: Option<String>,
     parent: u64,
     rdev: u32,
@@ -192,6 +289,17 @@ struct DiskHint {
     servers: Option<Vec<u32>>,
     /// 0 spread, 1 local.
     policy: Option<u8>,
+    inline_bytes: Option<u32>,
+}
+
+/// A hint of format 5.
+#[derive(Serialize, Deserialize)]
+struct DiskHintV5 {
+    stripe_size_bytes: Option<u32>,
+    stripe_count: Option<u32>,
+    start_server: Option<u32>,
+    servers: Option<Vec<u32>>,
+    policy: Option<u8>,
 }
 
 /// A hint of formats 2-4.
@@ -210,6 +318,7 @@ impl From<DiskHintV4> for DiskHint {
             start_server: h.start_server,
             servers: None,
             policy: None,
+            inline_bytes: None,
         }
     }
 }
@@ -284,10 +393,18 @@ fn to_disk(inode: &Inode) -> DiskInode {
             start_server: h.start_server,
             servers: h.servers.clone(),
             policy: h.policy.map(policy_code),
+            inline_bytes: h.inline_bytes,
         },
         target: inode.target.clone(),
         parent: inode.parent,
         rdev: inode.rdev,
+        inline: inode.inline.as_ref().map(|i| DiskInline {
+            max: i.max,
+            gen: i.gen,
+            spilled: i.spilled,
+            crc: i.crc,
+            bytes: i.bytes.clone(),
+        }),
     }
 }
 
@@ -310,10 +427,18 @@ fn from_disk(d: DiskInode) -> Result<Inode, String> {
             start_server: d.dir_layout.start_server,
             servers: d.dir_layout.servers,
             policy: d.dir_layout.policy.map(policy_from_code).transpose()?,
+            inline_bytes: d.dir_layout.inline_bytes,
         },
         target: d.target,
         parent: d.parent,
         rdev: d.rdev,
+        inline: d.inline.map(|i| InlineData {
+            max: i.max,
+            gen: i.gen,
+            spilled: i.spilled,
+            crc: i.crc,
+            bytes: i.bytes,
+        }),
     })
 }
 
@@ -337,6 +462,35 @@ fn upgrade_v2(d: DiskInodeV2) -> DiskInode {
     })
 }
 
+/// A format 5 record in the current on-disk form (no inline data or threshold).
+fn upgrade_v5(d: DiskInodeV5) -> DiskInode {
+    let h = d.dir_layout;
+    DiskInode {
+        ftype: d.ftype,
+        mode: d.mode,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        size: d.size,
+        atime_ns: d.atime_ns,
+        mtime_ns: d.mtime_ns,
+        ctime_ns: d.ctime_ns,
+        layout: d.layout,
+        dir_layout: DiskHint {
+            stripe_size_bytes: h.stripe_size_bytes,
+            stripe_count: h.stripe_count,
+            start_server: h.start_server,
+            servers: h.servers,
+            policy: h.policy,
+            inline_bytes: None,
+        },
+        target: d.target,
+        parent: d.parent,
+        rdev: d.rdev,
+        inline: None,
+    }
+}
+
 /// A format 3 or 4 record in the current on-disk form (no server list, no policy).
 fn upgrade_v4(d: DiskInodeV4) -> DiskInode {
     DiskInode {
@@ -354,6 +508,7 @@ fn upgrade_v4(d: DiskInodeV4) -> DiskInode {
         target: d.target,
         parent: d.parent,
         rdev: d.rdev,
+        inline: None,
     }
 }
 
@@ -376,10 +531,12 @@ fn upgrade_v1(d: DiskInodeV1) -> DiskInode {
             start_server: None,
             servers: None,
             policy: None,
+            inline_bytes: None,
         },
         target: d.target,
         parent: d.parent,
         rdev: 0,
+        inline: None,
     }
 }
 
@@ -402,6 +559,9 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
     match bytes.split_first() {
         Some((&RECORD_VERSION, rest)) => decode_postcard::<DiskInode>(rest, MAX_RECORD_BYTES)
             .and_then(from_disk)
+            .map_err(corrupt),
+        Some((5, rest)) => decode_postcard::<DiskInodeV5>(rest, MAX_RECORD_BYTES)
+            .and_then(|d| from_disk(upgrade_v5(d)))
             .map_err(corrupt),
         Some((4, rest)) => decode_postcard::<DiskInodeV4>(rest, MAX_RECORD_BYTES)
             .and_then(|d| from_disk(upgrade_v4(d)))
@@ -800,7 +960,50 @@ mod tests {
             target,
             parent: 0,
             rdev: 0,
+            inline: None,
         }
+    }
+
+    #[test]
+    fn inline_bytes_round_trip_and_format_5_records_are_not_inline() {
+        let mut i = inode(0o644, 5, vec![1], None);
+        i.inline = Some(InlineData {
+            max: 4096,
+            gen: 7,
+            spilled: true,
+            crc: stripefs_wire::crc32c(b"hello"),
+            bytes: b"hello".to_vec(),
+        });
+        i.dir_layout.inline_bytes = Some(100);
+        assert_eq!(decode_inode(3, &encode_inode(&i)).unwrap(), i);
+        // A format 5 record: the current one without the trailing fields.
+        let plain = inode(0o644, 5, vec![1], None);
+        let d = to_disk(&plain);
+        let h = d.dir_layout;
+        let old = DiskInodeV5 {
+            ftype: d.ftype,
+            mode: d.mode,
+            nlink: d.nlink,
+            uid: d.uid,
+            gid: d.gid,
+            size: d.size,
+            atime_ns: d.atime_ns,
+            mtime_ns: d.mtime_ns,
+            ctime_ns: d.ctime_ns,
+            layout: d.layout,
+            dir_layout: DiskHintV5 {
+                stripe_size_bytes: h.stripe_size_bytes,
+                stripe_count: h.stripe_count,
+                start_server: h.start_server,
+                servers: h.servers,
+                policy: h.policy,
+            },
+            target: d.target,
+            parent: d.parent,
+            rdev: d.rdev,
+        };
+        let v5 = encode_postcard_into(vec![5], &old);
+        assert_eq!(decode_inode(3, &v5).unwrap(), plain);
     }
 
     /// Records of formats 2 (no device number) and 3 (bincode 1) still read, as what
@@ -862,7 +1065,7 @@ mod tests {
         d.dir_layout.servers = Some(vec![3, 1]);
         d.dir_layout.policy = Some(Policy::Local);
         let enc = encode_inode(&d);
-        assert_eq!(enc[0], 5);
+        assert_eq!(enc[0], 6);
         assert_eq!(decode_inode(7, &enc).unwrap(), d);
         d.dir_layout.policy = Some(Policy::Spread);
         assert_eq!(decode_inode(7, &encode_inode(&d)).unwrap(), d);

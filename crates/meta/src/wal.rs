@@ -548,6 +548,7 @@ mod tests {
                 target: None,
                 parent: 0,
                 rdev: 0,
+                inline: None,
             }),
         );
         g.inodes.insert(i + 1000, None);

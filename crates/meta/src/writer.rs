@@ -86,6 +86,10 @@ pub enum Job {
     PurgeDone(Vec<u64>),
     /// Write everything acknowledged so far into the redb tables before answering.
     Checkpoint,
+    /// A move of an inline file's bytes to its data servers begins (`inline.rs`).
+    BeginMove(u64),
+    /// The move is done: the bytes of change count `gen` are durable there.
+    EndMove { ino: u64, gen: u64 },
 }
 
 #[derive(Default)]
@@ -628,6 +632,7 @@ fn apply(core: &Core, w: &mut Wr, job: &Job) -> (Answer, bool) {
         placement: &core.placement,
         client_host,
         opens: &core.opens,
+        moving: &core.moving,
         purged: false,
     };
     let answer = match job {
@@ -635,6 +640,8 @@ fn apply(core: &Core, w: &mut Wr, job: &Job) -> (Answer, bool) {
         Job::Reap(ino) => remove::reap(&mut ctx, *ino).map(|_| Response::Done),
         Job::PurgeDone(inos) => purge_done(&mut ctx, inos),
         Job::Checkpoint => Ok(Response::Done),
+        Job::BeginMove(ino) => crate::inline::begin_move(&mut ctx, *ino),
+        Job::EndMove { ino, gen } => crate::inline::end_move(&mut ctx, *ino, *gen),
     };
     (answer, ctx.purged)
 }

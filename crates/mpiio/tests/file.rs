@@ -36,6 +36,7 @@ impl Cluster {
             defaults: Defaults {
                 stripe_size_bytes: 64 << 10,
                 stripe_count: 0,
+                inline_bytes: stripefs_rpc::DEFAULT_INLINE_BYTES,
             },
             lease_ms: stripefs_rpc::limits::LEASE_MS,
             host: None,

@@ -36,6 +36,8 @@
 //! [defaults]                      # optional
 //! stripe_size = "1M"
 //! stripe_count = 0                # 0 = all data servers
+//! inline_bytes = "4K"             # files up to this size live on the metadata server
+//!                                 # (0 = never; at most 64K; see docs/objects.md)
 //! ```
 //!
 //! A server's own file (`stripefs serve meta|data --config FILE`) names the cluster file
@@ -131,13 +133,19 @@ pub struct Defaults {
     pub stripe_size_bytes: u32,
     /// 0 = all data servers.
     pub stripe_count: u32,
+    /// Inline threshold of new files whose directory sets none (0: never inline).
+    pub inline_bytes: u32,
 }
+
+/// The default inline threshold: files up to 4 KiB keep their bytes with their inode.
+pub const DEFAULT_INLINE_BYTES: u32 = 4 << 10;
 
 impl Default for Defaults {
     fn default() -> Defaults {
         Defaults {
             stripe_size_bytes: 1 << 20,
             stripe_count: 0,
+            inline_bytes: DEFAULT_INLINE_BYTES,
         }
     }
 }
@@ -200,6 +208,8 @@ struct RawData {
 struct RawDefaults {
     stripe_size: Option<String>,
     stripe_count: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inline_bytes: Option<String>,
 }
 
 fn check_addr(addr: &str, what: &str) -> Result<(), String> {
@@ -294,6 +304,16 @@ impl ClusterConfig {
                     ));
                 }
                 defaults.stripe_count = c;
+            }
+            if let Some(s) = d.inline_bytes {
+                let b = parse_size(&s)?;
+                if b > stripefs_wire::MAX_INLINE_BYTES as u64 {
+                    return Err(format!(
+                        "default inline_bytes {s} exceeds {}",
+                        stripefs_wire::MAX_INLINE_BYTES
+                    ));
+                }
+                defaults.inline_bytes = b as u32;
             }
         }
         let timeout_ms = raw.timeout_ms.unwrap_or(crate::DEFAULT_TIMEOUT_MS);
@@ -402,6 +422,7 @@ impl ClusterConfig {
             defaults: Some(RawDefaults {
                 stripe_size: Some(self.defaults.stripe_size_bytes.to_string()),
                 stripe_count: Some(self.defaults.stripe_count),
+                inline_bytes: Some(self.defaults.inline_bytes.to_string()),
             }),
         };
         toml::to_string(&raw).expect("cluster config serializes")

@@ -29,7 +29,9 @@ pub mod token;
 pub mod units;
 
 pub use auth::Secret;
-pub use config::{parse_rate_or_off, ClusterConfig, DataServerEntry, Defaults, ServerConfig};
+pub use config::{
+    parse_rate_or_off, ClusterConfig, DataServerEntry, Defaults, ServerConfig, DEFAULT_INLINE_BYTES,
+};
 pub use conn::{Conn, Pipe, DEFAULT_TIMEOUT_MS, MAX_PENDING};
 pub use limits::Limits;
 pub use server::{

@@ -9,7 +9,7 @@ use std::time::Duration;
 use stripefs_data::{DataService, MemStore, VirtualClock};
 use stripefs_meta::{Answers, DataNet, MemDisk, MetaService, SimClock, Tuning};
 use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
-use stripefs_wire::{Cred, Envelope, Request, ServerId};
+use stripefs_wire::{Cred, Envelope, Request, Response, ServerId, WireError};
 
 /// Storage targets per data server.
 pub const TARGETS: usize = 2;
@@ -28,10 +28,10 @@ struct PurgeNet {
     data: Arc<Vec<DataNode>>,
 }
 
-impl DataNet for PurgeNet {
-    fn call_many(&self, server: u32, cred: &Cred, reqs: Vec<Request>) -> Answers {
+impl PurgeNet {
+    fn call_one(&self, server: u32, cred: &Cred, req: Request, data: &[u8]) -> Answer {
         let node = self.data.get(server as usize).ok_or_else(|| {
-            stripefs_wire::WireError::new(
+            WireError::new(
                 stripefs_wire::ErrorCode::InvalidArgument,
                 format!("no data server {server} in the simulation"),
             )
@@ -42,16 +42,26 @@ impl DataNet for PurgeNet {
             host: None,
             token: None,
         };
+        let env = Envelope {
+            cred: cred.clone(),
+            req,
+        };
+        svc.handle(&conn, env, data).result
+    }
+}
+
+type Answer = Result<Response, WireError>;
+
+impl DataNet for PurgeNet {
+    fn call_many(&self, server: u32, cred: &Cred, reqs: Vec<Request>) -> Answers {
         Ok(reqs
             .into_iter()
-            .map(|req| {
-                let env = Envelope {
-                    cred: cred.clone(),
-                    req,
-                };
-                svc.handle(&conn, env, &[]).result
-            })
+            .map(|req| self.call_one(server, cred, req, &[]))
             .collect())
+    }
+
+    fn call_data(&self, server: u32, cred: &Cred, req: Request, data: &[u8]) -> Answer {
+        self.call_one(server, cred, req, data)
     }
 }
 
@@ -103,6 +113,7 @@ impl Servers {
             defaults: Defaults {
                 stripe_size_bytes: STRIPE_BYTES,
                 stripe_count: 0,
+                inline_bytes: stripefs_rpc::DEFAULT_INLINE_BYTES,
             },
             lease_ms: stripefs_rpc::limits::LEASE_MS,
             host: None,

@@ -103,6 +103,9 @@ error_codes! {
     SessionExpired = 106, EIO, "client session expired";
     // Declared last: bodies carry the variant index (docs/protocol.md, Versioning).
     ConnectionClosed = 107, ECONNRESET, "connection closed by the server before the request was handled";
+    // Version 5: a WriteInline to a file that is not inline, or that would pass its
+    // inline threshold. Clients act on it (Uninline); users should not see it.
+    NotInline = 18, EIO, "file data is not inline";
 }
 
 impl fmt::Display for ErrorCode {

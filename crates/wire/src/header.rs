@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!  0     4    magic       0x53545246 ("STRF" read as a big-endian word)
-//!  4     2    version     protocol version, currently 4 (see `VERSION`)
+//!  4     2    version     protocol version, currently 5 (see `VERSION`)
 //!  6     2    opcode      numbered operation (see `Opcode`)
 //!  8     2    flags       bit 0: this frame is a response; bit 1 (requests only): the
 //!                          sender reads no response, and none is sent; bit 2: the bulk
@@ -24,7 +24,7 @@ use crate::{ErrorCode, MAX_BODY_BYTES, MAX_DATA_BYTES};
 pub const MAGIC: u32 = 0x5354_5246;
 /// 3: bodies in postcard instead of bincode 1 (which is no longer maintained); data
 /// servers answer Write and Fsync with their boot identity; sessions; fsck and scrub.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 pub const HEADER_LEN: usize = 40;
 pub const FLAG_RESPONSE: u16 = 1;
 /// On a request: the sender reads no response, and the server sends none (an error is

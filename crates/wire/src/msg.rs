@@ -105,6 +105,34 @@ pub struct LayoutHint {
     pub servers: Option<Vec<u32>>,
     /// How the metadata server chooses the servers when `servers` is unset. (Version 4.)
     pub policy: Option<Policy>,
+    /// Files up to this many bytes keep their data with their inode on the metadata
+    /// server (`setstripe --inline-bytes`; 0: never). At most [`MAX_INLINE_BYTES`].
+    /// (Version 5.)
+    pub inline_bytes: Option<u32>,
+}
+
+/// Largest inline threshold a layout hint may set.
+pub const MAX_INLINE_BYTES: u32 = 64 << 10;
+
+/// The data of a small file kept with its inode on the metadata server (version 5).
+/// The file moves to its data servers (`Uninline`) before it grows past `max`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inline {
+    /// Most bytes the file may hold inline (fixed when it was created).
+    pub max: u32,
+    /// CRC32C of all the inline bytes, as stored when they were written.
+    pub crc: u32,
+    /// The bytes (as long as the file); sent only in answers to Open, CreateOpen and
+    /// ReadInline.
+    pub data: Option<Vec<u8>>,
+}
+
+/// One piece of a WriteInline: bytes at a file offset, with their CRC32C.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InlinePiece {
+    pub offset: u64,
+    pub crc: u32,
+    pub data: Vec<u8>,
 }
 
 /// A placement policy of a layout (`setstripe --layout`).
@@ -179,6 +207,8 @@ pub struct Attr {
     pub layout: Option<Layout>,
     /// Default layout a directory gives to new files in it.
     pub dir_layout: LayoutHint,
+    /// Set while a regular file's bytes live on the metadata server (version 5).
+    pub inline: Option<Inline>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -403,6 +433,19 @@ requests! {
     // touch file `fid` (for writing if `write`)? Answered `Done`, or the refusal. Only
     // for peers that hold the cluster secret.
     92 => TokenAllows { token: Vec<u8>, fid: InodeId, write: bool },
+    // Metadata, version 5: inline files (docs/objects.md, "Inline files"). Writes pieces
+    // into an inline file's bytes in one commit; the size grows to the last piece's end,
+    // the mtime to `mtime_ns` (when the writes were made, as ExtendSize's).
+    // Answered with `Attr`, or `NotInline` when the file is not inline (any more) or the
+    // bytes would pass its threshold: the writer then sends `Uninline` and writes to the
+    // data servers.
+    34 => WriteInline { ino: InodeId, pieces: Vec<InlinePiece>, mtime_ns: i64 },
+    // The inline bytes of a file (read access); answered with `Attr` carrying them, or
+    // without `inline` if the file lives on its data servers.
+    35 => ReadInline { ino: InodeId },
+    // Moves an inline file's bytes to its data servers (write access), durably, before
+    // answering with its `Attr`; a file not inline is answered at once.
+    36 => Uninline { ino: InodeId },
 }
 
 /// Most extents one WriteList request carries.
@@ -830,6 +873,12 @@ fn check_path(path: &str) -> Result<(), WireError> {
 /// Checks a layout hint: a stripe size that is a positive multiple of [`BLOCK_BYTES`] and
 /// at most [`MAX_DATA_BYTES`].
 pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
+    if let Some(n) = hint.inline_bytes.filter(|&n| n > MAX_INLINE_BYTES) {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!("inline threshold {n} exceeds {MAX_INLINE_BYTES} bytes"),
+        ));
+    }
     if let Some(s) = hint.stripe_size_bytes {
         if s == 0 || s % BLOCK_BYTES != 0 || s > MAX_DATA_BYTES {
             return Err(WireError::new(
@@ -868,6 +917,38 @@ pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
         }
         if hint.policy == Some(Policy::Local) {
             return bad("a server list fixes the servers: it excludes the local policy".into());
+        }
+    }
+    Ok(())
+}
+
+/// A WriteInline's pieces: 1 to 1024, none empty, all ending within
+/// [`MAX_INLINE_BYTES`] (their CRCs are checked by the metadata server).
+pub fn validate_inline_pieces(pieces: &[InlinePiece]) -> Result<(), WireError> {
+    let bad = |m: String| Err(WireError::new(ErrorCode::InvalidArgument, m));
+    if pieces.is_empty() || pieces.len() > MAX_LIST_EXTENTS {
+        return bad(format!(
+            "an inline write has {} pieces, not 1..={MAX_LIST_EXTENTS}",
+            pieces.len()
+        ));
+    }
+    for p in pieces {
+        if p.data.is_empty() {
+            return bad(format!(
+                "an inline write has an empty piece at {}",
+                p.offset
+            ));
+        }
+        let end = p.offset.checked_add(p.data.len() as u64);
+        if end.map_or(true, |e| e > MAX_INLINE_BYTES as u64) {
+            return Err(WireError::new(
+                ErrorCode::NotInline,
+                format!(
+                    "an inline piece of {} bytes at {} ends past {MAX_INLINE_BYTES}",
+                    p.data.len(),
+                    p.offset
+                ),
+            ));
         }
     }
     Ok(())
@@ -938,6 +1019,7 @@ impl Request {
                 Ok(())
             }
             Request::SetLayout { hint, .. } => validate_hint(hint),
+            Request::WriteInline { pieces, .. } => validate_inline_pieces(pieces),
             Request::ClientHost { host } => validate_host(host),
             Request::Write {
                 unit, offset, crcs, ..

@@ -30,13 +30,15 @@ fn hint() -> impl Strategy<Value = LayoutHint> {
         any::<Option<u32>>(),
         proptest::option::of(proptest::collection::vec(any::<u32>(), 0..6)),
         proptest::option::of(prop_oneof![Just(Policy::Spread), Just(Policy::Local)]),
+        any::<Option<u32>>(),
     )
-        .prop_map(|(s, c, i, servers, policy)| LayoutHint {
+        .prop_map(|(s, c, i, servers, policy, inline_bytes)| LayoutHint {
             stripe_size_bytes: s,
             stripe_count: c,
             start_server: i,
             servers,
             policy,
+            inline_bytes,
         })
 }
 
@@ -252,6 +254,21 @@ fn sparse_request() -> impl Strategy<Value = Request> {
                 unit,
                 ranges
             }),
+        (
+            any::<u64>(),
+            prop::collection::vec((any::<u64>(), any::<u32>(), vec(any::<u8>(), 0..32)), 0..4),
+            any::<i64>()
+        )
+            .prop_map(|(i, pieces, mtime_ns)| Request::WriteInline {
+                ino: InodeId(i),
+                mtime_ns,
+                pieces: pieces
+                    .into_iter()
+                    .map(|(offset, crc, data)| InlinePiece { offset, crc, data })
+                    .collect(),
+            }),
+        any::<u64>().prop_map(|i| Request::ReadInline { ino: InodeId(i) }),
+        any::<u64>().prop_map(|i| Request::Uninline { ino: InodeId(i) }),
     ]
 }
 
@@ -301,6 +318,11 @@ fn attr() -> impl Strategy<Value = Attr> {
         (any::<[i64; 3]>(), any::<u32>()),
         layout,
         hint(),
+        proptest::option::of((
+            any::<u32>(),
+            any::<u32>(),
+            proptest::option::of(vec(any::<u8>(), 0..64)),
+        )),
     )
         .prop_map(
             |(
@@ -308,6 +330,7 @@ fn attr() -> impl Strategy<Value = Attr> {
                 ([a, m, c], rdev),
                 layout,
                 dir_layout,
+                inline,
             )| Attr {
                 ino,
                 ftype,
@@ -322,6 +345,7 @@ fn attr() -> impl Strategy<Value = Attr> {
                 rdev,
                 layout,
                 dir_layout,
+                inline: inline.map(|(max, crc, data)| Inline { max, crc, data }),
             },
         )
 }
@@ -758,11 +782,14 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (5, "TokenHello"),
     (91, "TokenRevoke"),
     (92, "TokenAllows"),
+    (34, "WriteInline"),
+    (35, "ReadInline"),
+    (36, "Uninline"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 100, 101, 102, 103, 104, 105, 200,
-    201, 202, 203, 204, 106, 107,
+    201, 202, 203, 204, 106, 107, 18,
 ];
 
 /// Some request with opcode `op`, fields zero.
@@ -933,6 +960,13 @@ fn ping_like(op: Opcode) -> Request {
             fid: ino,
             write: false,
         },
+        Opcode::WriteInline => Request::WriteInline {
+            ino,
+            pieces: vec![],
+            mtime_ns: 0,
+        },
+        Opcode::ReadInline => Request::ReadInline { ino },
+        Opcode::Uninline => Request::Uninline { ino },
     }
 }
 

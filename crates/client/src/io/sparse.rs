@@ -51,6 +51,10 @@ pub(crate) fn allocated_bytes(inner: &Inner, cred: &Cred, attr: &Attr) -> Result
     if attr.ftype != FileType::File || attr.size == 0 {
         return Ok(0);
     }
+    if attr.inline.is_some() {
+        // Kept with the inode: as many bytes as the file has.
+        return Ok(attr.size);
+    }
     if let Some(s) = layout
         .servers
         .iter()
@@ -139,6 +143,8 @@ impl InodeIo {
         keep_size: bool,
     ) -> Result<(), WireError> {
         let end = self.range_end(offset, len)?;
+        // Space is the data servers': an inline file moves there first.
+        self.move_out(cred)?;
         let unit = self.geo.unit();
         self.on_range(cred, "Allocate", offset, len, |local, len| {
             Request::Allocate {
@@ -158,6 +164,7 @@ impl InodeIo {
     /// servers (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE). The size does not change.
     pub fn punch(&self, cred: &Cred, offset: u64, len: u64) -> Result<(), WireError> {
         let end = self.range_end(offset, len)?;
+        self.move_out(cred)?;
         self.fenced(offset, end, || self.punch_servers(cred, offset, len))?;
         self.record_change(cred, 0)
     }
@@ -173,6 +180,7 @@ impl InodeIo {
         keep_size: bool,
     ) -> Result<(), WireError> {
         let end = self.range_end(offset, len)?;
+        self.move_out(cred)?;
         self.fenced(offset, end, || self.punch_servers(cred, offset, len))?;
         self.allocate(cred, offset, len, true)?;
         let size = if keep_size { 0 } else { end };
@@ -221,6 +229,10 @@ impl InodeIo {
         let size = self.size();
         if offset >= size {
             return Ok(None);
+        }
+        if self.is_inline() {
+            // Inline bytes are all data.
+            return Ok(Some(if hole { size } else { offset }));
         }
         let (unit, stripe) = (self.geo.unit(), *self.geo.stripe());
         let reqs = stripe.seek_starts(offset).map(|(place, start)| {

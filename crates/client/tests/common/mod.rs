@@ -154,6 +154,7 @@ impl Cluster {
             defaults: Defaults {
                 stripe_size_bytes: stripe,
                 stripe_count: 0,
+                inline_bytes: stripefs_rpc::DEFAULT_INLINE_BYTES,
             },
             lease_ms,
             host: None,

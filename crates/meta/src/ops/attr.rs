@@ -47,6 +47,7 @@ pub fn set_attr(ctx: &mut Ctx, ino: u64, a: &SetAttrs) -> Result<Response, WireE
     inode.uid = a.uid.unwrap_or(inode.uid);
     inode.gid = a.gid.unwrap_or(inode.gid);
     if let Some(size) = a.size.filter(|&s| s != inode.size) {
+        crate::inline::resize(ctx, ino, &mut inode, size)?;
         inode.size = size;
         inode.mtime_ns = now;
         inode.mode = perm::strip_setid_on_write(cred, &inode);
@@ -124,6 +125,9 @@ pub fn extend_size(
     let open = ctx.opens.lock().is_open(ino);
     if !open {
         perm::check(ctx.cred, &inode, ino, perm::W)?;
+    }
+    if size > inode.size {
+        crate::inline::resize(ctx, ino, &mut inode, size)?;
     }
     inode.size = inode.size.max(size);
     inode.mtime_ns = inode.mtime_ns.max(mtime_ns);

@@ -5,7 +5,9 @@ use super::{placement, touch_dir, Ctx, MAX_LINKS};
 use crate::overlay::Wr;
 use crate::perm;
 use crate::store::META_NEXT_SERVER;
-use crate::store::{need, need_dir, Inode, Tables, META_DIRS, META_FILES, META_NEXT_INO};
+use crate::store::{
+    need, need_dir, InlineData, Inode, Tables, META_DIRS, META_FILES, META_NEXT_INO,
+};
 use stripefs_wire::{
     validate_name, ErrorCode, FileType, Layout, LayoutHint, Response, ServerId, WireError,
 };
@@ -58,6 +60,7 @@ fn new_inode(ctx: &Ctx, dir: &Inode, ftype: FileType, mode: u32) -> Inode {
         target: None,
         parent: 0,
         rdev: 0,
+        inline: None,
     }
 }
 
@@ -130,6 +133,15 @@ pub fn create(
     let dir = prepare(ctx, parent, name)?;
     let mut inode = new_inode(ctx, &dir, FileType::File, mode);
     inode.layout = Some(place(ctx, hint, &dir.dir_layout)?);
+    // The layout is placed now all the same: the file takes it when it outgrows its
+    // inline threshold.
+    let inline_max = hint
+        .inline_bytes
+        .or(dir.dir_layout.inline_bytes)
+        .unwrap_or(ctx.placement.defaults.inline_bytes);
+    if inline_max > 0 {
+        inode.inline = Some(InlineData::empty(inline_max));
+    }
     let ino = link_new(ctx, parent, dir, name, &inode)?;
     Ok(Response::Attr(inode.attr(ino)))
 }

@@ -42,6 +42,8 @@ pub struct Ctx<'a, 't> {
     /// The host the client announced on its connection (`ClientHost`), if any.
     pub client_host: Option<&'a str>,
     pub opens: &'a Opens,
+    /// Inline files whose bytes are moving to their data servers.
+    pub moving: &'a crate::inline::Moving,
     /// Set when a file was queued for purge, so the purge thread is woken.
     pub purged: bool,
 }
@@ -93,6 +95,11 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             mtime_ns,
         } => attr::extend_size(ctx, ino.0, *size, *mtime_ns),
         Request::SetLayout { ino, hint } => attr::set_layout(ctx, ino.0, hint),
+        Request::WriteInline {
+            ino,
+            pieces,
+            mtime_ns,
+        } => crate::inline::write(ctx, ino.0, pieces, *mtime_ns),
         other => Err(WireError::new(
             ErrorCode::Internal,
             format!("{} is not a mutation", other.opcode().name()),
@@ -115,6 +122,7 @@ pub fn is_mutation(req: &Request) -> bool {
             | Request::SetAttr { .. }
             | Request::ExtendSize { .. }
             | Request::SetLayout { .. }
+            | Request::WriteInline { .. }
     )
 }
 

@@ -48,7 +48,9 @@ pub fn delete_inode(ctx: &mut Ctx, ino: u64, inode: &Inode) -> Result<(), WireEr
         FileType::Dir => ctx.w.bump(META_DIRS, -1)?,
         _ => {}
     }
-    if let Some(layout) = &inode.layout {
+    // An inline file that never began a move has no objects: nothing to purge.
+    let no_objects = inode.inline.as_ref().is_some_and(|i| !i.spilled);
+    if let Some(layout) = inode.layout.as_ref().filter(|_| !no_objects) {
         ctx.w.enqueue_purge(ino, layout)?;
         ctx.purged = true;
     }

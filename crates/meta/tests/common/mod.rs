@@ -26,7 +26,12 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
             };
             data_servers
         ],
-        defaults: Defaults::default(),
+        // Files here are recorded as data servers hold them (ExtendSize, SetAttr sizes of
+        // any length): not inline, which tests/inline.rs covers.
+        defaults: Defaults {
+            inline_bytes: 0,
+            ..Defaults::default()
+        },
         lease_ms: stripefs_rpc::limits::LEASE_MS,
         host: None,
         meta_host: None,

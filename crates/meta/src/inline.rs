@@ -235,7 +235,7 @@ pub fn end_move(ctx: &mut Ctx, ino: u64, gen: u64) -> Result<Response, WireError
         None => return Ok(Response::Attr(inode.attr(ino))),
         Some(i) if i.gen != gen => {
             return Err(WireError::new(
-                ErrorCode::Internal,
+                ErrorCode::Busy,
                 format!(
                     "inode {ino}: inline bytes changed (change {} -> {}) during their move",
                     gen, i.gen
@@ -280,6 +280,24 @@ pub fn uninline(
             format!("inline inode {ino} has no layout"),
         )
     })?;
+    if before.bytes.is_empty() && !spilled {
+        // Nothing to move and nothing left behind (a file that starts with a large
+        // write): one commit, unless an inline write slipped in before the claim.
+        let end = Job::EndMove {
+            ino,
+            gen: before.gen,
+        };
+        match Writer::submit(core, end) {
+            Err(e) if e.code == ErrorCode::Busy => {}
+            Ok(Response::Done) => {
+                return Err(WireError::new(
+                    ErrorCode::StaleHandle,
+                    format!("inode {ino} was removed"),
+                ))
+            }
+            answer => return answer,
+        }
+    }
     // Ordered after every inline write the writer took before the claim (later ones
     // are refused), so the bytes read after it stay the file's until the end.
     Writer::submit(core, Job::BeginMove(ino))?;

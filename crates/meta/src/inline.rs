@@ -274,12 +274,6 @@ pub fn uninline(
     // Only moves change `spilled`, and this one holds the claim: whether an earlier
     // move may have left bytes in the objects.
     let spilled = before.spilled;
-    let layout = inode.layout.clone().ok_or_else(|| {
-        WireError::new(
-            ErrorCode::Internal,
-            format!("inline inode {ino} has no layout"),
-        )
-    })?;
     if before.bytes.is_empty() && !spilled {
         // Nothing to move and nothing left behind (a file that starts with a large
         // write): one commit, unless an inline write slipped in before the claim.
@@ -307,6 +301,12 @@ pub fn uninline(
     };
     // Damaged bytes are not moved: the data servers would store them with fresh CRCs.
     inline.check(ino)?;
+    let layout = inode.layout.clone().ok_or_else(|| {
+        WireError::new(
+            ErrorCode::Internal,
+            format!("inline inode {ino} has no layout"),
+        )
+    })?;
     let root = Cred::root();
     let fid = InodeId(ino);
     let unit = layout.stripe_size_bytes;

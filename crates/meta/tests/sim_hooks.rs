@@ -58,7 +58,10 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
             };
             2
         ],
-        defaults: Defaults::default(),
+        defaults: Defaults {
+            inline_bytes: 0,
+            ..Defaults::default()
+        },
         lease_ms: stripefs_rpc::limits::LEASE_MS,
         host: None,
         meta_host: None,

@@ -397,6 +397,7 @@ fn data_status(cluster: &ClusterConfig, addr: &str, timeout: Duration) -> serde_
                 "bytes_used": used, "targets": t,
                 "requests": counters.requests, "errors": counters.errors,
                 "bytes_read": counters.bytes_read, "bytes_written": counters.bytes_written,
+                "write_requests": counters.write_requests,
             });
             // Asked after DataStatus and not counted as a request by the server, so that
             // the request counters above move by exactly one per status.

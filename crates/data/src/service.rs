@@ -64,6 +64,7 @@ pub(crate) struct Stats {
     errors: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    write_requests: AtomicU64,
     scrubbed_bytes: AtomicU64,
     damaged_blocks: AtomicU64,
     scrub_passes: AtomicU64,
@@ -1190,6 +1191,7 @@ impl DataService {
             errors: s.errors.load(Ordering::Relaxed),
             bytes_read: s.bytes_read.load(Ordering::Relaxed),
             bytes_written: s.bytes_written.load(Ordering::Relaxed),
+            write_requests: s.write_requests.load(Ordering::Relaxed),
         };
         Ok(Response::DataStatus {
             server_id: self.id,
@@ -1390,6 +1392,9 @@ impl Service for DataService {
             Request::ScrubStatus {} | Request::LocalityStatus {}
         ) {
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        }
+        if matches!(env.req, Request::Write { .. } | Request::WriteList { .. }) {
+            self.stats.write_requests.fetch_add(1, Ordering::Relaxed);
         }
         let op = env.req.opcode();
         if let Some(t) = &conn.token {

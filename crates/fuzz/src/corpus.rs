@@ -396,6 +396,7 @@ fn counters(rng: &mut StdRng) -> Counters {
         errors: rng.gen(),
         bytes_read: rng.gen(),
         bytes_written: rng.gen(),
+        write_requests: rng.gen(),
     }
 }
 

@@ -835,6 +835,7 @@ impl MetaService {
                 errors: self.core.errors.load(Ordering::Relaxed),
                 bytes_read: 0,
                 bytes_written: 0,
+                write_requests: 0,
             },
         })
     }

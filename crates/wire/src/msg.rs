@@ -278,6 +278,9 @@ pub struct Counters {
     pub errors: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// Write requests (Write and WriteList) served: with `bytes_written`, the mean
+    /// size of the writes that reached this server. 0 on a metadata server.
+    pub write_requests: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

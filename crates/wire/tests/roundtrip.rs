@@ -298,12 +298,15 @@ fn request() -> impl Strategy<Value = (Request, u32)> {
 }
 
 fn counters() -> impl Strategy<Value = Counters> {
-    any::<[u64; 4]>().prop_map(|[requests, errors, bytes_read, bytes_written]| Counters {
-        requests,
-        errors,
-        bytes_read,
-        bytes_written,
-    })
+    any::<[u64; 5]>().prop_map(
+        |[requests, errors, bytes_read, bytes_written, write_requests]| Counters {
+            requests,
+            errors,
+            bytes_read,
+            bytes_written,
+            write_requests,
+        },
+    )
 }
 
 fn attr() -> impl Strategy<Value = Attr> {

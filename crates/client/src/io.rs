@@ -37,6 +37,35 @@ struct Pending {
     bytes: u64,
     done: Completion<()>,
     gather: Option<u32>,
+    /// The place and the local ranges `[lo, hi)` written, for writes and gathers: what
+    /// another write must not overlap (the global span of a gather also covers the other
+    /// places' bytes in between, and other writers' records interleaved with its own).
+    /// `None` for a fence, which holds its whole global span.
+    exact: Option<(u32, Vec<(u64, u64)>)>,
+}
+
+impl Pending {
+    /// Whether this touches `len` bytes at `local` of `place`, whose global span is
+    /// `span`.
+    fn touches(&self, place: u32, local: u64, len: u64, span: (u64, u64)) -> bool {
+        // The global spans are over-estimates: disjoint spans cannot share a byte.
+        if !overlaps((self.lo, self.hi), span.0, span.1) {
+            return false;
+        }
+        match &self.exact {
+            None => true,
+            Some((p, ranges)) => {
+                *p == place && ranges.iter().any(|&r| overlaps(r, local, local + len))
+            }
+        }
+    }
+
+    /// Whether this touches any of `chunks` (with their global spans).
+    fn touches_any(&self, chunks: &[(Chunk, (u64, u64))]) -> bool {
+        chunks
+            .iter()
+            .any(|(c, span)| self.touches(c.place, c.local, c.len, *span))
+    }
 }
 
 /// Small writes to one place, gathered into one list write (see `GATHER_BELOW_BYTES`).
@@ -144,10 +173,13 @@ impl State {
     /// The completion of the first pending write overlapping `[lo, hi)`, and whether it
     /// is a gather not sent yet.
     fn first_overlap(&self, lo: u64, hi: u64) -> Option<(Completion<()>, bool)> {
-        let p = self
-            .pending
-            .iter()
-            .find(|p| overlaps((p.lo, p.hi), lo, hi))?;
+        self.first_hit(|p| overlaps((p.lo, p.hi), lo, hi))
+    }
+
+    /// The completion of the first pending write `hit` picks, and whether it is a gather
+    /// not sent yet.
+    fn first_hit(&self, hit: impl Fn(&Pending) -> bool) -> Option<(Completion<()>, bool)> {
+        let p = self.pending.iter().find(|p| hit(p))?;
         Some((p.done.clone(), p.gather.is_some()))
     }
 
@@ -283,12 +315,18 @@ impl InodeIo {
     /// them first. Gathers that other threads make while this one waits are sent too:
     /// a gather completes only once sent, and its writer may have stopped writing.
     fn wait_overlapping(&self, lo: u64, hi: u64) {
-        self.send_gathers(|p| overlaps((p.lo, p.hi), lo, hi));
+        self.wait_for(|p| overlaps((p.lo, p.hi), lo, hi));
+    }
+
+    /// Waits for every pending write `hit` picks, sending the gathers among them first
+    /// (as `wait_overlapping`).
+    fn wait_for(&self, hit: impl Fn(&Pending) -> bool) {
+        self.send_gathers(&hit);
         loop {
             let c = {
                 let mut st = lock(&self.state);
                 st.reap();
-                match st.first_overlap(lo, hi) {
+                match st.first_hit(&hit) {
                     Some((_, true)) => None,
                     Some((c, false)) => Some(c),
                     None => return,
@@ -298,9 +336,18 @@ impl InodeIo {
                 Some(c) => {
                     let _ = c.wait();
                 }
-                None => self.send_gathers(|p| overlaps((p.lo, p.hi), lo, hi)),
+                None => self.send_gathers(&hit),
             }
         }
+    }
+
+    /// The chunks of a write of `n` bytes at `offset`, each with its global span.
+    fn spanned_write_chunks(&self, offset: u64, n: u64) -> Vec<(Chunk, (u64, u64))> {
+        self.geo
+            .write_chunks(offset, n)
+            .into_iter()
+            .map(|c| (c, self.geo.global_span(c.place, c.local, c.len)))
+            .collect()
     }
 
     /// Waits for every pending write of this inode.
@@ -329,10 +376,13 @@ impl InodeIo {
     /// pending overlaps it and it fits in `window`. Another thread may queue in between;
     /// then the write waits as usual.
     pub fn write_would_not_wait(&self, offset: u64, n: u64, window: u64) -> bool {
-        let hi = offset.saturating_add(n);
+        if offset.checked_add(n).map_or(true, |e| e > MAX_FILE_BYTES) {
+            return false;
+        }
+        let chunks = self.spanned_write_chunks(offset, n);
         let mut st = lock(&self.state);
         st.reap();
-        st.first_overlap(offset, hi).is_none()
+        st.first_hit(|p| p.touches_any(&chunks)).is_none()
             && (st.inflight_bytes == 0 || st.inflight_bytes + n <= window)
     }
 
@@ -401,17 +451,19 @@ impl InodeIo {
         if self.write_inline(cred, offset, data)? {
             return Ok(());
         }
-        self.wait_overlapping(offset, end);
+        // Only writes that share a byte with this one must land before it: writers of
+        // other records of the same blocks or stripes (interleaved ranks) do not wait.
+        let chunks = self.spanned_write_chunks(offset, data.len() as u64);
+        self.wait_for(|p| p.touches_any(&chunks));
         {
             let mut st = lock(&self.state);
             st.unflushed_end = Some(st.unflushed_end.unwrap_or(0).max(end));
             st.unflushed_mtime_ns = now_ns();
         }
         let mut queued = 0;
-        for chunk in self.geo.write_chunks(offset, data.len() as u64) {
+        for (chunk, (lo, hi)) in chunks {
             let bytes = self.gather(&chunk, offset, data);
             self.wait_room(chunk.len, window);
-            let (lo, hi) = self.geo.global_span(chunk.place, chunk.local, chunk.len);
             if chunk.len < GATHER_BELOW_BYTES {
                 self.gather_write(cred, chunk, bytes, lo, hi);
                 queued += chunk.len;
@@ -433,6 +485,7 @@ impl InodeIo {
                 bytes: chunk.len,
                 done,
                 gather: None,
+                exact: Some((place, vec![(chunk.local, chunk.local + chunk.len)])),
             });
             st.inflight_bytes += chunk.len;
             queued += chunk.len;
@@ -477,6 +530,11 @@ impl InodeIo {
             p.lo = p.lo.min(lo);
             p.hi = p.hi.max(hi);
             p.bytes += chunk.len;
+            let (_, ranges) = p.exact.as_mut().expect("a gather knows its ranges");
+            match ranges.last_mut() {
+                Some(r) if r.1 == chunk.local => r.1 += chunk.len,
+                _ => ranges.push((chunk.local, chunk.local + chunk.len)),
+            }
             send
         } else {
             let (promise, done) = promise();
@@ -495,6 +553,7 @@ impl InodeIo {
                 bytes: chunk.len,
                 done,
                 gather: Some(place),
+                exact: Some((place, vec![(chunk.local, chunk.local + chunk.len)])),
             });
             false
         };

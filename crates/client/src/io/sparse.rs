@@ -212,6 +212,7 @@ impl InodeIo {
                 bytes: 0,
                 done: c,
                 gather: None,
+                exact: None,
             });
         }
         let r = f();

@@ -77,6 +77,23 @@ fn read_entry(obj: &Object, block: u64) -> io::Result<Option<u32>> {
     Ok(if n < e.len() { None } else { decode_entry(&e) })
 }
 
+/// The stored entries of blocks `first` and `last` (> `first`), read together: one
+/// read of the sidecar between them (8 bytes a block) instead of two.
+fn read_entry_pair(obj: &Object, first: u64, last: u64) -> io::Result<[Option<u32>; 2]> {
+    assert!(last > first);
+    let e = ENTRY_BYTES as usize;
+    let mut buf = vec![0u8; (last - first + 1) as usize * e];
+    let n = obj.crcs.read_at(&mut buf, first * ENTRY_BYTES)?;
+    let entry = |at: usize| {
+        if n < at + e {
+            None
+        } else {
+            decode_entry(&buf[at..at + e])
+        }
+    };
+    Ok([entry(0), entry(buf.len() - e)])
+}
+
 /// A block being read-modify-written: its current content (zeros for a hole), verified.
 struct Partial {
     block: u64,
@@ -92,14 +109,29 @@ struct Partial {
 
 impl Partial {
     fn load(c: &Ctx, obj: &Object, block: u64) -> Result<Partial, WireError> {
+        let stored = read_entry(obj, block).map_err(|e| {
+            c.io(
+                &format!("reading checksum of block at {}", block * BLOCK),
+                &e,
+            )
+        })?;
+        Partial::load_with(c, obj, block, stored)
+    }
+
+    /// As `load`, with the block's stored entry read already (before its data, as
+    /// every reader does).
+    fn load_with(
+        c: &Ctx,
+        obj: &Object,
+        block: u64,
+        stored: Option<u32>,
+    ) -> Result<Partial, WireError> {
         let mut buf = [0u8; BLOCK_USIZE];
         let at = block * BLOCK;
         let on_disk = obj
             .data
             .read_at(&mut buf, at)
             .map_err(|e| c.io(&format!("reading block at object offset {at}"), &e))?;
-        let stored = read_entry(obj, block)
-            .map_err(|e| c.io(&format!("reading checksum of block at {at}"), &e))?;
         match stored {
             Some(crc) => {
                 let actual = crc32c(&buf);
@@ -189,13 +221,28 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     let head_partial = head_len != BLOCK_USIZE;
     let tail_partial = nblocks > 1 && tail_len != 0;
     // Read and verify both partial blocks before anything changes.
-    let mut head = head_partial
-        .then(|| Partial::load(c, obj, first))
-        .transpose()?;
     let last = first + nblocks as u64 - 1;
-    let mut tail = tail_partial
-        .then(|| Partial::load(c, obj, last))
-        .transpose()?;
+    let (mut head, mut tail) = if head_partial && tail_partial {
+        let [h, t] = read_entry_pair(obj, first, last).map_err(|e| {
+            c.io(
+                &format!("reading checksums of blocks {first} and {last}"),
+                &e,
+            )
+        })?;
+        (
+            Some(Partial::load_with(c, obj, first, h)?),
+            Some(Partial::load_with(c, obj, last, t)?),
+        )
+    } else {
+        (
+            head_partial
+                .then(|| Partial::load(c, obj, first))
+                .transpose()?,
+            tail_partial
+                .then(|| Partial::load(c, obj, last))
+                .transpose()?,
+        )
+    };
 
     let mut entries = Vec::with_capacity(nblocks * ENTRY_BYTES as usize);
     crcs.iter()
@@ -290,16 +337,20 @@ impl WriteParts<'_> {
     /// Data first, checksums last: a crash in between leaves mismatches (detected) or
     /// old holes, never a stored CRC blessing bytes that are not there.
     fn write_all(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
-        if let Some(p) = self.head {
-            p.flush(c, obj)?;
+        if self.is_one_run() {
+            self.write_run(c, obj, 0, self.data.len())?;
+        } else {
+            if let Some(p) = self.head {
+                p.flush(c, obj)?;
+            }
+            self.write_mid(c, obj)?;
+            if let Some(p) = self.tail {
+                p.flush(c, obj)?;
+            }
         }
-        self.write_mid(c, obj)?;
         // Disk write-out overlaps the transfer of the next requests instead of piling
         // up for the client's fsync (the page cache would otherwise hold it all).
         start_writeback_behind(obj, self.off, self.data.len() as u64);
-        if let Some(p) = self.tail {
-            p.flush(c, obj)?;
-        }
         if let Some(countdown) = c.abort_mid_rmw {
             let rmw = [self.head, self.tail]
                 .into_iter()
@@ -327,8 +378,26 @@ impl WriteParts<'_> {
         Ok(())
     }
 
+    /// Whether the bytes to write are exactly the request's, at its offset: the partial
+    /// blocks change only where the request writes (they are not holes over stale bytes
+    /// to be zeroed), so head, whole blocks and tail go out as one write (an unaligned
+    /// record would otherwise cost three).
+    fn is_one_run(&self) -> bool {
+        let at = (self.off % BLOCK) as usize;
+        let head = self.head.map_or(true, |p| p.dirty == (at, at + self.mid.0));
+        let tail = self
+            .tail
+            .map_or(true, |p| p.dirty == (0, self.data.len() - self.mid.1));
+        head && tail
+    }
+
     fn write_mid(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
         let (lo, hi) = self.mid;
+        self.write_run(c, obj, lo, hi)
+    }
+
+    /// Writes `data[lo..hi]` at its place.
+    fn write_run(&self, c: &Ctx, obj: &Object, lo: usize, hi: usize) -> Result<(), WireError> {
         if lo >= hi {
             return Ok(());
         }

@@ -112,6 +112,35 @@ fn full_disk_fails_the_write_before_anything_changes() {
     assert_eq!(read(&svc, 1, UNIT, 0, AT as usize), old[..AT as usize]);
 }
 
+/// Interleaved writers' shape on a full disk: an unaligned record that starts in the
+/// last block another record wrote and goes on past the end. The write fails with
+/// NoSpace, the written block reads as before (it is rewritten in place, so the write
+/// must not change it and then run out of space), and the new blocks read as holes or
+/// as the new bytes. With space again the write goes through.
+#[test]
+fn full_disk_fails_an_unaligned_record_after_a_written_block_keeping_it() {
+    let (store, svc) = mem_server(1);
+    let old = pattern(2 * B, 5);
+    write(&svc, 1, UNIT, 0, &old).unwrap();
+    store.set_capacity(store.used_bytes() + 2 * B as u64);
+    let rec = pattern(10 * B + 333, 7);
+    let at = B + 100;
+    let e = write(&svc, 1, UNIT, at as u64, &rec).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
+    assert_eq!(
+        read(&svc, 1, UNIT, 0, 2 * B),
+        old,
+        "the written blocks changed"
+    );
+    assert_eq!(check_after_failed_write(&svc, &old, at, &rec), Ok(()));
+    store.set_capacity(1 << 40);
+    write(&svc, 1, UNIT, at as u64, &rec).unwrap();
+    let mut model = old.clone();
+    model.resize(at + rec.len(), 0);
+    model[at..].copy_from_slice(&rec);
+    assert!(read(&svc, 1, UNIT, 0, model.len()) == model);
+}
+
 /// A power cut between a write and its fsync gives the restarted server a new boot
 /// identity, which both answers carry, so the client can tell.
 #[test]

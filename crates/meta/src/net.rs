@@ -1,6 +1,7 @@
-//! The metadata server's calls to data servers (the purge thread's `Remove`s), behind a
-//! trait so that a simulator can route them to in-process data servers, drop or delay
-//! them. [`TcpNet`] is the real network: one kept connection per data server.
+//! The metadata server's calls to data servers (the purge thread's `Remove`s, and the
+//! writes and fsyncs that move an inline file to its data servers), behind a trait so
+//! that a simulator can route them to in-process data servers, drop or delay them.
+//! [`TcpNet`] is the real network: one kept connection per data server.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

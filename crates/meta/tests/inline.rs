@@ -2,43 +2,18 @@
 //! threshold holds, write-only opens get no bytes, and a flipped stored byte is a
 //! checksum error that nothing serves, moves or builds upon.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use stripefs_meta::MetaService;
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+mod common;
+
+use common::{cluster, Fs};
+use stripefs_rpc::Defaults;
 use stripefs_wire::*;
 
-fn cluster() -> ClusterConfig {
-    ClusterConfig {
-        secret: Secret::generate(),
-        timeout_ms: 1000,
-        meta_addr: "127.0.0.1:1".into(),
-        // Nothing listens there: a move to the data servers cannot happen.
-        data: vec![DataServerEntry::new("127.0.0.1:1".into())],
-        defaults: Defaults::default(),
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
-        meta_host: None,
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
-    }
-}
-
-fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
-    let conn = ConnInfo {
-        peer: SocketAddr::from(([127, 0, 0, 1], 9)),
-        host: None,
-        token: None,
-    };
-    let env = Envelope {
-        cred: Cred::root(),
-        req,
-    };
-    svc.handle(&conn, env, &[]).result
+/// A service whose cluster has the default inline threshold (4 KiB) and data servers
+/// that listen nowhere: a move to the data servers cannot happen.
+fn inline_fs() -> Fs {
+    let mut c = cluster(1);
+    c.defaults = Defaults::default();
+    Fs::with_cluster(c)
 }
 
 fn attr(r: Result<Response, WireError>) -> Attr {
@@ -56,74 +31,54 @@ fn piece(offset: u64, data: &[u8]) -> InlinePiece {
     }
 }
 
-fn open(svc: &MetaService, ino: InodeId, read: bool) -> Attr {
-    let session = match call(svc, Request::SessionOpen {}) {
-        Ok(Response::Session { session, .. }) => session,
-        other => panic!("no session: {other:?}"),
-    };
-    attr(call(
-        svc,
-        Request::Open {
-            ino,
-            session,
-            read,
-            write: true,
-        },
-    ))
+fn open(fs: &Fs, ino: InodeId, read: bool) -> Attr {
+    attr(fs.root(Request::Open {
+        ino,
+        session: fs.sess(1),
+        read,
+        write: true,
+    }))
 }
 
 const MARKER: &[u8] = b"inline-marker-0123456789abcdef";
 
 #[test]
 fn inline_bytes_are_checked_at_every_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("meta.redb");
-    let config = cluster();
-    let svc = MetaService::open(&db, &config).unwrap();
-    let f = attr(call(
-        &svc,
-        Request::Create {
-            parent: InodeId::ROOT,
-            name: "f".into(),
-            mode: 0o644,
-            exclusive: true,
-            layout: LayoutHint::default(),
-        },
-    ));
+    let mut fs = inline_fs();
+    let f = attr(fs.root(Request::Create {
+        parent: InodeId::ROOT,
+        name: "f".into(),
+        mode: 0o644,
+        exclusive: true,
+        layout: LayoutHint::default(),
+    }));
     let ino = f.ino;
     assert_eq!(f.inline.as_ref().map(|i| i.max), Some(4096));
-    let a = attr(call(
-        &svc,
-        Request::WriteInline {
-            ino,
-            pieces: vec![piece(0, MARKER), piece(100, b"xyz")],
-            mtime_ns: 0,
-        },
-    ));
+    let a = attr(fs.root(Request::WriteInline {
+        ino,
+        pieces: vec![piece(0, MARKER), piece(100, b"xyz")],
+        mtime_ns: 0,
+    }));
     assert_eq!(a.size, 103);
     // A piece that arrived damaged is refused, and changes nothing.
     let mut bad = piece(0, b"damaged");
     bad.crc ^= 1;
-    let e = call(
-        &svc,
-        Request::WriteInline {
+    let e = fs
+        .root(Request::WriteInline {
             ino,
             pieces: vec![bad],
             mtime_ns: 0,
-        },
-    )
-    .unwrap_err();
+        })
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::Checksum);
     // Past the threshold: NotInline, for the client to move the file.
-    let e = call(
-        &svc,
-        Request::WriteInline {
+    let e = fs
+        .root(Request::WriteInline {
             ino,
             pieces: vec![piece(4000, &[1; 200])],
             mtime_ns: 0,
-        },
-    )
-    .unwrap_err();
+        })
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::NotInline);
     // Readers get the bytes with their open, write-only openers do not.
     let want = {
@@ -132,17 +87,15 @@ fn inline_bytes_are_checked_at_every_step() {
         v.extend_from_slice(b"xyz");
         v
     };
-    let r = open(&svc, ino, true);
+    let r = open(&fs, ino, true);
     let i = r.inline.unwrap();
     assert_eq!(i.data.as_deref(), Some(&want[..]));
     assert_eq!(i.crc, crc32c(&want));
-    assert_eq!(open(&svc, ino, false).inline.unwrap().data, None);
-    drop(svc);
-
+    assert_eq!(open(&fs, ino, false).inline.unwrap().data, None);
     // Flip one stored byte of the inline bytes in the store of record.
-    {
+    fs.reopen_changed(|db| {
         let table: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("inodes");
-        let rdb = redb::Database::open(&db).unwrap();
+        let rdb = redb::Database::open(db).unwrap();
         let txn = rdb.begin_write().unwrap();
         {
             let mut t = txn.open_table(table).unwrap();
@@ -159,32 +112,28 @@ fn inline_bytes_are_checked_at_every_step() {
             t.insert(ino.0, &rec[..]).unwrap();
         }
         txn.commit().unwrap();
-    }
-
-    let svc: Arc<MetaService> = MetaService::open(&db, &config).unwrap();
-    let e = call(&svc, Request::ReadInline { ino }).unwrap_err();
+    });
+    let e = fs.root(Request::ReadInline { ino }).unwrap_err();
     assert_eq!(e.code, ErrorCode::Checksum, "{e}");
     // An open still works (a reader learns of the damage at its read) but sends no bytes.
-    assert_eq!(open(&svc, ino, true).inline.unwrap().data, None);
+    assert_eq!(open(&fs, ino, true).inline.unwrap().data, None);
     // Neither a write nor a truncate nor a move gives the damaged bytes a fresh CRC.
-    let e = call(
-        &svc,
-        Request::WriteInline {
+    let e = fs
+        .root(Request::WriteInline {
             ino,
             pieces: vec![piece(0, b"a")],
             mtime_ns: 0,
-        },
-    )
-    .unwrap_err();
+        })
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::Checksum);
     let cut = SetAttrs {
         size: Some(50),
         ..SetAttrs::default()
     };
-    let e = call(&svc, Request::SetAttr { ino, attrs: cut }).unwrap_err();
+    let e = fs.root(Request::SetAttr { ino, attrs: cut }).unwrap_err();
     assert_eq!(e.code, ErrorCode::Checksum);
-    let e = call(&svc, Request::Uninline { ino }).unwrap_err();
+    let e = fs.root(Request::Uninline { ino }).unwrap_err();
     assert_eq!(e.code, ErrorCode::Checksum);
-    let e = call(&svc, Request::ReadInline { ino }).unwrap_err();
+    let e = fs.root(Request::ReadInline { ino }).unwrap_err();
     assert_eq!(e.code, ErrorCode::Checksum);
 }

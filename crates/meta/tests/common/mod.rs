@@ -109,6 +109,12 @@ impl Fs {
 
     /// Closes and reopens the database, as a restart does.
     pub fn reopen(&mut self) {
+        self.reopen_changed(|_| {});
+    }
+
+    /// Closes the database, lets `change` edit the file at the path it is given (to
+    /// damage it, say), and opens it again.
+    pub fn reopen_changed(&mut self, change: impl FnOnce(&std::path::Path)) {
         let clock = self.clock.clone();
         let placeholder = MetaService::open_with_clock(
             &self.dir.path().join("other.redb"),
@@ -117,6 +123,7 @@ impl Fs {
         )
         .unwrap();
         drop(std::mem::replace(&mut self.svc, placeholder));
+        change(&self.db());
         let fresh = MetaService::open_tuned(&self.db(), &self.cluster, clock, self.tuning).unwrap();
         self.svc = fresh;
         self.sessions.lock().unwrap().clear();

@@ -245,6 +245,16 @@ impl Datatype {
     }
 
     /// The stride between consecutive elements of this type.
+    /// Whether the type is `extent` bytes without a gap, from its lower bound 0 (so
+    /// that `n` of them side by side are one piece).
+    fn is_dense(&self) -> bool {
+        match self {
+            Datatype::Bytes(_) => true,
+            Datatype::Contiguous { of, .. } => of.is_dense(),
+            _ => false,
+        }
+    }
+
     pub fn extent(&self) -> u64 {
         let (lb, ub) = self.bounds();
         (ub - lb).max(0) as u64
@@ -329,13 +339,21 @@ impl Datatype {
                     stride[d] = acc;
                     acc *= sizes[d] as i64;
                 }
+                // Elements of a dense type laid side by side along the fastest
+                // dimension are one piece: a row at a time, not an element at a time.
+                let fast = *dims.last().expect("a subarray has a dimension");
+                let row = if of.is_dense() { subsizes[fast] } else { 1 };
                 let mut idx = vec![0u64; sizes.len()];
                 loop {
                     let elem: i64 = (0..sizes.len())
                         .map(|d| (starts[d] + idx[d]) as i64 * stride[d])
                         .sum();
-                    of.walk(base + elem * ext, out)?;
-                    // Next index, fastest dimension first.
+                    if row > 1 {
+                        push(out, base + elem * ext, row * ext as u64)?;
+                    } else {
+                        of.walk(base + elem * ext, out)?;
+                    }
+                    // Next index, fastest dimension first (a whole row at a time).
                     let mut k = dims.len();
                     loop {
                         if k == 0 {
@@ -343,7 +361,7 @@ impl Datatype {
                         }
                         k -= 1;
                         let d = dims[k];
-                        idx[d] += 1;
+                        idx[d] += if d == fast { row } else { 1 };
                         if idx[d] < subsizes[d] {
                             break;
                         }

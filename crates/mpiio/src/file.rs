@@ -282,8 +282,11 @@ impl File {
             return r;
         }
         let domains = self.domains(comm, &ext);
-        // Pieces for each aggregator: (offset, len) then the bytes.
-        let mut send = vec![Vec::new(); comm.size()];
+        // Pieces for each aggregator: (offset, len) then the bytes; each message sized
+        // first, so that it is filled without growing (no copies, no fresh pages twice).
+        let mut need = vec![0usize; comm.size()];
+        for_each_piece(&ext, &domains, |a, _, _, n| need[a] += 16 + n);
+        let mut send: Vec<Vec<u8>> = need.into_iter().map(Vec::with_capacity).collect();
         for_each_piece(&ext, &domains, |a, fo, at, n| {
             let m = &mut send[a];
             m.extend_from_slice(&fo.to_le_bytes());
@@ -303,28 +306,36 @@ impl File {
                 i += 16 + n;
             }
         }
+        // Stable: of pieces at the same offset, the later rank's stays on top.
         pieces.sort_by_key(|p| p.0);
         let mut result = Ok(());
-        let mut run: Option<(u64, Vec<u8>)> = None;
-        for (fo, bytes) in pieces {
-            match &mut run {
-                Some((start, data)) if *start + data.len() as u64 >= fo => {
-                    let rel = (fo - *start) as usize;
+        // Each contiguous run, from its first piece to where the pieces stop touching,
+        // is sized before it is filled.
+        let mut i = 0;
+        while i < pieces.len() {
+            let start = pieces[i].0;
+            let mut end = start + pieces[i].1.len() as u64;
+            let mut j = i + 1;
+            while j < pieces.len() && pieces[j].0 <= end {
+                end = end.max(pieces[j].0 + pieces[j].1.len() as u64);
+                j += 1;
+            }
+            let mut data = Vec::with_capacity((end - start) as usize);
+            for &(fo, bytes) in &pieces[i..j] {
+                let rel = (fo - start) as usize;
+                if rel == data.len() {
+                    data.extend_from_slice(bytes);
+                } else {
+                    // Overlapping pieces (ranks writing the same bytes): later wins.
                     if rel + bytes.len() > data.len() {
                         data.resize(rel + bytes.len(), 0);
                     }
                     data[rel..rel + bytes.len()].copy_from_slice(bytes);
                 }
-                _ => {
-                    if let Some((s, d)) = run.take() {
-                        result = result.and(self.f.write_at(s, &d).map_err(IoError::from));
-                    }
-                    run = Some((fo, bytes.to_vec()));
-                }
             }
-        }
-        if let Some((s, d)) = run {
-            result = result.and(self.f.write_at(s, &d).map_err(IoError::from));
+            debug_assert_eq!(data.len() as u64, end - start);
+            result = result.and(self.f.write_at(start, &data).map_err(IoError::from));
+            i = j;
         }
         // The aggregators' writes go on behind the call, as independent writes do, so
         // that consecutive collective writes keep the servers busy (no drain per call).

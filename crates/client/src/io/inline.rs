@@ -85,9 +85,13 @@ impl InodeIo {
             None => *il = None,
             Some(i) => match checked(i, &self.describe()) {
                 Ok(Some(b)) => st.bytes = Some(b),
-                // A write-only open brings no bytes, but their CRC says whether ours
-                // are still the file's.
-                Ok(None) if st.bytes.as_deref().map(crc32c) == Some(i.crc) => {}
+                // A write-only open brings no bytes, but their size and CRC say
+                // whether ours are still the file's.
+                Ok(None)
+                    if st
+                        .bytes
+                        .as_ref()
+                        .is_some_and(|b| b.len() as u64 == attr.size && crc32c(b) == i.crc) => {}
                 _ => st.bytes = None,
             },
         }

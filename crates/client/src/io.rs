@@ -376,14 +376,20 @@ impl InodeIo {
     /// pending overlaps it and it fits in `window`. Another thread may queue in between;
     /// then the write waits as usual.
     pub fn write_would_not_wait(&self, offset: u64, n: u64, window: u64) -> bool {
-        if offset.checked_add(n).map_or(true, |e| e > MAX_FILE_BYTES) {
+        let Some(hi) = offset.checked_add(n).filter(|&e| e <= MAX_FILE_BYTES) else {
             return false;
-        }
-        let chunks = self.spanned_write_chunks(offset, n);
+        };
         let mut st = lock(&self.state);
         st.reap();
-        st.first_hit(|p| p.touches_any(&chunks)).is_none()
-            && (st.inflight_bytes == 0 || st.inflight_bytes + n <= window)
+        if st.inflight_bytes != 0 && st.inflight_bytes + n > window {
+            return false;
+        }
+        // Nothing pending in the write's global span (the common case): no need to
+        // cut it into chunks for the exact check.
+        st.first_overlap(offset, hi).is_none() || {
+            let chunks = self.spanned_write_chunks(offset, n);
+            st.first_hit(|p| p.touches_any(&chunks)).is_none()
+        }
     }
 
     /// Whether [`InodeIo::flush`] without a data sync would return at once: no write

@@ -222,27 +222,21 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     let tail_partial = nblocks > 1 && tail_len != 0;
     // Read and verify both partial blocks before anything changes.
     let last = first + nblocks as u64 - 1;
-    let (mut head, mut tail) = if head_partial && tail_partial {
-        let [h, t] = read_entry_pair(obj, first, last).map_err(|e| {
+    let pair = (head_partial && tail_partial)
+        .then(|| read_entry_pair(obj, first, last))
+        .transpose()
+        .map_err(|e| {
             c.io(
                 &format!("reading checksums of blocks {first} and {last}"),
                 &e,
             )
         })?;
-        (
-            Some(Partial::load_with(c, obj, first, h)?),
-            Some(Partial::load_with(c, obj, last, t)?),
-        )
-    } else {
-        (
-            head_partial
-                .then(|| Partial::load(c, obj, first))
-                .transpose()?,
-            tail_partial
-                .then(|| Partial::load(c, obj, last))
-                .transpose()?,
-        )
+    let load = |block: u64, end: usize| match pair {
+        Some(entries) => Partial::load_with(c, obj, block, entries[end]),
+        None => Partial::load(c, obj, block),
     };
+    let mut head = head_partial.then(|| load(first, 0)).transpose()?;
+    let mut tail = tail_partial.then(|| load(last, 1)).transpose()?;
 
     let mut entries = Vec::with_capacity(nblocks * ENTRY_BYTES as usize);
     crcs.iter()

@@ -244,7 +244,6 @@ impl Datatype {
         }
     }
 
-    /// The stride between consecutive elements of this type.
     /// Whether the type is `extent` bytes without a gap, from its lower bound 0 (so
     /// that `n` of them side by side are one piece).
     fn is_dense(&self) -> bool {
@@ -255,6 +254,7 @@ impl Datatype {
         }
     }
 
+    /// The stride between consecutive elements of this type.
     pub fn extent(&self) -> u64 {
         let (lb, ub) = self.bounds();
         (ub - lb).max(0) as u64

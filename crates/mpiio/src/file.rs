@@ -309,19 +309,12 @@ impl File {
         // Stable: of pieces at the same offset, the later rank's stays on top.
         pieces.sort_by_key(|p| p.0);
         let mut result = Ok(());
-        // Each contiguous run, from its first piece to where the pieces stop touching,
-        // is sized before it is filled.
-        let mut i = 0;
-        while i < pieces.len() {
-            let start = pieces[i].0;
-            let mut end = start + pieces[i].1.len() as u64;
-            let mut j = i + 1;
-            while j < pieces.len() && pieces[j].0 <= end {
-                end = end.max(pieces[j].0 + pieces[j].1.len() as u64);
-                j += 1;
-            }
-            let mut data = Vec::with_capacity((end - start) as usize);
-            for &(fo, bytes) in &pieces[i..j] {
+        // Each contiguous run is sized before it is filled with its pieces, in order.
+        let ranges: Vec<(u64, u64)> = pieces.iter().map(|p| (p.0, p.1.len() as u64)).collect();
+        let mut next = pieces.iter().peekable();
+        for (start, len) in merge(&ranges) {
+            let mut data = Vec::with_capacity(len as usize);
+            while let Some(&(fo, bytes)) = next.next_if(|p| p.0 < start + len) {
                 let rel = (fo - start) as usize;
                 if rel == data.len() {
                     data.extend_from_slice(bytes);
@@ -333,9 +326,8 @@ impl File {
                     data[rel..rel + bytes.len()].copy_from_slice(bytes);
                 }
             }
-            debug_assert_eq!(data.len() as u64, end - start);
+            debug_assert_eq!(data.len() as u64, len);
             result = result.and(self.f.write_at(start, &data).map_err(IoError::from));
-            i = j;
         }
         // The aggregators' writes go on behind the call, as independent writes do, so
         // that consecutive collective writes keep the servers busy (no drain per call).

@@ -6,12 +6,21 @@ mod common;
 use common::{hint, pattern, seed, Cluster};
 use rand::{Rng, SeedableRng};
 use stripefs_client::{Client, OpenOptions};
-use stripefs_wire::ServerId;
+use stripefs_wire::{Counters, ServerId};
+
+/// A counter of the data servers `0..servers`, summed.
+fn data_counter(c: &Client, servers: usize, of: impl Fn(&Counters) -> u64) -> u64 {
+    (0..servers)
+        .map(|s| of(&c.data_status(ServerId(s as u32)).unwrap().counters))
+        .sum()
+}
 
 fn data_requests(c: &Client, servers: usize) -> u64 {
-    (0..servers)
-        .map(|s| c.data_status(ServerId(s as u32)).unwrap().counters.requests)
-        .sum()
+    data_counter(c, servers, |k| k.requests)
+}
+
+fn write_requests(c: &Client, servers: usize) -> u64 {
+    data_counter(c, servers, |k| k.write_requests)
 }
 
 /// 4 KiB writes at every other 4 KiB of a 4 MiB range (the strided pattern of
@@ -52,17 +61,6 @@ fn strided_small_writes_become_few_requests_and_read_back() {
     assert_eq!(f.read_at(0, &mut got).unwrap(), want.len());
     assert!(got == want, "strided writes read back wrong");
     f.close().unwrap();
-}
-
-fn write_requests(c: &Client, servers: usize) -> u64 {
-    (0..servers)
-        .map(|s| {
-            c.data_status(ServerId(s as u32))
-                .unwrap()
-                .counters
-                .write_requests
-        })
-        .sum()
 }
 
 /// Four handles of one client (four processes writing through one mount) write

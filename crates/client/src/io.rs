@@ -701,6 +701,9 @@ impl InodeIo {
         if n == 0 {
             return Ok(0);
         }
+        if self.read_local(offset, &mut buf[..n as usize]) {
+            return Ok(n as usize);
+        }
         let parts = self.fetch(cred, offset, n, size, sequential)?;
         let out = &mut buf[..n as usize];
         let mut copied = 0;
@@ -709,6 +712,70 @@ impl InodeIo {
         }
         assert_eq!(copied, n, "read pieces add up to the read");
         Ok(n as usize)
+    }
+
+    /// Reads `[offset, offset + out.len())` straight into `out` through the short-circuit
+    /// path when every server holding those bytes offers it, on the caller's thread: the
+    /// kernel reads ahead in the object files, so no readahead cell, worker thread or
+    /// buffer of ours stands between the server's files and the caller's buffer (only a
+    /// partial first or last block goes through a block of its own). `false` when the
+    /// read must go the usual way (some server is remote or refuses, or a block fails its
+    /// checksum, which the server's path then reports); `out` is then rewritten by it.
+    fn read_local(&self, offset: u64, out: &mut [u8]) -> bool {
+        let block = BLOCK_BYTES as u64;
+        let end = offset + out.len() as u64;
+        let stripe = self.geo.stripe();
+        let local_of = |place: u32| self.pool(place).local.as_ref().filter(|l| l.usable());
+        if !(0..self.geo.width()).all(|p| local_of(p).is_some()) {
+            return false;
+        }
+        self.wait_overlapping(offset, end);
+        let (fid, unit) = (self.ino.0, self.geo.unit());
+        let mut edge = vec![0u8; 0];
+        for piece in stripe.split(offset, out.len() as u64) {
+            let Some(sc) = local_of(piece.place) else {
+                return false;
+            };
+            let dst = &mut out[(piece.global - offset) as usize..][..piece.len as usize];
+            // A unit is whole blocks, so local and global offsets share their block
+            // alignment: the aligned middle goes straight into `dst`, the edges through
+            // `edge`.
+            let (lo, hi) = (piece.local, piece.local + piece.len);
+            let (a, b) = (lo.div_ceil(block) * block, hi / block * block);
+            let mut edge_read = |from: u64, to: u64, dst: &mut [u8]| {
+                let start = from / block * block;
+                edge.resize(block as usize, 0);
+                if !sc.read(fid, unit, start, &mut edge) {
+                    return false;
+                }
+                dst.copy_from_slice(&edge[(from - start) as usize..(to - start) as usize]);
+                true
+            };
+            if a >= b {
+                // No whole block: one or two edge blocks.
+                let mid = (lo / block + 1) * block;
+                if mid >= hi {
+                    if !edge_read(lo, hi, dst) {
+                        return false;
+                    }
+                } else {
+                    let (head, tail) = dst.split_at_mut((mid - lo) as usize);
+                    if !edge_read(lo, mid, head) || !edge_read(mid, hi, tail) {
+                        return false;
+                    }
+                }
+                continue;
+            }
+            let (head, rest) = dst.split_at_mut((a - lo) as usize);
+            let (middle, tail) = rest.split_at_mut((b - a) as usize);
+            if (a > lo && !edge_read(lo, a, head))
+                || !sc.read(fid, unit, a, middle)
+                || (hi > b && !edge_read(b, hi, tail))
+            {
+                return false;
+            }
+        }
+        true
     }
 
     /// Reads many extents `(file offset, length)` into `out`, one after another (`out`

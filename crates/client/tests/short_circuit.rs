@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{hint, pattern, Cluster};
+use common::{hint, pattern, seed, Cluster};
+use rand::{Rng, SeedableRng};
 use std::os::unix::fs::FileExt;
 use stripefs_client::{Client, Cred, ErrorCode, OpenOptions};
 use stripefs_data::LocalServer;
@@ -74,6 +75,66 @@ fn same_host_reads_bypass_the_server_and_read_back_exactly() {
     let t = reader.traffic().since(&before);
     assert_eq!(t.direct_read, 0, "{t:?}");
     assert!(t.local_read > 0, "{t:?}");
+}
+
+/// Reads at any offset and length, inside a block, across blocks and units, over holes
+/// and past the end, go straight from the files into the caller's buffer and equal the
+/// bytes written.
+#[test]
+fn unaligned_short_circuit_reads_return_exactly_the_written_bytes() {
+    let seed = seed("unaligned_short_circuit_reads_return_exactly_the_written_bytes");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let cl = Cluster::with(3, 2, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    let size = (1 << 20) + 54_321;
+    let mut want = pattern(seed, size);
+    // A hole of 50,000 bytes: never written, reads as zeros.
+    want[300_001..350_001].fill(0);
+    let f = c
+        .open(
+            "/u",
+            &OpenOptions::create_truncate()
+                .read(true)
+                .layout(hint(64 << 10, 3)),
+        )
+        .unwrap();
+    f.write_at(0, &want[..300_001]).unwrap();
+    f.write_at(350_001, &want[350_001..]).unwrap();
+    f.close().unwrap();
+
+    let reader = client(&cfg);
+    let r = reader.open("/u", &OpenOptions::read_only()).unwrap();
+    let before = reader.traffic();
+    for i in 0..300 {
+        let offset = match i % 3 {
+            0 => rng.gen_range(0..size as u64 + 5_000),
+            1 => rng.gen_range(0..size as u64 / 4096) * 4096 + rng.gen_range(4090..4096),
+            _ => rng.gen_range(1..=size as u64 / 65_536) * 65_536 - 1,
+        };
+        let len = match i % 4 {
+            0 => rng.gen_range(1..20),
+            1 => rng.gen_range(1..10_000),
+            2 => rng.gen_range(60_000..200_000),
+            _ => 4096,
+        };
+        let mut buf = vec![0xEEu8; len];
+        let n = r.read_at(offset, &mut buf).unwrap();
+        let lo = (offset as usize).min(size);
+        let hi = (offset as usize + len).min(size);
+        assert_eq!(n, hi - lo, "read {len} at {offset}: length (seed {seed})");
+        assert!(
+            buf[..n] == want[lo..hi],
+            "read {len} at {offset}: wrong bytes (seed {seed})"
+        );
+    }
+    let t = reader.traffic().since(&before);
+    assert!(t.direct_read > 0, "{t:?}");
+    assert_eq!(
+        t.local_read + t.remote_read,
+        0,
+        "read through a server: {t:?}"
+    );
 }
 
 #[test]

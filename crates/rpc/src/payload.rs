@@ -218,12 +218,8 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     fn file_with(bytes: &[u8]) -> File {
-        let dir = std::env::temp_dir().join(format!("stripefs-payload-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("f{}", bytes.len()));
-        std::fs::write(&path, bytes).unwrap();
-        let f = File::open(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, bytes).unwrap();
         f
     }
 

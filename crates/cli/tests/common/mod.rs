@@ -230,6 +230,14 @@ impl FuseMount {
 
 impl Drop for FuseMount {
     fn drop(&mut self) {
+        // The daemon's log sits beside the mount point: kept (and named) when the test
+        // failed, removed otherwise.
+        let log = self.dir.path().with_extension("log");
+        if std::thread::panicking() {
+            eprintln!("mount daemon log kept: {}", log.display());
+        } else {
+            let _ = std::fs::remove_file(&log);
+        }
         // `stripefs umount` uses fusermount3 where installed, else umount2(2) as root.
         let _ = Command::new(exe())
             .args(["umount", "-z"])

@@ -913,3 +913,137 @@ fn rename_of_each_type_over_each_type_matches_tmpfs() {
         .collect();
     assert!(diff.is_empty(), "{}", diff.join("\n"));
 }
+
+/// getxattr(2) into a buffer of `size` bytes: the value, or the errno.
+fn getx(p: &Path, name: &str, size: usize) -> Result<Vec<u8>, i32> {
+    let (p, n) = (cstr(p), CString::new(name).unwrap());
+    let mut buf = vec![0u8; size];
+    // SAFETY: valid C strings and a buffer of `size` bytes.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), size) };
+    if r < 0 {
+        return Err(errno_of(&std::io::Error::last_os_error()));
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+fn setx(p: &Path, name: &str, value: &[u8], flags: i32) -> Result<(), i32> {
+    let (p, n) = (cstr(p), CString::new(name).unwrap());
+    // SAFETY: valid C strings and a value of `value.len()` bytes.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    if r < 0 {
+        return Err(errno_of(&std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn listx(p: &Path) -> Vec<String> {
+    let p = cstr(p);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: a valid C string and a buffer of 4096 bytes.
+    let r = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(r >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    buf[..r as usize]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8(n.to_vec()).unwrap())
+        .collect()
+}
+
+#[test]
+fn extended_attributes_work_through_the_mount() {
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let f = m.p("f");
+    fs::write(&f, b"data").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+    setx(&f, "user.checksum", b"sha256:abc", 0).unwrap();
+    setx(&f, "trusted.t", b"t", 0).unwrap();
+    // The size alone, a buffer too small, then the value.
+    // SAFETY: valid C strings, no buffer: asks for the size.
+    let size = unsafe {
+        libc::getxattr(
+            cstr(&f).as_ptr(),
+            CString::new("user.checksum").unwrap().as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    assert_eq!(size, 10);
+    assert_eq!(getx(&f, "user.checksum", 4), Err(libc::ERANGE));
+    assert_eq!(getx(&f, "user.checksum", 64).unwrap(), b"sha256:abc");
+    assert_eq!(listx(&f), ["trusted.t", "user.checksum"]);
+    assert_eq!(
+        setx(&f, "user.checksum", b"x", libc::XATTR_CREATE),
+        Err(libc::EEXIST)
+    );
+    assert_eq!(
+        setx(&f, "user.none", b"x", libc::XATTR_REPLACE),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(getx(&f, "user.none", 64), Err(libc::ENODATA));
+    assert_eq!(
+        setx(&f, "system.posix_acl_access", b"\x02\0\0\0", 0),
+        Err(libc::EOPNOTSUPP)
+    );
+    // Another mount (another client) sees them; `cp -a` copies them.
+    let other = FuseMount::new(&c.cluster_file());
+    assert_eq!(
+        getx(&other.p("f"), "user.checksum", 64).unwrap(),
+        b"sha256:abc"
+    );
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(&f)
+        .arg(m.p("g"))
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    assert_eq!(listx(&m.p("g")), ["trusted.t", "user.checksum"]);
+    let p = cstr(&f);
+    let n = CString::new("user.checksum").unwrap();
+    // SAFETY: valid C strings.
+    assert_eq!(unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) }, 0);
+    assert_eq!(getx(&f, "user.checksum", 64), Err(libc::ENODATA));
+    assert_eq!(listx(&f), ["trusted.t"]);
+
+    // As another user: user attributes by the file's modes, trusted ones not at all.
+    // SAFETY: geteuid cannot fail.
+    let python = Path::new("/usr/bin/python3");
+    if unsafe { libc::geteuid() } != 0 || !python.exists() {
+        eprintln!("skipping the unprivileged part: needs root and /usr/bin/python3");
+        return;
+    }
+    setx(&f, "user.r", b"readable", 0).unwrap();
+    let script = "import os, errno\n\
+        def e(f):\n\
+        \x20   try: return repr(f())\n\
+        \x20   except OSError as x: return errno.errorcode[x.errno]\n\
+        print(e(lambda: os.getxattr('f', 'user.r')))\n\
+        print(e(lambda: os.setxattr('f', 'user.r', b'x')))\n\
+        print(e(lambda: os.getxattr('f', 'trusted.t')))\n\
+        print(e(lambda: sorted(os.listxattr('f'))))\n";
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .current_dir(m.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "b'readable'\nEACCES\nENODATA\n['user.r']\n",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -626,6 +626,95 @@ impl Client {
         })
     }
 
+    /// The value of extended attribute `name` (with its namespace: `user.x`) of `ino`;
+    /// `NoAttr` (ENODATA) if it has none.
+    pub fn get_xattr_ino(&self, ino: InodeId, name: &str) -> Result<Vec<u8>, WireError> {
+        let req = Request::GetXattr {
+            ino,
+            name: name.to_string(),
+        };
+        match ctx(self.meta(req), || {
+            format!("getxattr {name:?} of inode {ino}")
+        })? {
+            Response::Xattr { value } => Ok(value),
+            other => Err(unexpected(&self.inner.meta, "GetXattr", &other)),
+        }
+    }
+
+    /// The names of the extended attributes of `ino` the caller may see, sorted.
+    pub fn list_xattr_ino(&self, ino: InodeId) -> Result<Vec<String>, WireError> {
+        match ctx(self.meta(Request::ListXattr { ino }), || {
+            format!("listxattr of inode {ino}")
+        })? {
+            Response::XattrNames { names } => Ok(names),
+            other => Err(unexpected(&self.inner.meta, "ListXattr", &other)),
+        }
+    }
+
+    /// Sets extended attribute `name` of `ino`; `mode` is `XATTR_SET_ANY`,
+    /// `XATTR_SET_CREATE` (fails with `Exists` if present) or `XATTR_SET_REPLACE`
+    /// (fails with `NoAttr` if absent). Returns the inode's new attributes.
+    pub fn set_xattr_ino(
+        &self,
+        ino: InodeId,
+        name: &str,
+        value: &[u8],
+        mode: u8,
+    ) -> Result<Attr, WireError> {
+        let req = Request::SetXattr {
+            ino,
+            name: name.to_string(),
+            value: value.to_vec(),
+            mode,
+        };
+        ctx(self.attr_of(req), || {
+            format!("setxattr {name:?} of inode {ino}")
+        })
+    }
+
+    /// Removes extended attribute `name` of `ino`.
+    pub fn remove_xattr_ino(&self, ino: InodeId, name: &str) -> Result<Attr, WireError> {
+        let req = Request::RemoveXattr {
+            ino,
+            name: name.to_string(),
+        };
+        ctx(self.attr_of(req), || {
+            format!("removexattr {name:?} of inode {ino}")
+        })
+    }
+
+    /// [`Client::get_xattr_ino`] of the file `path` names (symlinks followed).
+    pub fn get_xattr(&self, path: &str, name: &str) -> Result<Vec<u8>, WireError> {
+        let a = self.stat(path)?;
+        ctx(self.get_xattr_ino(a.ino, name), || path.to_string())
+    }
+
+    /// [`Client::list_xattr_ino`] of the file `path` names (symlinks followed).
+    pub fn list_xattr(&self, path: &str) -> Result<Vec<String>, WireError> {
+        let a = self.stat(path)?;
+        ctx(self.list_xattr_ino(a.ino), || path.to_string())
+    }
+
+    /// [`Client::set_xattr_ino`] of the file `path` names (symlinks followed).
+    pub fn set_xattr(
+        &self,
+        path: &str,
+        name: &str,
+        value: &[u8],
+        mode: u8,
+    ) -> Result<Attr, WireError> {
+        let a = self.stat(path)?;
+        ctx(self.set_xattr_ino(a.ino, name, value, mode), || {
+            path.to_string()
+        })
+    }
+
+    /// [`Client::remove_xattr_ino`] of the file `path` names (symlinks followed).
+    pub fn remove_xattr(&self, path: &str, name: &str) -> Result<Attr, WireError> {
+        let a = self.stat(path)?;
+        ctx(self.remove_xattr_ino(a.ino, name), || path.to_string())
+    }
+
     /// Checks access to `path` (see [`Client::access_ino`]).
     pub fn access(&self, path: &str, mask: u32) -> Result<(), WireError> {
         let a = self.stat(path)?;

@@ -44,7 +44,8 @@ pub use pool::Transport;
 pub use stripefs_rpc::ClusterConfig;
 pub use stripefs_wire::{
     make_rdev, split_rdev, Attr, Counters, Cred, DirEntry, ErrorCode, FileType, InodeId, Layout,
-    LayoutHint, ServerId, SetAttrs, SetTime, TargetStatus, WireError,
+    LayoutHint, ServerId, SetAttrs, SetTime, TargetStatus, WireError, XATTR_SET_ANY,
+    XATTR_SET_CREATE, XATTR_SET_REPLACE,
 };
 
 use exec::Executor;

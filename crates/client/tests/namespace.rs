@@ -202,3 +202,28 @@ fn refused_truncate_loses_no_data_and_ftruncate_follows_the_handle() {
     assert_eq!(e.code, ErrorCode::PermissionDenied, "{e}");
     assert_eq!(root.stat("/mode0").unwrap().size, 5000);
 }
+
+/// Extended attributes by path: set, read and list from another client, replace and
+/// create modes, removal; a symlink's target is what a path names.
+#[test]
+fn extended_attributes_by_path() {
+    let cl = Cluster::start();
+    let (a, b) = (cl.client(), cl.client());
+    a.write_file("/f", b"x", 0o644).unwrap();
+    a.symlink("/f", "/l").unwrap();
+    a.set_xattr("/f", "user.tag", b"blue", stripefs_client::XATTR_SET_ANY)
+        .unwrap();
+    assert_eq!(b.get_xattr("/l", "user.tag").unwrap(), b"blue");
+    assert_eq!(b.list_xattr("/f").unwrap(), ["user.tag"]);
+    let e = b
+        .set_xattr("/f", "user.tag", b"red", stripefs_client::XATTR_SET_CREATE)
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Exists);
+    b.set_xattr("/f", "user.tag", b"red", stripefs_client::XATTR_SET_REPLACE)
+        .unwrap();
+    assert_eq!(a.get_xattr("/f", "user.tag").unwrap(), b"red");
+    a.remove_xattr("/f", "user.tag").unwrap();
+    let e = b.get_xattr("/f", "user.tag").unwrap_err();
+    assert_eq!(e.code, ErrorCode::NoAttr);
+    assert!(e.message.contains("/f"), "{e}");
+}

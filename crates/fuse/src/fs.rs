@@ -13,7 +13,7 @@ use fuser::consts::{
 };
 use fuser::{
     KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -390,6 +390,18 @@ impl StripeFs {
     }
 }
 
+/// Answers a getxattr or listxattr: the size alone when the caller asks for it (`size`
+/// 0), ERANGE when its buffer is too small, else the bytes.
+fn xattr_reply(reply: ReplyXattr, bytes: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(bytes.len() as u32);
+    } else if bytes.len() > size as usize {
+        reply.error(libc::ERANGE);
+    } else {
+        reply.data(bytes);
+    }
+}
+
 fn name_str(name: &OsStr) -> Result<&str, i32> {
     name.to_str().ok_or(libc::EINVAL)
 }
@@ -635,6 +647,77 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |_, c| match c.readlink_ino(InodeId(ino)) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(errno_ino(&e)),
+        });
+    }
+
+    fn setxattr(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let name = owned_name!(name, reply);
+        let mode = match flags & (libc::XATTR_CREATE | libc::XATTR_REPLACE) {
+            0 => stripefs_client::XATTR_SET_ANY,
+            libc::XATTR_CREATE => stripefs_client::XATTR_SET_CREATE,
+            libc::XATTR_REPLACE => stripefs_client::XATTR_SET_REPLACE,
+            _ => return reply.error(libc::EINVAL),
+        };
+        // `position` is macOS's resource-fork offset; Linux always sends 0.
+        if position != 0 {
+            return reply.error(libc::EINVAL);
+        }
+        let value = value.to_vec();
+        self.spawn(req, move |_, c| {
+            match c.set_xattr_ino(InodeId(ino), &name, &value, mode) {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(errno_ino(&e)),
+            }
+        });
+    }
+
+    fn getxattr(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        size: u32,
+        reply: ReplyXattr,
+    ) {
+        let name = owned_name!(name, reply);
+        self.spawn(req, move |_, c| {
+            match c.get_xattr_ino(InodeId(ino), &name) {
+                Ok(value) => xattr_reply(reply, &value, size),
+                Err(e) => reply.error(errno_ino(&e)),
+            }
+        });
+    }
+
+    fn listxattr(&mut self, req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        self.spawn(req, move |_, c| match c.list_xattr_ino(InodeId(ino)) {
+            Ok(names) => {
+                let mut all = Vec::new();
+                for n in names {
+                    all.extend_from_slice(n.as_bytes());
+                    all.push(0);
+                }
+                xattr_reply(reply, &all, size)
+            }
+            Err(e) => reply.error(errno_ino(&e)),
+        });
+    }
+
+    fn removexattr(&mut self, req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        let name = owned_name!(name, reply);
+        self.spawn(req, move |_, c| {
+            match c.remove_xattr_ino(InodeId(ino), &name) {
+                Ok(_) => reply.ok(),
+                Err(e) => reply.error(errno_ino(&e)),
+            }
         });
     }
 

@@ -310,6 +310,21 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         },
         Opcode::ReadInline => Request::ReadInline { ino: ino(rng) },
         Opcode::Uninline => Request::Uninline { ino: ino(rng) },
+        Opcode::GetXattr => Request::GetXattr {
+            ino: ino(rng),
+            name: format!("user.{}", text(rng)),
+        },
+        Opcode::ListXattr => Request::ListXattr { ino: ino(rng) },
+        Opcode::SetXattr => Request::SetXattr {
+            ino: ino(rng),
+            name: format!("user.{}", text(rng)),
+            value: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
+            mode: rng.gen_range(0..3),
+        },
+        Opcode::RemoveXattr => Request::RemoveXattr {
+            ino: ino(rng),
+            name: format!("trusted.{}", text(rng)),
+        },
         Opcode::TokenAllows => Request::TokenAllows {
             token: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
             fid: ino(rng),
@@ -426,7 +441,17 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::WriteInline
         | Opcode::ReadInline
         | Opcode::Uninline
+        | Opcode::SetXattr
+        | Opcode::RemoveXattr
         | Opcode::Open => Response::Attr(attr(rng)),
+        Opcode::GetXattr => Response::Xattr {
+            value: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
+        },
+        Opcode::ListXattr => Response::XattrNames {
+            names: (0..rng.gen_range(0..4))
+                .map(|_| format!("user.{}", text(rng)))
+                .collect(),
+        },
         Opcode::Readlink => Response::Target(text(rng)),
         Opcode::ReadDir => Response::Entries {
             entries: (0..rng.gen_range(0..4))

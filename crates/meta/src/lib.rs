@@ -689,6 +689,8 @@ impl MetaService {
             }
             Request::Access { ino, mask } => read::access(rd, cred, ino.0, *mask),
             Request::ReadInline { ino } => inline::read(rd, cred, ino.0),
+            Request::GetXattr { ino, name } => ops::xattr::get(rd, cred, ino.0, name),
+            Request::ListXattr { ino } => ops::xattr::list(rd, cred, ino.0),
             other => Err(WireError::new(
                 ErrorCode::Unsupported,
                 format!(
@@ -1088,6 +1090,7 @@ fn init(db: &Database, now_ns: i64, last: u64) -> Result<Option<u64>, WireError>
             parent: InodeId::ROOT.0,
             rdev: 0,
             inline: None,
+            xattrs: Vec::new(),
         };
         w.put_inode(InodeId::ROOT.0, &root)?;
         w.set_counter(store::META_NEXT_INO, 2)?;

@@ -245,6 +245,10 @@ impl Scopes {
             | Request::WriteInline { ino, .. }
             | Request::ReadInline { ino }
             | Request::Uninline { ino }
+            | Request::GetXattr { ino, .. }
+            | Request::ListXattr { ino }
+            | Request::SetXattr { ino, .. }
+            | Request::RemoveXattr { ino, .. }
             | Request::Access { ino, .. } => self.need_ino(t, ns, ino.0),
             Request::Resolve { path, .. } => {
                 let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;

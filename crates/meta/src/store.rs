@@ -42,9 +42,9 @@ pub const META_WAL_SEQ: &str = "wal_seq";
 /// `start_server`; 3: sockets and devices, with a device number; 4: the same fields in
 /// postcard instead of bincode 1 (formats 1-3, read by `legacy.rs`); 5: layout hints
 /// gained an explicit server list and a placement policy; 6: inline data and the
-/// inline threshold of layout hints. Old records are read and rewritten in the new form
-/// when changed.
-const RECORD_VERSION: u8 = 6;
+/// inline threshold of layout hints; 7: extended attributes. Old records are read and
+/// rewritten in the new form when changed.
+const RECORD_VERSION: u8 = 7;
 /// Leading byte of an encoded purge-queue layout in postcard. Layouts written by
 /// bincode 1 had no format byte; they start with the stripe size's low byte, which is
 /// 0 in every valid layout (a multiple of 4096), so the two cannot be confused.
@@ -74,6 +74,8 @@ pub struct Inode {
     pub rdev: u32,
     /// A regular file's bytes while they live here (docs/objects.md, "Inline files").
     pub inline: Option<InlineData>,
+    /// Extended attributes (name with its namespace prefix, value), sorted by name.
+    pub xattrs: Vec<(String, Vec<u8>)>,
 }
 
 /// The bytes of an inline file, with what keeps them right.
@@ -193,6 +195,27 @@ pub fn encode_postcard_into<T: Serialize>(out: Vec<u8>, value: &T) -> Vec<u8> {
 /// can never silently change the database format.
 #[derive(Serialize, Deserialize)]
 struct DiskInode {
+    ftype: u8,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime_ns: i64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    layout: Option<DiskLayout>,
+    dir_layout: DiskHint,
+    target: Option<String>,
+    parent: u64,
+    rdev: u32,
+    inline: Option<DiskInline>,
+    xattrs: Vec<(String, Vec<u8>)>,
+}
+
+/// Version 6 records: no extended attributes.
+#[derive(Serialize, Deserialize)]
+struct DiskInodeV6 {
     ftype: u8,
     mode: u32,
     nlink: u32,
@@ -405,6 +428,7 @@ fn to_disk(inode: &Inode) -> DiskInode {
             crc: i.crc,
             bytes: i.bytes.clone(),
         }),
+        xattrs: inode.xattrs.clone(),
     }
 }
 
@@ -439,7 +463,30 @@ fn from_disk(d: DiskInode) -> Result<Inode, String> {
             crc: i.crc,
             bytes: i.bytes,
         }),
+        xattrs: d.xattrs,
     })
+}
+
+/// A format 6 record in the current on-disk form (no extended attributes).
+fn upgrade_v6(d: DiskInodeV6) -> DiskInode {
+    DiskInode {
+        ftype: d.ftype,
+        mode: d.mode,
+        nlink: d.nlink,
+        uid: d.uid,
+        gid: d.gid,
+        size: d.size,
+        atime_ns: d.atime_ns,
+        mtime_ns: d.mtime_ns,
+        ctime_ns: d.ctime_ns,
+        layout: d.layout,
+        dir_layout: d.dir_layout,
+        target: d.target,
+        parent: d.parent,
+        rdev: d.rdev,
+        inline: d.inline,
+        xattrs: Vec::new(),
+    }
 }
 
 /// A format 2 record in the current on-disk form (no device number: none had one).
@@ -488,6 +535,7 @@ fn upgrade_v5(d: DiskInodeV5) -> DiskInode {
         parent: d.parent,
         rdev: d.rdev,
         inline: None,
+        xattrs: Vec::new(),
     }
 }
 
@@ -509,6 +557,7 @@ fn upgrade_v4(d: DiskInodeV4) -> DiskInode {
         parent: d.parent,
         rdev: d.rdev,
         inline: None,
+        xattrs: Vec::new(),
     }
 }
 
@@ -537,6 +586,7 @@ fn upgrade_v1(d: DiskInodeV1) -> DiskInode {
         parent: d.parent,
         rdev: 0,
         inline: None,
+        xattrs: Vec::new(),
     }
 }
 
@@ -559,6 +609,9 @@ pub fn decode_inode(ino: u64, bytes: &[u8]) -> Result<Inode, WireError> {
     match bytes.split_first() {
         Some((&RECORD_VERSION, rest)) => decode_postcard::<DiskInode>(rest, MAX_RECORD_BYTES)
             .and_then(from_disk)
+            .map_err(corrupt),
+        Some((6, rest)) => decode_postcard::<DiskInodeV6>(rest, MAX_RECORD_BYTES)
+            .and_then(|d| from_disk(upgrade_v6(d)))
             .map_err(corrupt),
         Some((5, rest)) => decode_postcard::<DiskInodeV5>(rest, MAX_RECORD_BYTES)
             .and_then(|d| from_disk(upgrade_v5(d)))
@@ -961,6 +1014,7 @@ mod tests {
             parent: 0,
             rdev: 0,
             inline: None,
+            xattrs: Vec::new(),
         }
     }
 
@@ -1004,6 +1058,39 @@ mod tests {
         };
         let v5 = encode_postcard_into(vec![5], &old);
         assert_eq!(decode_inode(3, &v5).unwrap(), plain);
+    }
+
+    #[test]
+    fn xattrs_round_trip_and_format_6_records_have_none() {
+        let mut i = inode(0o644, 5, vec![1], None);
+        i.inline = Some(InlineData::empty(4096));
+        i.xattrs = vec![
+            ("trusted.t".into(), vec![]),
+            ("user.a".into(), b"1".to_vec()),
+        ];
+        assert_eq!(decode_inode(3, &encode_inode(&i)).unwrap(), i);
+        // A format 6 record: the current one without the attributes.
+        i.xattrs.clear();
+        let d = to_disk(&i);
+        let old = DiskInodeV6 {
+            ftype: d.ftype,
+            mode: d.mode,
+            nlink: d.nlink,
+            uid: d.uid,
+            gid: d.gid,
+            size: d.size,
+            atime_ns: d.atime_ns,
+            mtime_ns: d.mtime_ns,
+            ctime_ns: d.ctime_ns,
+            layout: d.layout,
+            dir_layout: d.dir_layout,
+            target: d.target,
+            parent: d.parent,
+            rdev: d.rdev,
+            inline: d.inline,
+        };
+        let v6 = encode_postcard_into(vec![6], &old);
+        assert_eq!(decode_inode(3, &v6).unwrap(), i);
     }
 
     /// Records of formats 2 (no device number) and 3 (bincode 1) still read, as what
@@ -1065,7 +1152,7 @@ mod tests {
         d.dir_layout.servers = Some(vec![3, 1]);
         d.dir_layout.policy = Some(Policy::Local);
         let enc = encode_inode(&d);
-        assert_eq!(enc[0], 6);
+        assert_eq!(enc[0], RECORD_VERSION);
         assert_eq!(decode_inode(7, &enc).unwrap(), d);
         d.dir_layout.policy = Some(Policy::Spread);
         assert_eq!(decode_inode(7, &encode_inode(&d)).unwrap(), d);

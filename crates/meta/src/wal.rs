@@ -549,6 +549,7 @@ mod tests {
                 parent: 0,
                 rdev: 0,
                 inline: None,
+                xattrs: Vec::new(),
             }),
         );
         g.inodes.insert(i + 1000, None);

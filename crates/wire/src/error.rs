@@ -69,6 +69,10 @@ mod libc_errno {
     pub const ECONNRESET: i32 = 104;
     pub const ECONNREFUSED: i32 = 111;
     pub const ESTALE: i32 = 116;
+    pub const E2BIG: i32 = 7;
+    pub const ERANGE: i32 = 34;
+    pub const ENODATA: i32 = 61;
+    pub const EOPNOTSUPP: i32 = 95;
 }
 
 error_codes! {
@@ -106,6 +110,12 @@ error_codes! {
     // Version 5: a WriteInline to a file that is not inline, or that would pass its
     // inline threshold. Clients act on it (Uninline); users should not see it.
     NotInline = 18, EIO, "file data is not inline";
+    // Extended attributes (GetXattr and friends): the attribute does not exist; its
+    // value is too large; its name is empty or too long; its namespace is not kept.
+    NoAttr = 19, ENODATA, "no such extended attribute";
+    AttrTooBig = 20, E2BIG, "extended attribute value too large";
+    AttrRange = 21, ERANGE, "extended attribute name out of range";
+    AttrUnsupported = 22, EOPNOTSUPP, "extended attribute namespace not supported";
 }
 
 impl fmt::Display for ErrorCode {

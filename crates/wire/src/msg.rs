@@ -449,7 +449,27 @@ requests! {
     // Moves an inline file's bytes to its data servers (write access), durably, before
     // answering with its `Attr`; a file not inline is answered at once.
     36 => Uninline { ino: InodeId },
+    // Metadata: extended attributes (docs/protocol.md, "Extended attributes"). The value
+    // of attribute `name`; answered with `Xattr`, or `NoAttr`.
+    37 => GetXattr { ino: InodeId, name: String },
+    // The names of the attributes the caller may see; answered with `XattrNames`.
+    38 => ListXattr { ino: InodeId },
+    // Sets attribute `name` to `value`; `mode` 0 creates or replaces, 1 only creates
+    // (`Exists` if present: XATTR_CREATE), 2 only replaces (`NoAttr` if absent:
+    // XATTR_REPLACE). Answered with the inode's `Attr` (its ctime moved).
+    39 => SetXattr { ino: InodeId, name: String, value: Vec<u8>, mode: u8 },
+    // Removes attribute `name`; answered with `Attr`, or `NoAttr`.
+    40 => RemoveXattr { ino: InodeId, name: String },
 }
+
+/// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).
+pub const MAX_XATTR_NAME: usize = 255;
+/// Largest extended attribute value (Linux XATTR_SIZE_MAX).
+pub const MAX_XATTR_VALUE: usize = 65536;
+/// `SetXattr` modes.
+pub const XATTR_SET_ANY: u8 = 0;
+pub const XATTR_SET_CREATE: u8 = 1;
+pub const XATTR_SET_REPLACE: u8 = 2;
 
 /// Most extents one WriteList request carries.
 pub const MAX_LIST_EXTENTS: usize = 1024;
@@ -621,6 +641,14 @@ pub enum Response {
     /// Answer to DataServers: (address, host) of each data server, by id.
     DataServers {
         servers: Vec<(String, Option<String>)>,
+    },
+    /// Answer to GetXattr: the attribute's value.
+    Xattr {
+        value: Vec<u8>,
+    },
+    /// Answer to ListXattr: attribute names, sorted.
+    XattrNames {
+        names: Vec<String>,
     },
 }
 
@@ -925,6 +953,27 @@ pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
     Ok(())
 }
 
+/// An extended attribute name: 1 to [`MAX_XATTR_NAME`] bytes, no NUL (the kernel's
+/// list answer separates names with NULs).
+pub fn xattr_name_ok(name: &str) -> Result<(), WireError> {
+    if name.is_empty() || name.len() > MAX_XATTR_NAME {
+        return Err(WireError::new(
+            ErrorCode::AttrRange,
+            format!(
+                "extended attribute name of {} bytes (1 to {MAX_XATTR_NAME})",
+                name.len()
+            ),
+        ));
+    }
+    if name.contains('\0') {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            "extended attribute name holds a NUL byte",
+        ));
+    }
+    Ok(())
+}
+
 /// A WriteInline's pieces: 1 to 1024, none empty, all ending within
 /// [`MAX_INLINE_BYTES`] (their CRCs are checked by the metadata server).
 pub fn validate_inline_pieces(pieces: &[InlinePiece]) -> Result<(), WireError> {
@@ -1023,6 +1072,30 @@ impl Request {
             }
             Request::SetLayout { hint, .. } => validate_hint(hint),
             Request::WriteInline { pieces, .. } => validate_inline_pieces(pieces),
+            Request::GetXattr { name, .. } | Request::RemoveXattr { name, .. } => {
+                xattr_name_ok(name)
+            }
+            Request::SetXattr {
+                name, value, mode, ..
+            } => {
+                xattr_name_ok(name)?;
+                if value.len() > MAX_XATTR_VALUE {
+                    return Err(WireError::new(
+                        ErrorCode::AttrTooBig,
+                        format!(
+                            "extended attribute value of {} bytes (at most {MAX_XATTR_VALUE})",
+                            value.len()
+                        ),
+                    ));
+                }
+                if *mode > XATTR_SET_REPLACE {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidArgument,
+                        format!("SetXattr mode {mode} (0 any, 1 create, 2 replace)"),
+                    ));
+                }
+                Ok(())
+            }
             Request::ClientHost { host } => validate_host(host),
             Request::Write {
                 unit, offset, crcs, ..

@@ -702,6 +702,8 @@ fn variant_indices_are_pinned() {
             },
         ),
         (17, Response::DataServers { servers: vec![] }),
+        (18, Response::Xattr { value: vec![] }),
+        (19, Response::XattrNames { names: vec![] }),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
@@ -788,11 +790,15 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (34, "WriteInline"),
     (35, "ReadInline"),
     (36, "Uninline"),
+    (37, "GetXattr"),
+    (38, "ListXattr"),
+    (39, "SetXattr"),
+    (40, "RemoveXattr"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 100, 101, 102, 103, 104, 105, 200,
-    201, 202, 203, 204, 106, 107, 18,
+    201, 202, 203, 204, 106, 107, 18, 19, 20, 21, 22,
 ];
 
 /// Some request with opcode `op`, fields zero.
@@ -970,6 +976,15 @@ fn ping_like(op: Opcode) -> Request {
         },
         Opcode::ReadInline => Request::ReadInline { ino },
         Opcode::Uninline => Request::Uninline { ino },
+        Opcode::GetXattr => Request::GetXattr { ino, name },
+        Opcode::ListXattr => Request::ListXattr { ino },
+        Opcode::SetXattr => Request::SetXattr {
+            ino,
+            name,
+            value: vec![],
+            mode: 0,
+        },
+        Opcode::RemoveXattr => Request::RemoveXattr { ino, name },
     }
 }
 

@@ -61,6 +61,7 @@ fn new_inode(ctx: &Ctx, dir: &Inode, ftype: FileType, mode: u32) -> Inode {
         parent: 0,
         rdev: 0,
         inline: None,
+        xattrs: Vec::new(),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod placement;
 pub mod read;
 pub mod remove;
 pub mod rename;
+pub mod xattr;
 
 use crate::opens::Opens;
 use crate::overlay::Wr;
@@ -100,6 +101,13 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             pieces,
             mtime_ns,
         } => crate::inline::write(ctx, ino.0, pieces, *mtime_ns),
+        Request::SetXattr {
+            ino,
+            name,
+            value,
+            mode,
+        } => xattr::set(ctx, ino.0, name, value, *mode),
+        Request::RemoveXattr { ino, name } => xattr::remove(ctx, ino.0, name),
         other => Err(WireError::new(
             ErrorCode::Internal,
             format!("{} is not a mutation", other.opcode().name()),
@@ -123,6 +131,8 @@ pub fn is_mutation(req: &Request) -> bool {
             | Request::ExtendSize { .. }
             | Request::SetLayout { .. }
             | Request::WriteInline { .. }
+            | Request::SetXattr { .. }
+            | Request::RemoveXattr { .. }
     )
 }
 

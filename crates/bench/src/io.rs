@@ -344,11 +344,11 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
                 "read": ours.read_traffic.and_then(|t| local_fraction(&t, false)),
             },
             "local_bytes": {
-                "write": ours.write_traffic.map(|t| t.local_written),
+                "write": ours.write_traffic.map(|t| t.local_written + t.direct_written),
                 "read": ours.read_traffic.map(|t| t.local_read + t.direct_read),
             },
             "short_circuit_bytes": {
-                "write": ours.write_traffic.map(|_| 0),
+                "write": ours.write_traffic.map(|t| t.direct_written),
                 "read": ours.read_traffic.map(|t| t.direct_read),
             },
             "remote_bytes": {
@@ -388,7 +388,7 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
 /// Local bytes over all bytes of a phase, `None` when nothing moved.
 fn local_fraction(t: &Traffic, write: bool) -> Option<f64> {
     let (l, r) = if write {
-        (t.local_written, t.remote_written)
+        (t.local_written + t.direct_written, t.remote_written)
     } else {
         (t.local_read + t.direct_read, t.remote_read)
     };

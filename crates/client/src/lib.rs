@@ -310,6 +310,7 @@ impl Client {
             let (sent, got) = (p.bytes_sent.load(Relaxed), p.bytes_received.load(Relaxed));
             if let Some(l) = &p.local {
                 t.direct_read += l.bytes.load(Relaxed);
+                t.direct_written += l.written.load(Relaxed);
             }
             if p.same_host {
                 t.local_written += sent;
@@ -334,8 +335,9 @@ impl Client {
         })
     }
 
-    /// Turns short-circuit reads (from the files of data servers on this client's host,
-    /// see `local.rs`) on or off; they are on unless `STRIPEFS_SHORT_CIRCUIT=0`.
+    /// Turns short-circuit reads and writes (through the files and pipes of data servers
+    /// on this client's host, see `local.rs`) on or off; they are on unless
+    /// `STRIPEFS_SHORT_CIRCUIT=0`.
     pub fn set_short_circuit(&self, on: bool) {
         for p in &self.inner.data {
             if let Some(l) = &p.local {
@@ -379,6 +381,9 @@ pub struct Traffic {
     /// Read directly from the files of servers on the client's host (short-circuit);
     /// not part of `local_read`.
     pub direct_read: u64,
+    /// Written through the pipes of servers on the client's host (short-circuit); not
+    /// part of `local_written`.
+    pub direct_written: u64,
 }
 
 impl Traffic {
@@ -400,6 +405,7 @@ impl Traffic {
             remote_written: self.remote_written - earlier.remote_written,
             remote_read: self.remote_read - earlier.remote_read,
             direct_read: self.direct_read - earlier.direct_read,
+            direct_written: self.direct_written - earlier.direct_written,
         }
     }
 
@@ -410,6 +416,7 @@ impl Traffic {
         self.remote_written += o.remote_written;
         self.remote_read += o.remote_read;
         self.direct_read += o.direct_read;
+        self.direct_written += o.direct_written;
     }
 }
 

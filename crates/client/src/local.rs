@@ -9,8 +9,12 @@
 //! under the server's lock, or real damage, which the server then reports), an object
 //! missing on a target, a socket error. A server that refuses short-circuit reads for
 //! good (throttled targets) is not asked again.
+//!
+//! Whole-block writes go through the same socket, their bytes in a pipe
+//! ([`ShortCircuit::write`]); the server checks and stores them as for any write.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +29,8 @@ use stripefs_wire::{padded_block_crc, BLOCK_BYTES};
 /// Objects whose descriptors a client keeps per server.
 const MAX_CACHED_OBJECTS: usize = 256;
 const BLOCK: u64 = BLOCK_BYTES as u64;
+/// A pipe must carry at least this many blocks per round to be worth its round trips.
+const MIN_PIPE_ROUND_BLOCKS: usize = 32;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -35,15 +41,19 @@ pub(crate) struct ShortCircuit {
     socket: PathBuf,
     secret: Secret,
     timeout: Duration,
-    conn: Mutex<Option<Seqpacket>>,
+    conn: Mutex<Option<Link>>,
     /// Descriptors of objects that exist on every target, by file id.
     cache: Mutex<HashMap<u64, Arc<ObjectFiles>>>,
     /// The client wants short-circuit reads (`Client::set_short_circuit`).
     pub enabled: AtomicBool,
     /// The server refused them for good.
     refused: AtomicBool,
+    /// The server takes no short-circuit writes (throttled targets).
+    write_refused: AtomicBool,
     /// Bytes read directly.
     pub bytes: AtomicU64,
+    /// Bytes written through the pipe.
+    pub written: AtomicU64,
     /// Reads that went through the server after all.
     pub fallbacks: AtomicU64,
 }
@@ -58,7 +68,9 @@ impl ShortCircuit {
             cache: Mutex::new(HashMap::new()),
             enabled: AtomicBool::new(enabled),
             refused: AtomicBool::new(false),
+            write_refused: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
+            written: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
         }
     }
@@ -75,18 +87,7 @@ impl ShortCircuit {
         }
         let mut conn = lock(&self.conn);
         for _ in 0..2 {
-            if conn.is_none() {
-                let c = Seqpacket::connect(&self.socket, self.timeout)
-                    .and_then(|c| local::client_handshake(&c, &self.secret).map(|()| c));
-                match c {
-                    Ok(c) => *conn = Some(c),
-                    Err(e) => {
-                        tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
-                        return None;
-                    }
-                }
-            }
-            let c = conn.as_ref().expect("connected above");
+            let c = &self.connected(&mut conn)?.sock;
             let answer = c
                 .send(&local::open_request(fid), &[])
                 .and_then(|()| c.recv())
@@ -123,6 +124,68 @@ impl ShortCircuit {
             }
         }
         None
+    }
+
+    /// The connection, made (with its handshake) if there is none.
+    fn connected<'c>(&self, conn: &'c mut Option<Link>) -> Option<&'c mut Link> {
+        if conn.is_none() {
+            let c = Seqpacket::connect(&self.socket, self.timeout)
+                .and_then(|c| local::client_handshake(&c, &self.secret).map(|()| c));
+            match c {
+                Ok(sock) => *conn = Some(Link { sock, pipe: None }),
+                Err(e) => {
+                    tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                    return None;
+                }
+            }
+        }
+        conn.as_mut()
+    }
+
+    /// Writes `data` (whole blocks, `crcs` one per block) at local offset `local` of
+    /// `fid`'s object through the server's pipe: the bytes go into the pipe by reference
+    /// (`vmsplice`) and the server splices them into its files, so neither side copies
+    /// them through user memory and no TCP stack carries them. The server's boot id, or
+    /// `None` when the caller must send the write through TCP instead (not whole blocks,
+    /// too large, refused, or anything failed: the TCP path then reports real errors).
+    pub fn write(&self, fid: u64, unit: u32, local: u64, data: &[u8], crcs: &[u32]) -> Option<u64> {
+        let whole =
+            local % BLOCK == 0 && data.len() as u64 % BLOCK == 0 && unit as u64 % BLOCK == 0;
+        if !whole
+            || data.is_empty()
+            || data.len() > local::MAX_LOCAL_WRITE
+            || !self.usable()
+            || self.write_refused.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        let mut conn = lock(&self.conn);
+        let link = self.connected(&mut conn)?;
+        let r = link.write(fid, unit, local, data, crcs, self.timeout);
+        match r {
+            Ok(local::Written::Done { boot_id }) => {
+                self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
+                Some(boot_id)
+            }
+            Ok(local::Written::Refused(why)) => {
+                tracing::info!(
+                    "short-circuit writes refused by {}: {why}; writing through the server",
+                    self.socket.display()
+                );
+                self.write_refused.store(true, Ordering::Relaxed);
+                None
+            }
+            Ok(local::Written::Failed(why)) => {
+                tracing::debug!("short-circuit write to {fid:#x}: {why}");
+                None
+            }
+            Err(e) => {
+                tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                // The pipe may hold part of the write: this connection is done.
+                *conn = None;
+                None
+            }
+        }
     }
 
     /// Reads `buf.len()` bytes of `fid`'s object at local offset `local` (both block
@@ -162,6 +225,75 @@ impl ShortCircuit {
             }
         }
         true
+    }
+}
+
+/// A connection to the server's short-circuit socket and, once a write needed it, the
+/// pipe whose read end the server holds (both ends are kept here: with a reader always
+/// open, a write into the pipe never raises SIGPIPE).
+struct Link {
+    sock: Seqpacket,
+    /// Read end, write end, capacity.
+    pipe: Option<(OwnedFd, OwnedFd, usize)>,
+}
+
+impl Link {
+    fn write(
+        &mut self,
+        fid: u64,
+        unit: u32,
+        offset: u64,
+        data: &[u8],
+        crcs: &[u32],
+        timeout: Duration,
+    ) -> std::io::Result<local::Written> {
+        if self.pipe.is_none() {
+            let (r, w, cap) = local::write_pipe()?;
+            self.sock.send(&local::pipe_request(), &[r.as_raw_fd()])?;
+            let (m, _) = self.sock.recv()?;
+            match m.first() {
+                Some(&local::OK) => self.pipe = Some((r, w, cap)),
+                _ => return local::parse_written(&m),
+            }
+        }
+        let (_, w, cap) = self.pipe.as_ref().expect("made above");
+        // A pipe holds a page per buffer, and the bytes of a buffer not aligned to a page
+        // span one page more: each round carries at most a page less than the pipe holds,
+        // in equal whole-block pieces (1 MiB in two through a 1 MiB pipe).
+        let room = (*cap).saturating_sub(BLOCK as usize) / BLOCK as usize;
+        if room < MIN_PIPE_ROUND_BLOCKS {
+            return Ok(local::Written::Failed(format!(
+                "the pipe holds only {cap} bytes"
+            )));
+        }
+        let blocks = data.len() / BLOCK as usize;
+        let rounds = blocks.div_ceil(room);
+        let per = blocks.div_ceil(rounds);
+        let mut boot = None;
+        for (i, (part, sums)) in data
+            .chunks(per * BLOCK as usize)
+            .zip(crcs.chunks(per))
+            .enumerate()
+        {
+            let req = local::LocalWrite {
+                fid,
+                unit,
+                offset: offset + (i * per) as u64 * BLOCK,
+                len: part.len() as u32,
+                crcs: sums.to_vec(),
+            };
+            // The bytes first, then the message: the server finds them all in the pipe.
+            local::vmsplice_all(w, part, timeout)?;
+            self.sock.send(&local::write_request(&req), &[])?;
+            let (m, _) = self.sock.recv()?;
+            match local::parse_written(&m)? {
+                local::Written::Done { boot_id } => boot = Some(boot_id),
+                other => return Ok(other),
+            }
+        }
+        Ok(local::Written::Done {
+            boot_id: boot.expect("at least one round"),
+        })
     }
 }
 

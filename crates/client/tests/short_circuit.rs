@@ -242,3 +242,119 @@ fn reads_racing_rewrites_see_whole_blocks() {
         "{reads} reads, {direct} bytes direct"
     );
 }
+
+/// Writes from a client on a data server's host go through the server's pipe (whole
+/// blocks; the rest over TCP), new blocks and rewrites of written ones alike, and read
+/// back exactly through the server.
+#[test]
+fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
+    let cl = Cluster::with(2, 2, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let w = client(&cfg);
+    let mut data = pattern(21, (3 << 20) + 12345);
+    let f = w
+        .open(
+            "/w",
+            &OpenOptions::create_truncate()
+                .read(true)
+                .layout(hint(64 << 10, 2)),
+        )
+        .unwrap();
+    let before = w.traffic();
+    f.write_at(0, &data).unwrap();
+    f.fsync().unwrap();
+    let t = w.traffic().since(&before);
+    assert!(t.direct_written >= 3 << 20, "{t:?}");
+    assert!(
+        t.local_written + t.remote_written < 64 << 10,
+        "whole blocks went over TCP: {t:?}"
+    );
+    // Rewrites of written blocks (the server reads them from the pipe and checks them
+    // before they replace anything).
+    let new = pattern(22, 1 << 20);
+    data[4096..4096 + new.len()].copy_from_slice(&new);
+    f.write_at(4096, &new).unwrap();
+    f.close().unwrap();
+    let t = w.traffic().since(&before);
+    assert!(t.direct_written >= 4 << 20, "{t:?}");
+
+    let reader = client(&cfg);
+    reader.set_short_circuit(false);
+    assert!(reader.read_file("/w").unwrap() == data, "read back wrong");
+    let written: u64 = (0..2)
+        .map(|i| {
+            reader
+                .data_status(stripefs_client::ServerId(i))
+                .unwrap()
+                .counters
+                .bytes_written
+        })
+        .sum();
+    assert!(written >= t.direct_written, "servers counted {written}");
+}
+
+/// A short-circuit write whose bytes do not match their CRCs (a client that changed its
+/// buffer under the transfer, or worse) changes nothing: new blocks stay holes, written
+/// blocks keep their bytes, and the connection's next write lands right.
+#[test]
+fn a_damaged_short_circuit_write_changes_nothing() {
+    use stripefs_rpc::local::{self, LocalWrite, Seqpacket, Written};
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    c.write_file("/d", &pattern(31, 8192), 0o644).unwrap();
+    let ino = c.stat("/d").unwrap().ino;
+    let sock_path = cfg.data[0].local_socket.clone().unwrap();
+    let s = Seqpacket::connect(&sock_path, std::time::Duration::from_secs(5)).unwrap();
+    local::client_handshake(&s, &cfg.secret).unwrap();
+    let (r, pw, _) = local::write_pipe().unwrap();
+    use std::os::fd::AsRawFd;
+    s.send(&local::pipe_request(), &[r.as_raw_fd()]).unwrap();
+    assert_eq!(s.recv().unwrap().0, [local::OK]);
+    let write = |offset: u64, bytes: &[u8], crcs: Vec<u32>| {
+        let req = LocalWrite {
+            fid: ino.0,
+            unit: 64 << 10,
+            offset,
+            len: bytes.len() as u32,
+            crcs,
+        };
+        local::vmsplice_all(&pw, bytes, std::time::Duration::from_secs(5)).unwrap();
+        s.send(&local::write_request(&req), &[]).unwrap();
+        local::parse_written(&s.recv().unwrap().0).unwrap()
+    };
+    let crcs = |b: &[u8]| {
+        b.chunks(4096)
+            .map(stripefs_wire::crc32c)
+            .collect::<Vec<_>>()
+    };
+    let fresh = pattern(32, 8192);
+    let mut wrong = crcs(&fresh);
+    wrong[1] ^= 1;
+    // Over the two written blocks: refused before anything changes.
+    assert!(matches!(
+        write(0, &fresh, wrong.clone()),
+        Written::Failed(_)
+    ));
+    // Past them, where blocks are holes: spliced, checked, left holes.
+    assert!(matches!(write(65536, &fresh, wrong), Written::Failed(_)));
+    // The next write on the same connection starts at its own first byte.
+    assert!(matches!(
+        write(131072, &fresh, crcs(&fresh)),
+        Written::Done { .. }
+    ));
+    let obj = cl.data[0].object_paths(0, ino);
+    let sidecar = std::fs::read(&obj.1).unwrap();
+    let entry = |b: usize| &sidecar[8 * b..8 * b + 8];
+    let stored = std::fs::read(&obj.0).unwrap();
+    assert!(
+        stored[..8192] == pattern(31, 8192)[..],
+        "written blocks changed"
+    );
+    assert!(
+        entry(16) == [0; 8] && entry(17) == [0; 8],
+        "unchecked blocks blessed"
+    );
+    assert_eq!(entry(32)[..4], crcs(&fresh)[0].to_le_bytes());
+    assert!(stored[131072..131072 + 8192] == fresh[..]);
+}

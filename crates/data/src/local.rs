@@ -25,6 +25,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// An idle connection is closed after this (the client reconnects on its next open).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// A short-circuit write's bytes must keep arriving in the pipe within this.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The descriptors of one object, or why there are none.
 pub enum LocalFiles {
@@ -168,8 +170,62 @@ fn serve_conn(
     c.set_timeout(HANDSHAKE_TIMEOUT)?;
     local::server_handshake(c, secret)?;
     c.set_timeout(IDLE_TIMEOUT)?;
+    let mut pipe: Option<std::os::fd::OwnedFd> = None;
     while !stop.load(Ordering::Relaxed) {
-        let (m, _) = c.recv()?;
+        let (m, mut fds) = c.recv()?;
+        match m.first() {
+            Some(&local::OP_PIPE) => {
+                if m.len() != 1 || fds.len() != 1 {
+                    let _ = c.send(
+                        &local::verdict(local::FAILED, "a pipe message carries one descriptor"),
+                        &[],
+                    );
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "bad pipe message",
+                    ));
+                }
+                pipe = fds.pop();
+                c.send(&local::verdict(local::OK, ""), &[])?;
+                continue;
+            }
+            Some(&local::OP_WRITE) => {
+                let w = match local::parse_write(&m) {
+                    Ok(w) => w,
+                    Err(e) => {
+                        let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
+                        return Err(e);
+                    }
+                };
+                let Some(p) = pipe.as_ref() else {
+                    let _ = c.send(
+                        &local::verdict(local::FAILED, "a write before its pipe"),
+                        &[],
+                    );
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "write without a pipe",
+                    ));
+                };
+                match service.local_write(&w, p, WRITE_TIMEOUT) {
+                    Ok(boot) => c.send(&local::written_answer(boot), &[])?,
+                    Err(None) => c.send(
+                        &local::verdict(
+                            local::REFUSED,
+                            &format!("data server {}: its targets are throttled (emulated disks), so writes go through the server", service.id.0),
+                        ),
+                        &[],
+                    )?,
+                    Err(Some(e)) if e.code == stripefs_wire::ErrorCode::Io && e.message.starts_with("short-circuit pipe") => {
+                        let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
+                        return Err(std::io::Error::other(e.message));
+                    }
+                    Err(Some(e)) => c.send(&local::verdict(local::FAILED, &e.to_string()), &[])?,
+                }
+                continue;
+            }
+            _ => {}
+        }
         let fid = match local::parse_open(&m) {
             Ok(f) => f,
             Err(e) => {

@@ -289,6 +289,135 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     Ok(())
 }
 
+/// What [`write_spliced`] did with a short-circuit write's bytes.
+pub enum Spliced {
+    /// Written and checked; their checksums stored.
+    Done,
+    /// Some blocks of the range hold written bytes: the bytes were left in the pipe for
+    /// the caller to read and write the usual way (checked before they change anything).
+    NotHoles,
+}
+
+/// Writes `len` bytes (whole blocks) at object offset `off` straight from `pipe`
+/// (`splice`: the kernel copies them into the file's pages; they never pass through this
+/// process's memory), when every block of the range is a hole. Then checks them against
+/// `crcs` (the client's, one per block) through a mapping of the file, and stores the
+/// CRCs. Since only holes are written, a failure or a mismatch at any point leaves every
+/// block as it was: a hole reads as zeros whatever bytes lie under it, and no CRC is
+/// stored for bytes that were not checked (never blessed). On an error, also returns
+/// how many bytes were taken out of the pipe.
+pub fn write_spliced(
+    c: &Ctx,
+    obj: &Object,
+    off: u64,
+    len: u64,
+    pipe: &std::os::fd::OwnedFd,
+    crcs: &[u32],
+    timeout: std::time::Duration,
+) -> Result<Spliced, (usize, WireError)> {
+    assert!(
+        off % BLOCK == 0 && len % BLOCK == 0 && len > 0,
+        "whole blocks"
+    );
+    let first = off / BLOCK;
+    let n = (len / BLOCK) as usize;
+    assert_eq!(crcs.len(), n, "one CRC per block");
+    let mut entries = vec![0u8; n * ENTRY_BYTES as usize];
+    let got = obj
+        .crcs
+        .read_at(&mut entries, first * ENTRY_BYTES)
+        .map_err(|e| {
+            (
+                0,
+                c.io(&format!("reading checksums from block {first}"), &e),
+            )
+        })?;
+    entries[got..].fill(0);
+    if entries
+        .chunks(ENTRY_BYTES as usize)
+        .any(|e| decode_entry(e).is_some())
+    {
+        return Ok(Spliced::NotHoles);
+    }
+    let Some(fd) = obj.data.raw_fd() else {
+        return Ok(Spliced::NotHoles);
+    };
+    stripefs_rpc::local::splice_into(pipe, fd, off, len as usize, timeout).map_err(
+        |(done, e)| {
+            (
+                done,
+                c.io(
+                    &format!("splicing {len} bytes in at object offset {off}"),
+                    &e,
+                ),
+            )
+        },
+    )?;
+    let consumed = len as usize;
+    let actual = mapped_crcs(fd, off, len).map_err(|e| {
+        (
+            consumed,
+            c.io(&format!("checking {len} bytes at object offset {off}"), &e),
+        )
+    })?;
+    if let Some(i) = (0..n).find(|&i| actual[i] != crcs[i]) {
+        return Err((
+            consumed,
+            WireError::new(
+                ErrorCode::Checksum,
+                format!(
+                    "data server {}: {} on target {}: block {} arrived through the short-circuit pipe with CRC {:#010x}, the client sent {:#010x}; left a hole",
+                    c.server.0,
+                    c.fid,
+                    c.target.display(),
+                    first + i as u64,
+                    actual[i],
+                    crcs[i]
+                ),
+            ),
+        ));
+    }
+    let mut stored = Vec::with_capacity(entries.len());
+    crcs.iter()
+        .for_each(|crc| stored.extend_from_slice(&encode_entry(*crc)));
+    obj.crcs
+        .write_at(&stored, first * ENTRY_BYTES)
+        .map_err(|e| {
+            (
+                consumed,
+                c.io(&format!("writing checksums of {n} blocks from {first}"), &e),
+            )
+        })?;
+    obj.intents.mark_written(first, first + n as u64);
+    start_writeback_behind(obj, off, len);
+    Ok(Spliced::Done)
+}
+
+/// The CRC32C of each 4 KiB block of `[off, off + len)` of the file, read through a
+/// shared read-only mapping (no copy of the bytes).
+fn mapped_crcs(fd: std::os::fd::RawFd, off: u64, len: u64) -> io::Result<Vec<u32>> {
+    // SAFETY: a fresh read-only shared mapping of a range the caller just wrote (so
+    // inside the file), unmapped below before anything else can cut the file: the
+    // caller holds the range's exclusive lock.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd,
+            off as libc::off_t,
+        );
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let bytes = std::slice::from_raw_parts(p as *const u8, len as usize);
+        let out = bytes.chunks(BLOCK_USIZE).map(crc32c).collect();
+        libc::munmap(p, len as usize);
+        Ok(out)
+    }
+}
+
 /// Bytes of an object written out together once a write completes them.
 pub const WRITEBACK_WINDOW: u64 = 1 << 20;
 

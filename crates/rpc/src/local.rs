@@ -14,6 +14,16 @@
 //! | server | verdict | status u8 (0 ok), then a UTF-8 reason |
 //! | client | open | op u8 = 1, file id u64 |
 //! | server | objects | status u8, then for status 0: target count u16 and one flags byte per target (bit 0: data file attached, bit 1: sidecar attached), the descriptors attached in that order; otherwise a UTF-8 reason |
+//! | client | pipe | op u8 = 2, with the read end of a pipe attached (once per connection, before its first write) |
+//! | server | verdict | status u8, then a UTF-8 reason |
+//! | client | write | op u8 = 3, file id u64, unit u32, local offset u64, length u32, CRC count u16, one CRC32C u32 per 4 KiB block; sent once the client has put the `length` bytes into the pipe (`vmsplice`) |
+//! | server | written | status u8, then for status 0 the server's boot id u64; otherwise a UTF-8 reason |
+//!
+//! A write is of whole blocks (offset and length multiples of 4 KiB, at most
+//! [`MAX_LOCAL_WRITE`] bytes). The server moves the bytes from the pipe into the object's
+//! files with `splice` (no copy through its memory), checks them against the CRCs, and
+//! answers; whatever happens it first takes exactly `length` bytes out of the pipe, so the
+//! next write starts clean.
 //!
 //! The proofs are those of the TCP handshake (`auth.rs`): both sides prove they know the
 //! cluster secret. Status 1 (`REFUSED`) means the server will not hand out descriptors at
@@ -38,6 +48,11 @@ pub const OP_OPEN: u8 = 1;
 pub const OK: u8 = 0;
 pub const REFUSED: u8 = 1;
 pub const FAILED: u8 = 2;
+pub const OP_PIPE: u8 = 2;
+pub const OP_WRITE: u8 = 3;
+/// Most bytes one short-circuit write carries (its CRCs fit in one message).
+pub const MAX_LOCAL_WRITE: usize = 2 << 20;
+const BLOCK: usize = 4096;
 /// Flags of one target in an `objects` answer.
 pub const HAS_DATA: u8 = 1;
 pub const HAS_SIDECAR: u8 = 2;
@@ -429,6 +444,265 @@ pub fn objects_answer(flags: &[u8]) -> Vec<u8> {
     v.extend_from_slice(&(flags.len() as u16).to_le_bytes());
     v.extend_from_slice(flags);
     v
+}
+
+/// A `pipe` message (the pipe's read end goes with it as a descriptor).
+pub fn pipe_request() -> Vec<u8> {
+    vec![OP_PIPE]
+}
+
+/// One short-circuit write: whole blocks of file `fid` at local `offset`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalWrite {
+    pub fid: u64,
+    pub unit: u32,
+    pub offset: u64,
+    pub len: u32,
+    pub crcs: Vec<u32>,
+}
+
+/// A `write` message.
+pub fn write_request(w: &LocalWrite) -> Vec<u8> {
+    let mut v = Vec::with_capacity(27 + 4 * w.crcs.len());
+    v.push(OP_WRITE);
+    v.extend_from_slice(&w.fid.to_le_bytes());
+    v.extend_from_slice(&w.unit.to_le_bytes());
+    v.extend_from_slice(&w.offset.to_le_bytes());
+    v.extend_from_slice(&w.len.to_le_bytes());
+    v.extend_from_slice(&(w.crcs.len() as u16).to_le_bytes());
+    for c in &w.crcs {
+        v.extend_from_slice(&c.to_le_bytes());
+    }
+    assert!(v.len() <= MAX_MESSAGE);
+    v
+}
+
+/// Reads a `write` message, checking its shape: whole blocks, one CRC per block, at
+/// most [`MAX_LOCAL_WRITE`] bytes, an end that fits.
+pub fn parse_write(m: &[u8]) -> io::Result<LocalWrite> {
+    if m.first() != Some(&OP_WRITE) || m.len() < 27 {
+        return Err(bad("not a short-circuit write"));
+    }
+    let fid = u64::from_le_bytes(take(m, 1)?);
+    let unit = u32::from_le_bytes(take(m, 9)?);
+    let offset = u64::from_le_bytes(take(m, 13)?);
+    let len = u32::from_le_bytes(take(m, 21)?);
+    let n = u16::from_le_bytes(take(m, 25)?) as usize;
+    if m.len() != 27 + 4 * n {
+        return Err(bad("short-circuit write: CRC count and length disagree"));
+    }
+    let whole = offset % BLOCK as u64 == 0 && len as usize % BLOCK == 0 && len > 0;
+    if !whole
+        || len as usize > MAX_LOCAL_WRITE
+        || n != len as usize / BLOCK
+        || offset.checked_add(len as u64).is_none()
+    {
+        return Err(bad(&format!(
+            "short-circuit write of {len} bytes at {offset} with {n} CRCs: not whole blocks of at most {MAX_LOCAL_WRITE} bytes"
+        )));
+    }
+    let crcs = m[27..]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("chunks of 4")))
+        .collect();
+    Ok(LocalWrite {
+        fid,
+        unit,
+        offset,
+        len,
+        crcs,
+    })
+}
+
+/// A `written` answer: success with the server's boot id.
+pub fn written_answer(boot_id: u64) -> Vec<u8> {
+    let mut v = vec![OK];
+    v.extend_from_slice(&boot_id.to_le_bytes());
+    v
+}
+
+/// What a short-circuit write came to.
+pub enum Written {
+    Done {
+        boot_id: u64,
+    },
+    /// The server takes no short-circuit writes; do not send it more.
+    Refused(String),
+    Failed(String),
+}
+
+pub fn parse_written(m: &[u8]) -> io::Result<Written> {
+    let status = *m.first().ok_or_else(|| bad("empty short-circuit answer"))?;
+    let why = || String::from_utf8_lossy(&m[1..]).into_owned();
+    match status {
+        OK if m.len() == 9 => Ok(Written::Done {
+            boot_id: u64::from_le_bytes(take(m, 1)?),
+        }),
+        REFUSED => Ok(Written::Refused(why())),
+        FAILED => Ok(Written::Failed(why())),
+        _ => Err(bad("malformed short-circuit written answer")),
+    }
+}
+
+/// A pipe for short-circuit writes, `(read end, write end, capacity in bytes)`, both
+/// ends close-on-exec and non-blocking, holding up to [`MAX_LOCAL_WRITE`] bytes where
+/// the system allows (else less: writes larger than the capacity go over TCP).
+pub fn write_pipe() -> io::Result<(OwnedFd, OwnedFd, usize)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills two descriptors on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and ours alone.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The largest size the system grants unprivileged pipes (`/proc/sys/fs/pipe-max-size`,
+    // 1 MiB by default) or less; a refusal of every size keeps the default (64 KiB).
+    for size in [MAX_LOCAL_WRITE, MAX_LOCAL_WRITE / 2, MAX_LOCAL_WRITE / 4] {
+        // SAFETY: fcntl on our own descriptor.
+        if unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, size as libc::c_int) } > 0 {
+            break;
+        }
+    }
+    // SAFETY: fcntl on our own descriptor.
+    let cap = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    if cap <= 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((r, w, cap as usize))
+}
+
+/// Waits until `fd` is ready for `events`, at most `timeout`.
+fn wait_ready(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<()> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    loop {
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        match r {
+            0 => {
+                return Err(err(
+                    io::ErrorKind::TimedOut,
+                    "short-circuit pipe stalled".into(),
+                ))
+            }
+            r if r > 0 => return Ok(()),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// Puts all of `data` into the pipe by reference (`vmsplice`: the pipe holds the
+/// caller's pages, not a copy). The caller must not change `data` until the reader has
+/// taken it out (the server's answer says so). A client puts a write's bytes in before
+/// it sends the write, so that the server finds them all there and moves them in one
+/// go (no ping-pong of wake-ups between the two); `data` must then fit in the pipe.
+pub fn vmsplice_all(pipe_w: &OwnedFd, data: &[u8], timeout: Duration) -> io::Result<()> {
+    let mut done = 0;
+    while done < data.len() {
+        let iov = libc::iovec {
+            iov_base: data[done..].as_ptr() as *mut libc::c_void,
+            iov_len: data.len() - done,
+        };
+        // SAFETY: one iovec over live memory that outlives the transfer (see above).
+        let n = unsafe { libc::vmsplice(pipe_w.as_raw_fd(), &iov, 1, libc::SPLICE_F_NONBLOCK) };
+        if n > 0 {
+            done += n as usize;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => wait_ready(pipe_w.as_raw_fd(), libc::POLLOUT, timeout)?,
+            io::ErrorKind::Interrupted => {}
+            _ => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Moves `len` bytes from the pipe into `file` at `offset` (`splice`: the kernel copies
+/// them into the file's pages, never through user memory). On an error, returns how
+/// many bytes it took out of the pipe before it.
+pub fn splice_into(
+    pipe_r: &OwnedFd,
+    file: RawFd,
+    offset: u64,
+    len: usize,
+    timeout: Duration,
+) -> Result<(), (usize, io::Error)> {
+    let mut done = 0;
+    while done < len {
+        let mut off = (offset + done as u64) as libc::loff_t;
+        // SAFETY: valid descriptors and offset pointer.
+        let n = unsafe {
+            libc::splice(
+                pipe_r.as_raw_fd(),
+                std::ptr::null_mut(),
+                file,
+                &mut off,
+                len - done,
+                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+            )
+        };
+        if n > 0 {
+            done += n as usize;
+            continue;
+        }
+        if n == 0 {
+            return Err((
+                done,
+                err(
+                    io::ErrorKind::UnexpectedEof,
+                    "short-circuit pipe closed".into(),
+                ),
+            ));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => {
+                wait_ready(pipe_r.as_raw_fd(), libc::POLLIN, timeout).map_err(|e| (done, e))?
+            }
+            io::ErrorKind::Interrupted => {}
+            _ => return Err((done, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Takes `len` bytes out of the pipe and drops them (after a write that failed part-way,
+/// so that the next write starts at its own first byte).
+pub fn drain(pipe_r: &OwnedFd, mut len: usize, timeout: Duration) -> io::Result<()> {
+    let mut buf = vec![0u8; len.min(64 << 10)];
+    while len > 0 {
+        let want = len.min(buf.len());
+        // SAFETY: reading into our own buffer of at least `want` bytes.
+        let n = unsafe { libc::read(pipe_r.as_raw_fd(), buf.as_mut_ptr().cast(), want) };
+        if n > 0 {
+            len -= n as usize;
+            continue;
+        }
+        if n == 0 {
+            return Err(err(
+                io::ErrorKind::UnexpectedEof,
+                "short-circuit pipe closed".into(),
+            ));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => wait_ready(pipe_r.as_raw_fd(), libc::POLLIN, timeout)?,
+            io::ErrorKind::Interrupted => {}
+            _ => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// What a client got for one object: per target, its data file and sidecar, if any.

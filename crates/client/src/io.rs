@@ -669,12 +669,15 @@ impl InodeIo {
                         })
                 };
                 // A server on this host takes the whole blocks through its pipe; a partial
-                // first or last block goes over TCP.
+                // first or last block goes over TCP, so a write with partial edges takes
+                // the pipe only when its middle is large enough to pay for the extra
+                // request (an unaligned record of tens of KiB goes over TCP whole).
                 let block = BLOCK_BYTES as u64;
                 let (lo, hi) = (chunk.local, chunk.local + bytes.len() as u64);
                 let (a, b) = (lo.div_ceil(block) * block, hi / block * block);
+                let worth = (a == lo && b == hi) || b.saturating_sub(a) >= MIN_SPLIT_PIPE_BYTES;
                 let piped = match pool.local.as_ref() {
-                    Some(sc) if a < b => {
+                    Some(sc) if a < b && worth => {
                         let head = (a - lo) as usize;
                         let skip = usize::from(head > 0);
                         let n = ((b - a) / block) as usize;
@@ -1508,6 +1511,10 @@ pub(crate) fn call_servers<T: Clone + Send + 'static>(
 /// block is checksummed as stored: padded with zeros to a full block.
 /// Extra tries of a read through a server whose bytes fail their checksums.
 const CHECKSUM_RETRIES: usize = 2;
+
+/// Least whole-block middle for which a write with partial edges goes through a same-host
+/// server's pipe (the edges then go over TCP: three requests instead of one).
+const MIN_SPLIT_PIPE_BYTES: u64 = 256 << 10;
 
 /// Runs a read through a server into `buf` (zeroed before each try), again when its bytes
 /// fail their checksums: data servers send stored bytes with sendfile, and a block

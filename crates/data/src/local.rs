@@ -7,6 +7,7 @@
 //! It refuses (for good) when its targets are throttled, since an emulated disk rate
 //! can only be kept by the server, and when its store has no real files.
 
+use crate::service::LocalWriteError;
 use crate::DataService;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -209,18 +210,23 @@ fn serve_conn(
                 };
                 match service.local_write(&w, p, WRITE_TIMEOUT) {
                     Ok(boot) => c.send(&local::written_answer(boot), &[])?,
-                    Err(None) => c.send(
+                    Err(LocalWriteError::Refused) => c.send(
                         &local::verdict(
                             local::REFUSED,
-                            &format!("data server {}: its targets are throttled (emulated disks), so writes go through the server", service.id.0),
+                            &format!(
+                                "data server {}: its targets are throttled (emulated disks), so writes go through the server",
+                                service.id.0
+                            ),
                         ),
                         &[],
                     )?,
-                    Err(Some(e)) if e.code == stripefs_wire::ErrorCode::Io && e.message.starts_with("short-circuit pipe") => {
-                        let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
-                        return Err(std::io::Error::other(e.message));
+                    Err(LocalWriteError::Failed(e)) => {
+                        c.send(&local::verdict(local::FAILED, &e.to_string()), &[])?
                     }
-                    Err(Some(e)) => c.send(&local::verdict(local::FAILED, &e.to_string()), &[])?,
+                    Err(LocalWriteError::Broken(why)) => {
+                        let _ = c.send(&local::verdict(local::FAILED, &why), &[]);
+                        return Err(std::io::Error::other(format!("short-circuit pipe: {why}")));
+                    }
                 }
                 continue;
             }

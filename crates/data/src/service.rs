@@ -547,25 +547,19 @@ impl DataService {
     /// pipe (`object::write_spliced`, checked after, never blessed unchecked); a unit
     /// whose blocks hold written bytes has its bytes read from the pipe and checked before
     /// it is written the usual way, since a rewrite must never damage what it replaces.
-    /// Whatever happens, exactly `w.len` bytes leave the pipe. `Err(None)`: refused for
-    /// good (throttled targets, a store without files).
+    /// Whatever happens, exactly `w.len` bytes leave the pipe, or the pipe is `Broken`.
     pub(crate) fn local_write(
         &self,
         w: &stripefs_rpc::local::LocalWrite,
         pipe: &std::os::fd::OwnedFd,
         timeout: std::time::Duration,
-    ) -> Result<u64, Option<WireError>> {
+    ) -> Result<u64, LocalWriteError> {
         let total = w.len as usize;
         let mut taken = 0usize;
         let r = self.local_write_units(w, pipe, timeout, &mut taken);
-        if taken < total {
-            if let Err(e) = stripefs_rpc::local::drain(pipe, total - taken, timeout) {
-                // The pipe is out of step: the connection must end (the caller does).
-                return Err(Some(WireError::new(
-                    ErrorCode::Io,
-                    format!("short-circuit pipe: {e}"),
-                )));
-            }
+        if taken < total && !matches!(r, Err(LocalWriteError::Broken(_))) {
+            stripefs_rpc::local::drain(pipe, total - taken, timeout)
+                .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
         }
         r?;
         self.stats
@@ -584,17 +578,17 @@ impl DataService {
         pipe: &std::os::fd::OwnedFd,
         timeout: std::time::Duration,
         taken: &mut usize,
-    ) -> Result<(), Option<WireError>> {
+    ) -> Result<(), LocalWriteError> {
         if self.targets.iter().any(|t| t.throttle.is_some()) {
-            return Err(None);
+            return Err(LocalWriteError::Refused);
         }
         if w.unit as u64 % BLOCK != 0 {
-            return Err(Some(WireError::new(
+            return Err(LocalWriteError::Failed(WireError::new(
                 ErrorCode::InvalidArgument,
                 format!("stripe unit {} is not whole blocks", w.unit),
             )));
         }
-        let stripe = self.stripe(w.unit).map_err(Some)?;
+        let stripe = self.stripe(w.unit)?;
         let fid = InodeId(w.fid);
         let mut next_crc = 0;
         for p in stripe.split(w.offset, w.len as u64) {
@@ -604,24 +598,19 @@ impl DataService {
             let (first, end) = (p.local / BLOCK, (p.local + p.len) / BLOCK);
             let _g = self.locks.lock(fid.0, p.place, first, end, Mode::Exclusive);
             let obj = self
-                .object(t, fid, true)
-                .map_err(Some)?
-                .ok_or_else(|| Some(self.vanished(t, fid)))?;
+                .object(t, fid, true)?
+                .ok_or_else(|| self.vanished(t, fid))?;
             let c = self.ctx(t, fid);
             match object::write_spliced(&c, &obj, p.local, p.len, pipe, crcs, timeout) {
                 Ok(object::Spliced::Done) => *taken += p.len as usize,
                 Ok(object::Spliced::NotHoles) => {
                     let mut bytes = vec![0u8; p.len as usize];
-                    read_pipe(pipe, &mut bytes, timeout).map_err(|e| {
-                        Some(WireError::new(
-                            ErrorCode::Io,
-                            format!("short-circuit pipe: {e}"),
-                        ))
-                    })?;
+                    stripefs_rpc::local::read_pipe(pipe, &mut bytes, timeout)
+                        .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
                     *taken += p.len as usize;
                     for (i, block) in bytes.chunks(BLOCK as usize).enumerate() {
                         if stripefs_wire::crc32c(block) != crcs[i] {
-                            return Err(Some(WireError::new(
+                            return Err(LocalWriteError::Failed(WireError::new(
                                 ErrorCode::Checksum,
                                 format!(
                                     "short-circuit write to {fid} at local offset {}: block {i} fails its checksum",
@@ -630,17 +619,17 @@ impl DataService {
                             )));
                         }
                     }
-                    object::write(&c, &obj, p.local, &bytes, crcs).map_err(Some)?;
+                    object::write(&c, &obj, p.local, &bytes, crcs)?;
                 }
                 Err((done, e)) => {
                     *taken += done;
-                    return Err(Some(e));
+                    return Err(e.into());
                 }
             }
             next_crc += n;
             drop(_g);
             if obj.intents.appended_bytes() > MAX_LOG_BYTES {
-                self.sync_object(t, fid, true).map_err(Some)?;
+                self.sync_object(t, fid, true)?;
             }
         }
         Ok(())
@@ -1460,52 +1449,23 @@ fn parse_object_name(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// Checks the data against the per-piece CRCs the client computed before sending.
-/// Fills `buf` from the (non-blocking) pipe, waiting at most `timeout` for each part.
-fn read_pipe(
-    pipe: &std::os::fd::OwnedFd,
-    buf: &mut [u8],
-    timeout: std::time::Duration,
-) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: reading into our own buffer.
-        let n = unsafe {
-            libc::read(
-                pipe.as_raw_fd(),
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-            )
-        };
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        let e = std::io::Error::last_os_error();
-        match e.kind() {
-            std::io::ErrorKind::WouldBlock => {
-                let mut p = libc::pollfd {
-                    fd: pipe.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                let r = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
-                if r == 0 {
-                    return Err(std::io::ErrorKind::TimedOut.into());
-                }
-            }
-            std::io::ErrorKind::Interrupted => {}
-            _ => return Err(e),
-        }
-    }
-    Ok(())
+/// Why a short-circuit write did not happen.
+pub(crate) enum LocalWriteError {
+    /// The server takes none (throttled targets): the client sends over TCP from now on.
+    Refused,
+    /// This write failed; the pipe is in step for the next.
+    Failed(WireError),
+    /// The pipe is out of step or broken: the connection must end.
+    Broken(String),
 }
 
+impl From<WireError> for LocalWriteError {
+    fn from(e: WireError) -> Self {
+        LocalWriteError::Failed(e)
+    }
+}
+
+/// Checks the data against the per-piece CRCs the client computed before sending.
 fn verify_transit(
     conn: &ConnInfo,
     fid: InodeId,

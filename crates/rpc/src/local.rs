@@ -677,16 +677,20 @@ pub fn splice_into(
     Ok(())
 }
 
-/// Takes `len` bytes out of the pipe and drops them (after a write that failed part-way,
-/// so that the next write starts at its own first byte).
-pub fn drain(pipe_r: &OwnedFd, mut len: usize, timeout: Duration) -> io::Result<()> {
-    let mut buf = vec![0u8; len.min(64 << 10)];
-    while len > 0 {
-        let want = len.min(buf.len());
-        // SAFETY: reading into our own buffer of at least `want` bytes.
-        let n = unsafe { libc::read(pipe_r.as_raw_fd(), buf.as_mut_ptr().cast(), want) };
+/// Fills `buf` from the (non-blocking) pipe, waiting at most `timeout` for each part.
+pub fn read_pipe(pipe_r: &OwnedFd, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: reading into our own buffer of `buf.len() - done` bytes.
+        let n = unsafe {
+            libc::read(
+                pipe_r.as_raw_fd(),
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+            )
+        };
         if n > 0 {
-            len -= n as usize;
+            done += n as usize;
             continue;
         }
         if n == 0 {
@@ -701,6 +705,18 @@ pub fn drain(pipe_r: &OwnedFd, mut len: usize, timeout: Duration) -> io::Result<
             io::ErrorKind::Interrupted => {}
             _ => return Err(e),
         }
+    }
+    Ok(())
+}
+
+/// Takes `len` bytes out of the pipe and drops them (after a write that failed part-way,
+/// so that the next write starts at its own first byte).
+pub fn drain(pipe_r: &OwnedFd, mut len: usize, timeout: Duration) -> io::Result<()> {
+    let mut buf = vec![0u8; len.min(64 << 10)];
+    while len > 0 {
+        let n = len.min(buf.len());
+        read_pipe(pipe_r, &mut buf[..n], timeout)?;
+        len -= n;
     }
     Ok(())
 }
@@ -835,5 +851,66 @@ mod tests {
         assert!(parse_open(&[7; 9]).is_err());
         let long = std::path::PathBuf::from(format!("/tmp/{}", "x".repeat(200)));
         assert!(Listener::bind(&long).is_err());
+    }
+
+    #[test]
+    fn write_messages_round_trip_and_bad_shapes_are_refused() {
+        let w = LocalWrite {
+            fid: 7,
+            unit: 65536,
+            offset: 8192,
+            len: 8192,
+            crcs: vec![1, 2],
+        };
+        assert_eq!(parse_write(&write_request(&w)).unwrap(), w);
+        for bad in [
+            LocalWrite {
+                offset: 100,
+                ..w.clone()
+            },
+            LocalWrite {
+                len: 100,
+                crcs: vec![1],
+                ..w.clone()
+            },
+            LocalWrite {
+                crcs: vec![1],
+                ..w.clone()
+            },
+            LocalWrite {
+                offset: u64::MAX - 4095,
+                ..w.clone()
+            },
+            LocalWrite {
+                len: 0,
+                crcs: vec![],
+                ..w.clone()
+            },
+        ] {
+            assert!(parse_write(&write_request(&bad)).is_err(), "{bad:?}");
+        }
+        let mut m = write_request(&w);
+        m.pop();
+        assert!(parse_write(&m).is_err());
+        assert!(parse_write(&[OP_WRITE]).is_err());
+        assert!(matches!(
+            parse_written(&written_answer(9)).unwrap(),
+            Written::Done { boot_id: 9 }
+        ));
+        assert!(parse_written(&[OK, 1]).is_err());
+    }
+
+    #[test]
+    fn a_pipe_carries_a_write_and_drains() {
+        let (r, w, cap) = write_pipe().unwrap();
+        assert!(cap >= 64 << 10);
+        let data: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+        vmsplice_all(&w, &data, Duration::from_secs(5)).unwrap();
+        let mut got = vec![0u8; 30_000];
+        read_pipe(&r, &mut got, Duration::from_secs(5)).unwrap();
+        assert!(got[..] == data[..30_000]);
+        drain(&r, 10_000, Duration::from_secs(5)).unwrap();
+        let e = read_pipe(&r, &mut got[..1], Duration::from_millis(50)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
     }
 }

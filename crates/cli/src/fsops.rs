@@ -50,7 +50,7 @@ fn parse_codec(text: &str) -> Result<stripefs_rpc::compress::Codec, String> {
 }
 
 impl ClusterArg {
-    fn connect(&self) -> Result<Client> {
+    pub(crate) fn connect(&self) -> Result<Client> {
         let path = self.cluster.as_ref().ok_or_else(|| {
             anyhow!("no cluster given: pass --cluster FILE or set STRIPEFS_CLUSTER (cluster up prints it)")
         })?;

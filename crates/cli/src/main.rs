@@ -11,6 +11,7 @@ mod serve;
 mod sim;
 mod token;
 mod wan;
+mod xattr;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -90,6 +91,10 @@ enum Cmd {
     /// authenticate instead of the cluster secret.
     #[command(subcommand)]
     Token(token::TokenCmd),
+    /// Extended attributes of a file: list, get, set, rm (the mount serves getfattr and
+    /// setfattr itself).
+    #[command(subcommand)]
+    Xattr(xattr::XattrCmd),
 }
 
 fn main() {
@@ -116,6 +121,7 @@ fn main() {
         Cmd::MetaLog(c) => metalog::run(c),
         Cmd::WanEmu(a) => wan::run(a),
         Cmd::Token(c) => token::run(c),
+        Cmd::Xattr(c) => xattr::run(c),
     };
     if let Err(e) = result {
         eprintln!("stripefs: error: {e:#}");

@@ -99,6 +99,31 @@ fn namespace_commands_and_errors() {
         "directory default not inherited: {gs}"
     );
     assert_eq!(gs["stripe_count"], 1);
+    // Extended attributes without a mount.
+    c.ok(&["xattr", "set", "/a/f", "user.origin", "run-42"]);
+    assert_eq!(c.ok(&["xattr", "get", "/a/f", "user.origin"]), "run-42");
+    assert_eq!(
+        c.ok(&["xattr", "get", "/a/f", "user.origin", "--hex"])
+            .trim(),
+        "72756e2d3432"
+    );
+    assert_eq!(c.ok(&["xattr", "list", "/a/f"]).trim(), "user.origin");
+    refused(
+        &c,
+        &["xattr", "set", "/a/f", "user.origin", "x", "--create"],
+        "already",
+    );
+    c.ok(&["xattr", "rm", "/a/f", "user.origin"]);
+    refused(
+        &c,
+        &["xattr", "get", "/a/f", "user.origin"],
+        "no such extended attribute",
+    );
+    refused(
+        &c,
+        &["xattr", "set", "/a/f", "system.posix_acl_access", "x"],
+        "not supported",
+    );
     // `get` replaces a regular file (through a symlink, the file it points to) but
     // writes into a FIFO or device (such as /dev/null) instead of renaming over it.
     let link = work.path().join("link");

@@ -633,9 +633,7 @@ impl Client {
             ino,
             name: name.to_string(),
         };
-        match ctx(self.meta(req), || {
-            format!("getxattr {name:?} of inode {ino}")
-        })? {
+        match ctx(self.meta(req), || format!("getxattr {name:?} of {ino}"))? {
             Response::Xattr { value } => Ok(value),
             other => Err(unexpected(&self.inner.meta, "GetXattr", &other)),
         }
@@ -644,7 +642,7 @@ impl Client {
     /// The names of the extended attributes of `ino` the caller may see, sorted.
     pub fn list_xattr_ino(&self, ino: InodeId) -> Result<Vec<String>, WireError> {
         match ctx(self.meta(Request::ListXattr { ino }), || {
-            format!("listxattr of inode {ino}")
+            format!("listxattr of {ino}")
         })? {
             Response::XattrNames { names } => Ok(names),
             other => Err(unexpected(&self.inner.meta, "ListXattr", &other)),
@@ -667,9 +665,7 @@ impl Client {
             value: value.to_vec(),
             mode,
         };
-        ctx(self.attr_of(req), || {
-            format!("setxattr {name:?} of inode {ino}")
-        })
+        ctx(self.attr_of(req), || format!("setxattr {name:?} of {ino}"))
     }
 
     /// Removes extended attribute `name` of `ino`.
@@ -679,7 +675,7 @@ impl Client {
             name: name.to_string(),
         };
         ctx(self.attr_of(req), || {
-            format!("removexattr {name:?} of inode {ino}")
+            format!("removexattr {name:?} of {ino}")
         })
     }
 

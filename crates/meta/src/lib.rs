@@ -146,6 +146,9 @@ pub struct Tuning {
     /// current log file, while checkpoints fail, clients' mutations are refused.
     pub max_overlay_keys: usize,
     pub max_overlay_log_bytes: u64,
+    /// Largest metadata-log record a batch may make; a larger batch is committed an
+    /// operation at a time (at most the log's own limit, which readers enforce).
+    pub max_log_record: usize,
 }
 
 impl Default for Tuning {
@@ -155,6 +158,7 @@ impl Default for Tuning {
             background: true,
             max_overlay_keys: MAX_OVERLAY_KEYS,
             max_overlay_log_bytes: MAX_OVERLAY_LOG_BYTES,
+            max_log_record: wal::MAX_RECORD as usize - 1,
         }
     }
 }

@@ -33,6 +33,10 @@
 //! (`store::is_fatal`) or a panic discards the batch delta and fails the whole batch,
 //! since a half-applied operation must never be committed. A failed log write stops all
 //! further changes (`halted`): after it the log's contents are unknown.
+//!
+//! A batch whose log record would pass the log's limit (operations on many inodes with
+//! large attributes or inline bytes) is committed again an operation at a time; a single
+//! operation that large is refused. Neither halts the server.
 
 use crate::ops::{self, remove, Ctx};
 use crate::overlay::{Gen, View, Wr};
@@ -357,6 +361,10 @@ impl Log {
         };
         if !delta.is_empty() {
             let payload = wal::encode(&delta);
+            if !wal::fits(payload.len()) || payload.len() > core.tuning.max_log_record {
+                // Nothing was written: the batch's operations go one record each.
+                return self.commit_one_by_one(core, id, batch, refuse, payload.len());
+            }
             // A file that cannot grow has had nothing written: refuse the batch only.
             self.wal.make_room(payload.len())?;
             if let Err(e) = self.wal.append(&payload) {
@@ -371,6 +379,39 @@ impl Log {
         core.commits.fetch_add(1, Ordering::Relaxed);
         core.committed_ops
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok((answers, purged))
+    }
+
+    /// A batch whose record would be too large for the log (many inodes with large
+    /// attributes or inline bytes), committed an operation at a time; an operation whose
+    /// own record is too large is refused, never halts the server.
+    fn commit_one_by_one(
+        &mut self,
+        core: &Core,
+        id: u64,
+        batch: &[(u64, Job)],
+        refuse: Option<&WireError>,
+        len: usize,
+    ) -> Result<(Vec<Answer>, bool), WireError> {
+        if batch.len() == 1 {
+            return Ok((
+                vec![Err(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("one change of {len} bytes is too large for the metadata log"),
+                ))],
+                false,
+            ));
+        }
+        tracing::info!(
+            "a batch of {} changes would make a log record of {len} bytes; committing them one by one",
+            batch.len()
+        );
+        let (mut answers, mut purged) = (Vec::with_capacity(batch.len()), false);
+        for one in batch.chunks(1) {
+            let (a, p) = self.commit_batch(core, id, one, refuse)?;
+            answers.extend(a);
+            purged |= p;
+        }
         Ok((answers, purged))
     }
 

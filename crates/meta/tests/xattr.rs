@@ -63,7 +63,7 @@ fn values_round_trip_and_survive_a_crash_and_a_restart() {
     let f = fs.create(&root, 1, "f", 0o644).unwrap().ino.0;
     let d = fs.mkdir(&root, 1, "d", 0o755).unwrap().ino.0;
     let before = fs.getattr(f).unwrap();
-    let big = vec![7u8; MAX_XATTR_VALUE];
+    let big = vec![7u8; MAX_XATTR_VALUE - 1024];
     let a = set(&fs, &root, f, "user.big", &big, XATTR_SET_ANY).unwrap();
     assert!(a.ctime_ns >= before.ctime_ns);
     set(&fs, &root, f, "user.a", b"1", XATTR_SET_ANY).unwrap();
@@ -235,39 +235,75 @@ fn names_values_and_totals_are_bounded() {
         code(set(&fs, &root, f, "user.a\0b", b"x", XATTR_SET_ANY)),
         ErrorCode::InvalidArgument
     );
-    // An inode holds at most 128 KiB of names and values: ENOSPC past that, and a
+    // An inode holds at most 64 KiB of names and values: ENOSPC past that, and a
     // replace counts the space the old value frees.
     remove(&fs, &root, f, &long).unwrap();
-    set(
-        &fs,
-        &root,
-        f,
-        "user.a",
-        &vec![1u8; MAX_XATTR_VALUE],
-        XATTR_SET_ANY,
-    )
-    .unwrap();
+    set(&fs, &root, f, "user.a", &vec![1u8; 40_000], XATTR_SET_ANY).unwrap();
     assert_eq!(
         code(set(
             &fs,
             &root,
             f,
             "user.b",
-            &vec![2u8; MAX_XATTR_VALUE],
+            &vec![2u8; 30_000],
             XATTR_SET_ANY
         )),
         ErrorCode::NoSpace
     );
     set(&fs, &root, f, "user.a", &vec![3u8; 1000], XATTR_SET_ANY).unwrap();
-    set(
-        &fs,
-        &root,
-        f,
-        "user.b",
-        &vec![2u8; MAX_XATTR_VALUE],
-        XATTR_SET_ANY,
-    )
-    .unwrap();
+    set(&fs, &root, f, "user.b", &vec![2u8; 30_000], XATTR_SET_ANY).unwrap();
     remove(&fs, &root, f, "user.b").unwrap();
     assert_eq!(list(&fs, &root, f), ["user.a"]);
+}
+
+/// A batch whose log record would pass the log's limit (operations on many inodes with
+/// large attributes) is committed an operation at a time: every change lands and the
+/// server keeps accepting changes. A single change too large for a record is refused.
+#[test]
+fn a_batch_too_large_for_one_log_record_commits_one_by_one() {
+    let tuning = stripefs_meta::Tuning {
+        max_log_record: 40 << 10,
+        ..stripefs_meta::Tuning::default()
+    };
+    let mut fs = Fs::tuned(common::cluster(1), tuning);
+    let root = Cred::root();
+    let files: Vec<u64> = (0..32)
+        .map(|i| fs.create(&root, 1, &format!("f{i}"), 0o644).unwrap().ino.0)
+        .collect();
+    let value = |ino: u64| vec![ino as u8; 30 << 10];
+    std::thread::scope(|s| {
+        for part in files.chunks(4) {
+            let fs = &fs;
+            s.spawn(move || {
+                for &ino in part {
+                    set(
+                        fs,
+                        &Cred::root(),
+                        ino,
+                        "user.big",
+                        &value(ino),
+                        XATTR_SET_ANY,
+                    )
+                    .unwrap();
+                }
+            });
+        }
+    });
+    let g = fs.create(&root, 1, "g", 0o644).unwrap().ino.0;
+    let e = set(
+        &fs,
+        &root,
+        g,
+        "user.huge",
+        &vec![1u8; 50 << 10],
+        XATTR_SET_ANY,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
+    set(&fs, &root, files[0], "user.small", b"s", XATTR_SET_ANY).unwrap();
+    fs.crash();
+    for &ino in &files {
+        assert_eq!(get(&fs, &root, ino, "user.big").unwrap(), value(ino));
+    }
+    assert_eq!(get(&fs, &root, files[0], "user.small").unwrap(), b"s");
 }

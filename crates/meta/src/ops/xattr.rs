@@ -20,10 +20,11 @@ use stripefs_wire::{
     XATTR_SET_REPLACE,
 };
 
-/// Most bytes of names and values one inode holds: two values of the largest size
-/// Linux allows (64 KiB) with their names; past it a set answers ENOSPC, as a full
-/// ext4 or XFS attribute space does.
-pub const MAX_XATTR_TOTAL: usize = 128 << 10;
+/// Most bytes of names and values one inode holds (past it a set answers ENOSPC, as a
+/// full ext4 attribute space does). The attributes live in the inode's record, which a
+/// directory rewrites at every change of its entries: kept small, they cost creates
+/// nothing.
+pub const MAX_XATTR_TOTAL: usize = 64 << 10;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Space {

@@ -995,6 +995,16 @@ fn extended_attributes_work_through_the_mount() {
         setx(&f, "system.posix_acl_access", b"\x02\0\0\0", 0),
         Err(libc::EOPNOTSUPP)
     );
+    // A directory's ctime moves with its attributes, also in the daemon's cache.
+    fs::create_dir(m.p("d")).unwrap();
+    let before = fs::metadata(m.p("d")).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    setx(&m.p("d"), "user.tag", b"x", 0).unwrap();
+    let after = fs::metadata(m.p("d")).unwrap();
+    assert!(
+        (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+        "ctime did not move"
+    );
     // Another mount (another client) sees them; `cp -a` copies them.
     let other = FuseMount::new(&c.cluster_file());
     assert_eq!(

@@ -672,9 +672,13 @@ impl fuser::Filesystem for StripeFs {
             return reply.error(libc::EINVAL);
         }
         let value = value.to_vec();
-        self.spawn(req, move |_, c| {
+        self.spawn(req, move |sh, c| {
             match c.set_xattr_ino(InodeId(ino), &name, &value, mode) {
-                Ok(_) => reply.ok(),
+                Ok(a) => {
+                    // The ctime moved: a directory's cached attributes too.
+                    sh.dirs.store(&a);
+                    reply.ok()
+                }
                 Err(e) => reply.error(errno_ino(&e)),
             }
         });
@@ -713,9 +717,12 @@ impl fuser::Filesystem for StripeFs {
 
     fn removexattr(&mut self, req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = owned_name!(name, reply);
-        self.spawn(req, move |_, c| {
+        self.spawn(req, move |sh, c| {
             match c.remove_xattr_ino(InodeId(ino), &name) {
-                Ok(_) => reply.ok(),
+                Ok(a) => {
+                    sh.dirs.store(&a);
+                    reply.ok()
+                }
                 Err(e) => reply.error(errno_ino(&e)),
             }
         });

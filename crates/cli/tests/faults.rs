@@ -125,9 +125,28 @@ fn record_byte(rec: u64, i: usize) -> u8 {
 /// its read fails with a checksum error; no read returns bytes nobody wrote.
 #[test]
 fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records() {
-    const XFER: u64 = 47_008;
-    const WRITERS: u64 = 4;
-    const SYNC_EVERY: u64 = 8;
+    kill9_data_server_during_writes(47_008, 4, 8, 200);
+}
+
+/// The same crash with whole 1 MiB records from clients on the servers' host: their
+/// blocks go through the servers' short-circuit pipes (spliced into the object files),
+/// and the same rules hold after data server 0 is killed mid-stream and restarted.
+#[test]
+fn kill9_data_server_during_short_circuit_pipe_writes_keeps_fsynced_records() {
+    let piped = kill9_data_server_during_writes(1 << 20, 2, 4, 24);
+    assert!(piped > 0, "no write went through a short-circuit pipe");
+}
+
+/// Runs the crash case with `writers` clients writing records of `xfer` bytes, record
+/// `k * writers + r` by writer `r`, each fsyncing every `sync_every` records; kills data
+/// server 0 once `min_acked` records are fsynced. Returns the bytes the writers sent
+/// through short-circuit pipes.
+fn kill9_data_server_during_writes(
+    xfer: u64,
+    writers: u64,
+    sync_every: u64,
+    min_acked: usize,
+) -> u64 {
     let c = Cluster::up(2, 1, &[]);
     let cl = client(&c);
     let hint = stripefs_client::LayoutHint {
@@ -148,7 +167,7 @@ fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records()
     // Records whose fsync was acknowledged, per writer.
     let acked = Arc::new(Mutex::new(Vec::<u64>::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..WRITERS)
+    let threads: Vec<_> = (0..writers)
         .map(|r| {
             let (acked, stop) = (acked.clone(), stop.clone());
             let cfg = ClusterConfig::load(&c.cluster_file()).unwrap();
@@ -160,13 +179,13 @@ fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records()
                     if stop.load(Ordering::Relaxed) {
                         break;
                     }
-                    let rec = k * WRITERS + r;
-                    let buf: Vec<u8> = (0..XFER as usize).map(|i| record_byte(rec, i)).collect();
-                    if f.write_at(rec * XFER, &buf).is_err() {
+                    let rec = k * writers + r;
+                    let buf: Vec<u8> = (0..xfer as usize).map(|i| record_byte(rec, i)).collect();
+                    if f.write_at(rec * xfer, &buf).is_err() {
                         break;
                     }
                     pending.push(rec);
-                    if pending.len() as u64 == SYNC_EVERY {
+                    if pending.len() as u64 == sync_every {
                         if f.fsync().is_err() {
                             break;
                         }
@@ -174,23 +193,22 @@ fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records()
                     }
                 }
                 let _ = f.close();
+                cl.traffic().direct_written
             })
         })
         .collect();
     // Let the writers get going, then kill data server 0 under them.
     let start = Instant::now();
-    while acked.lock().unwrap().len() < 200 && start.elapsed() < Duration::from_secs(20) {
+    while acked.lock().unwrap().len() < min_acked && start.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(20));
     }
     stripefs_launch::kill9(c.path(), "data0").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().unwrap();
-    }
+    let piped: u64 = threads.into_iter().map(|w| w.join().unwrap()).sum();
     let acked: std::collections::HashSet<u64> = acked.lock().unwrap().iter().copied().collect();
     assert!(
-        acked.len() >= 200,
+        acked.len() >= min_acked,
         "only {} records acknowledged before the kill",
         acked.len()
     );
@@ -199,11 +217,11 @@ fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records()
     let cl = client(&c);
     let f = cl.open("/shared", &OpenOptions::read_only()).unwrap();
     let size = f.attr().unwrap().size;
-    let records = size.div_ceil(XFER);
+    let records = size.div_ceil(xfer);
     let (mut checked, mut damaged) = (0, 0);
     for rec in 0..records {
-        let mut buf = vec![0u8; XFER as usize];
-        match f.read_at(rec * XFER, &mut buf) {
+        let mut buf = vec![0u8; xfer as usize];
+        match f.read_at(rec * xfer, &mut buf) {
             Ok(n) => {
                 for (i, &b) in buf[..n].iter().enumerate() {
                     let want = record_byte(rec, i);
@@ -229,13 +247,14 @@ fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records()
         }
     }
     eprintln!(
-        "{} records fsynced before the kill; {checked} read back, {damaged} checksum errors in unsynced records",
+        "{} records fsynced before the kill; {checked} read back, {damaged} checksum errors in unsynced records; {piped} bytes through pipes",
         acked.len()
     );
     assert!(
         acked.iter().all(|&r| r < records),
         "an fsynced record lies past the size"
     );
+    piped
 }
 
 /// The exact crash window of a shared partial block: record 0 is fsynced; record 1

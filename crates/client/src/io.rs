@@ -776,11 +776,16 @@ impl InodeIo {
             };
             let dst = &mut out[(piece.global - offset) as usize..][..piece.len as usize];
             // A unit is whole blocks, so local and global offsets share their block
-            // alignment: the aligned middle goes straight into `dst`, the edges through
-            // `edge`.
+            // alignment: the whole blocks `[a, b)` go straight into `dst`, a partial first
+            // block `[lo, a)` and last block `[b, hi)` through `edge` (inside one block,
+            // `[lo, hi)` is all first block; across one boundary, first and last).
             let (lo, hi) = (piece.local, piece.local + piece.len);
-            let (a, b) = (lo.div_ceil(block) * block, hi / block * block);
+            let a = (lo.div_ceil(block) * block).min(hi);
+            let b = (hi / block * block).max(a);
             let mut edge_read = |from: u64, to: u64, dst: &mut [u8]| {
+                if from == to {
+                    return true;
+                }
                 let start = from / block * block;
                 edge.resize(block as usize, 0);
                 if !sc.read(fid, unit, start, &mut edge) {
@@ -789,26 +794,11 @@ impl InodeIo {
                 dst.copy_from_slice(&edge[(from - start) as usize..(to - start) as usize]);
                 true
             };
-            if a >= b {
-                // No whole block: one or two edge blocks.
-                let mid = (lo / block + 1) * block;
-                if mid >= hi {
-                    if !edge_read(lo, hi, dst) {
-                        return false;
-                    }
-                } else {
-                    let (head, tail) = dst.split_at_mut((mid - lo) as usize);
-                    if !edge_read(lo, mid, head) || !edge_read(mid, hi, tail) {
-                        return false;
-                    }
-                }
-                continue;
-            }
             let (head, rest) = dst.split_at_mut((a - lo) as usize);
             let (middle, tail) = rest.split_at_mut((b - a) as usize);
-            if (a > lo && !edge_read(lo, a, head))
-                || !sc.read(fid, unit, a, middle)
-                || (hi > b && !edge_read(b, hi, tail))
+            if !edge_read(lo, a, head)
+                || (b > a && !sc.read(fid, unit, a, middle))
+                || !edge_read(b, hi, tail)
             {
                 return false;
             }

@@ -499,7 +499,7 @@ impl DataService {
         crcs: &[u32],
         data: &[u8],
     ) -> Result<Response, WireError> {
-        verify_transit(conn, fid, offset, crcs, data)?;
+        verify_transit(&conn.peer, fid, offset, crcs, data)?;
         let stripe = self.stripe(unit)?;
         self.throttle(&stripe, offset, data.len() as u64);
         self.write_verified(&stripe, fid, offset, crcs, data)?;
@@ -527,7 +527,7 @@ impl DataService {
         for &(offset, len) in extents {
             let n = pieces(offset, len as usize).count();
             let (bytes, sums) = (&data[at..at + len as usize], &crcs[c..c + n]);
-            verify_transit(conn, fid, offset, sums, bytes)?;
+            verify_transit(&conn.peer, fid, offset, sums, bytes)?;
             spans.push((offset, bytes, sums));
             at += len as usize;
             c += n;
@@ -590,49 +590,32 @@ impl DataService {
         }
         let stripe = self.stripe(w.unit)?;
         let fid = InodeId(w.fid);
-        let mut next_crc = 0;
-        for p in stripe.split(w.offset, w.len as u64) {
-            let t = p.place as usize;
-            let n = (p.len / BLOCK) as usize;
-            let crcs = &w.crcs[next_crc..next_crc + n];
-            let (first, end) = (p.local / BLOCK, (p.local + p.len) / BLOCK);
-            let _g = self.locks.lock(fid.0, p.place, first, end, Mode::Exclusive);
-            let obj = self
-                .object(t, fid, true)?
-                .ok_or_else(|| self.vanished(t, fid))?;
-            let c = self.ctx(t, fid);
-            match object::write_spliced(&c, &obj, p.local, p.len, pipe, crcs, timeout) {
-                Ok(object::Spliced::Done) => *taken += p.len as usize,
-                Ok(object::Spliced::NotHoles) => {
-                    let mut bytes = vec![0u8; p.len as usize];
-                    stripefs_rpc::local::read_pipe(pipe, &mut bytes, timeout)
-                        .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
-                    *taken += p.len as usize;
-                    for (i, block) in bytes.chunks(BLOCK as usize).enumerate() {
-                        if stripefs_wire::crc32c(block) != crcs[i] {
-                            return Err(LocalWriteError::Failed(WireError::new(
-                                ErrorCode::Checksum,
-                                format!(
-                                    "short-circuit write to {fid} at local offset {}: block {i} fails its checksum",
-                                    p.local
-                                ),
-                            )));
-                        }
+        let len = w.len as u64;
+        self.for_each_unit(
+            &stripe,
+            fid,
+            w.offset,
+            len,
+            &w.crcs,
+            |c, obj, local, n, _, crcs| {
+                match object::write_spliced(c, obj, local, n as u64, pipe, crcs, timeout) {
+                    Ok(object::Spliced::Done) => *taken += n,
+                    Ok(object::Spliced::NotHoles) => {
+                        let mut bytes = vec![0u8; n];
+                        stripefs_rpc::local::read_pipe(pipe, &mut bytes, timeout)
+                            .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
+                        *taken += n;
+                        verify_transit(&"the short-circuit pipe", fid, local, crcs, &bytes)?;
+                        object::write(c, obj, local, &bytes, crcs)?;
                     }
-                    object::write(&c, &obj, p.local, &bytes, crcs)?;
+                    Err((done, e)) => {
+                        *taken += done;
+                        return Err(e.into());
+                    }
                 }
-                Err((done, e)) => {
-                    *taken += done;
-                    return Err(e.into());
-                }
-            }
-            next_crc += n;
-            drop(_g);
-            if obj.intents.appended_bytes() > MAX_LOG_BYTES {
-                self.sync_object(t, fid, true)?;
-            }
-        }
-        Ok(())
+                Ok(())
+            },
+        )
     }
 
     /// Writes checked bytes at `offset` of the local byte space, unit by unit.
@@ -644,25 +627,45 @@ impl DataService {
         crcs: &[u32],
         data: &[u8],
     ) -> Result<(), WireError> {
+        let len = data.len() as u64;
+        self.for_each_unit(
+            stripe,
+            fid,
+            offset,
+            len,
+            crcs,
+            |c, obj, local, n, at, sums| object::write(c, obj, local, &data[at..at + n], sums),
+        )?;
+        self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Runs `write(ctx, object, local offset, length, start in the request, CRCs)` for
+    /// each unit of the range `[offset, offset + len)` of the local byte space, in order,
+    /// with the unit's object (made if missing) under the exclusive lock of the unit's
+    /// blocks; `crcs` holds one CRC per block-bounded piece of the whole range.
+    fn for_each_unit<E: From<WireError>>(
+        &self,
+        stripe: &Stripe,
+        fid: InodeId,
+        offset: u64,
+        len: u64,
+        crcs: &[u32],
+        mut write: impl FnMut(&Ctx, &Object, u64, usize, usize, &[u32]) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut next_crc = 0;
-        for p in stripe.split(offset, data.len() as u64) {
+        for p in stripe.split(offset, len) {
             assert_eq!(p.global % BLOCK, p.local % BLOCK, "units are whole blocks");
             let t = p.place as usize;
             let n = pieces(p.local, p.len as usize).count();
-            let at = (p.global - offset) as usize;
-            let bytes = &data[at..at + p.len as usize];
             let (first, end) = (p.local / BLOCK, (p.local + p.len).div_ceil(BLOCK));
             let _g = self.locks.lock(fid.0, p.place, first, end, Mode::Exclusive);
             let obj = self
                 .object(t, fid, true)?
                 .ok_or_else(|| self.vanished(t, fid))?;
-            object::write(
-                &self.ctx(t, fid),
-                &obj,
-                p.local,
-                bytes,
-                &crcs[next_crc..next_crc + n],
-            )?;
+            let at = (p.global - offset) as usize;
+            let sums = &crcs[next_crc..next_crc + n];
+            write(&self.ctx(t, fid), &obj, p.local, p.len as usize, at, sums)?;
             next_crc += n;
             drop(_g);
             // A writer that never fsyncs would grow the object's log without end (an
@@ -673,9 +676,6 @@ impl DataService {
             }
         }
         assert_eq!(next_crc, crcs.len());
-        self.stats
-            .bytes_written
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1467,7 +1467,7 @@ impl From<WireError> for LocalWriteError {
 
 /// Checks the data against the per-piece CRCs the client computed before sending.
 fn verify_transit(
-    conn: &ConnInfo,
+    from: &dyn std::fmt::Display,
     fid: InodeId,
     offset: u64,
     crcs: &[u32],
@@ -1480,9 +1480,8 @@ fn verify_transit(
             return Err(WireError::new(
                 ErrorCode::Checksum,
                 format!(
-                    "data corrupted in transit from {}: write to {fid} at local offset {}, \
+                    "data corrupted in transit from {from}: write to {fid} at local offset {}, \
                      {len} bytes fail their checksum",
-                    conn.peer,
                     offset + at as u64
                 ),
             ));

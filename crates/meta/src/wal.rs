@@ -48,14 +48,9 @@ pub const FILE_BYTES: u64 = 4 << 20;
 const BLOCK: usize = 4096;
 /// Largest record accepted when reading (a batch of 256 operations is far smaller, but
 /// one of operations on many inodes with large attributes or inline bytes could pass
-/// it: the writer then commits the batch's operations one by one, see [`fits`] and
+/// it: the writer then commits the batch's operations one by one, see
 /// `Tuning::max_log_record`).
 pub(crate) const MAX_RECORD: u32 = 64 << 20;
-
-/// Whether a record of `payload_len` bytes fits in the log.
-pub fn fits(payload_len: usize) -> bool {
-    payload_len < MAX_RECORD as usize
-}
 
 /// (parent, name, Some((child, type code)) or None for a removal).
 type DirentChange = (u64, String, Option<(u64, u8)>);

@@ -361,7 +361,7 @@ impl Log {
         };
         if !delta.is_empty() {
             let payload = wal::encode(&delta);
-            if !wal::fits(payload.len()) || payload.len() > core.tuning.max_log_record {
+            if payload.len() > core.tuning.max_log_record.min(wal::MAX_RECORD as usize - 1) {
                 // Nothing was written: the batch's operations go one record each.
                 return self.commit_one_by_one(core, id, batch, refuse, payload.len());
             }

@@ -600,32 +600,57 @@ fn wait_ready(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result
     }
 }
 
+/// Moves `len` bytes through a non-blocking pipe end `fd`: `step(done)` makes one
+/// transfer system call for the bytes from `done` on and returns what it returned; when
+/// the pipe is full (or empty) it waits for `events`, at most `timeout` each time. On an
+/// error, also returns how many bytes had moved.
+fn pump(
+    fd: RawFd,
+    events: libc::c_short,
+    len: usize,
+    timeout: Duration,
+    mut step: impl FnMut(usize) -> isize,
+) -> Result<(), (usize, io::Error)> {
+    let mut done = 0;
+    while done < len {
+        let n = step(done);
+        if n > 0 {
+            done += n as usize;
+            continue;
+        }
+        if n == 0 {
+            let e = err(
+                io::ErrorKind::UnexpectedEof,
+                "short-circuit pipe closed".into(),
+            );
+            return Err((done, e));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => wait_ready(fd, events, timeout).map_err(|e| (done, e))?,
+            io::ErrorKind::Interrupted => {}
+            _ => return Err((done, e)),
+        }
+    }
+    Ok(())
+}
+
 /// Puts all of `data` into the pipe by reference (`vmsplice`: the pipe holds the
 /// caller's pages, not a copy). The caller must not change `data` until the reader has
 /// taken it out (the server's answer says so). A client puts a write's bytes in before
 /// it sends the write, so that the server finds them all there and moves them in one
 /// go (no ping-pong of wake-ups between the two); `data` must then fit in the pipe.
 pub fn vmsplice_all(pipe_w: &OwnedFd, data: &[u8], timeout: Duration) -> io::Result<()> {
-    let mut done = 0;
-    while done < data.len() {
+    let fd = pipe_w.as_raw_fd();
+    pump(fd, libc::POLLOUT, data.len(), timeout, |done| {
         let iov = libc::iovec {
             iov_base: data[done..].as_ptr() as *mut libc::c_void,
             iov_len: data.len() - done,
         };
         // SAFETY: one iovec over live memory that outlives the transfer (see above).
-        let n = unsafe { libc::vmsplice(pipe_w.as_raw_fd(), &iov, 1, libc::SPLICE_F_NONBLOCK) };
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => wait_ready(pipe_w.as_raw_fd(), libc::POLLOUT, timeout)?,
-            io::ErrorKind::Interrupted => {}
-            _ => return Err(e),
-        }
-    }
-    Ok(())
+        unsafe { libc::vmsplice(fd, &iov, 1, libc::SPLICE_F_NONBLOCK) }
+    })
+    .map_err(|(_, e)| e)
 }
 
 /// Moves `len` bytes from the pipe into `file` at `offset` (`splice`: the kernel copies
@@ -638,75 +663,23 @@ pub fn splice_into(
     len: usize,
     timeout: Duration,
 ) -> Result<(), (usize, io::Error)> {
-    let mut done = 0;
-    while done < len {
+    let fd = pipe_r.as_raw_fd();
+    pump(fd, libc::POLLIN, len, timeout, |done| {
         let mut off = (offset + done as u64) as libc::loff_t;
+        let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
         // SAFETY: valid descriptors and offset pointer.
-        let n = unsafe {
-            libc::splice(
-                pipe_r.as_raw_fd(),
-                std::ptr::null_mut(),
-                file,
-                &mut off,
-                len - done,
-                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-            )
-        };
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        if n == 0 {
-            return Err((
-                done,
-                err(
-                    io::ErrorKind::UnexpectedEof,
-                    "short-circuit pipe closed".into(),
-                ),
-            ));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => {
-                wait_ready(pipe_r.as_raw_fd(), libc::POLLIN, timeout).map_err(|e| (done, e))?
-            }
-            io::ErrorKind::Interrupted => {}
-            _ => return Err((done, e)),
-        }
-    }
-    Ok(())
+        unsafe { libc::splice(fd, std::ptr::null_mut(), file, &mut off, len - done, flags) }
+    })
 }
 
 /// Fills `buf` from the (non-blocking) pipe, waiting at most `timeout` for each part.
 pub fn read_pipe(pipe_r: &OwnedFd, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: reading into our own buffer of `buf.len() - done` bytes.
-        let n = unsafe {
-            libc::read(
-                pipe_r.as_raw_fd(),
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-            )
-        };
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        if n == 0 {
-            return Err(err(
-                io::ErrorKind::UnexpectedEof,
-                "short-circuit pipe closed".into(),
-            ));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => wait_ready(pipe_r.as_raw_fd(), libc::POLLIN, timeout)?,
-            io::ErrorKind::Interrupted => {}
-            _ => return Err(e),
-        }
-    }
-    Ok(())
+    let (fd, len) = (pipe_r.as_raw_fd(), buf.len());
+    pump(fd, libc::POLLIN, len, timeout, |done| {
+        // SAFETY: reading into our own buffer of `len - done` bytes.
+        unsafe { libc::read(fd, buf[done..].as_mut_ptr().cast(), len - done) }
+    })
+    .map_err(|(_, e)| e)
 }
 
 /// Takes `len` bytes out of the pipe and drops them (after a write that failed part-way,

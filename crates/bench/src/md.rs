@@ -194,12 +194,16 @@ fn measure(
         None
     } else {
         let own_dirs = (0..a.clients)
-            .map(|r| Ok(admin.mkdir(&format!("{run_dir}/rank{r}"), 0o755)?.ino))
-            .collect::<Result<Vec<InodeId>>>()?;
+            .map(|r| {
+                let path = format!("{run_dir}/rank{r}");
+                Ok((admin.mkdir(&path, 0o755)?.ino, path))
+            })
+            .collect::<Result<Vec<(InodeId, String)>>>()?;
         Some(trio(clients, a, &own_dirs, "own dir", content)?)
     };
-    let shared_ino = admin.mkdir(&format!("{run_dir}/shared"), 0o755)?.ino;
-    let shared_dirs = vec![shared_ino; a.clients as usize];
+    let shared_path = format!("{run_dir}/shared");
+    let shared_ino = admin.mkdir(&shared_path, 0o755)?.ino;
+    let shared_dirs = vec![(shared_ino, shared_path); a.clients as usize];
     let shared = trio(clients, a, &shared_dirs, "shared", content)?;
     Ok((coll, own, shared))
 }
@@ -458,7 +462,7 @@ fn summarize(per_client: &[Vec<Spans3>], op: usize) -> Collective {
 fn trio(
     clients: &[Client],
     a: &MdArgs,
-    dirs: &[InodeId],
+    dirs: &[(InodeId, String)],
     label: &str,
     content: &Content,
 ) -> Result<Trio> {
@@ -467,7 +471,7 @@ fn trio(
         a,
         dirs,
         &format!("{label} create"),
-        |c, d, r, i| {
+        |c, (d, _), r, i| {
             let name = file_name(r, i);
             let f = c.create_at(d, &name, &OpenOptions::create_new(0o644))?;
             if content.bytes > 0 {
@@ -477,20 +481,26 @@ fn trio(
             Ok(())
         },
     )?;
-    let stat = files_phase(clients, a, dirs, &format!("{label} stat"), |c, d, r, i| {
-        c.lookup(d, &file_name(r, i))?;
-        Ok(())
-    })?;
+    let stat = files_phase(
+        clients,
+        a,
+        dirs,
+        &format!("{label} stat"),
+        |c, (d, _), r, i| {
+            c.lookup(d, &file_name(r, i))?;
+            Ok(())
+        },
+    )?;
     let read = if content.bytes > 0 {
         Some(files_phase(
             clients,
             a,
             dirs,
             &format!("{label} read"),
-            |c, d, r, i| {
+            |c, (_, path), r, i| {
                 let name = file_name(r, i);
-                let attr = c.lookup(d, &name)?;
-                let f = c.open_ino(attr.ino, &OpenOptions::read_only())?;
+                // By path, as a program opens a file: one round trip (OpenPath).
+                let f = c.open(&format!("{path}/{name}"), &OpenOptions::read_only())?;
                 let mut buf = vec![0u8; content.bytes as usize + 1];
                 let mut got = 0;
                 while got < buf.len() {
@@ -512,7 +522,7 @@ fn trio(
         a,
         dirs,
         &format!("{label} remove"),
-        |c, d, r, i| Ok(c.unlink_at(d, &file_name(r, i)).map(|_| ())?),
+        |c, (d, _), r, i| Ok(c.unlink_at(d, &file_name(r, i)).map(|_| ())?),
     )?;
     Ok(Trio {
         create,
@@ -526,9 +536,9 @@ fn trio(
 fn files_phase(
     clients: &[Client],
     a: &MdArgs,
-    dirs: &[InodeId],
+    dirs: &[(InodeId, String)],
     label: &str,
-    op: impl Fn(&Client, InodeId, u32, u32) -> Result<()> + Sync,
+    op: impl Fn(&Client, (InodeId, &str), u32, u32) -> Result<()> + Sync,
 ) -> Result<Rate> {
     let n = clients.len();
     let barrier = Barrier::new(n);
@@ -538,7 +548,8 @@ fn files_phase(
             .iter()
             .enumerate()
             .map(|(rank, c)| {
-                let (barrier, pb, op, dir) = (&barrier, &pb, &op, dirs[rank]);
+                let (barrier, pb, op) = (&barrier, &pb, &op);
+                let dir = (dirs[rank].0, dirs[rank].1.as_str());
                 s.spawn(move || {
                     barrier.wait();
                     timed_ops(a.files, pb, |i| op(c, dir, rank as u32, i))

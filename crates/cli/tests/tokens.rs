@@ -9,7 +9,7 @@ use common::*;
 use std::time::Duration;
 use stripefs_rpc::token::TokenCred;
 use stripefs_rpc::{ClusterConfig, Conn};
-use stripefs_wire::{Cred, InodeId, Request};
+use stripefs_wire::{Cred, InodeId, Request, Response};
 
 fn token(c: &Cluster, args: &[&str]) -> String {
     let out = c.ok(&[&["token", "create"], args].concat());
@@ -144,6 +144,35 @@ fn a_token_is_held_to_its_tree_and_mode() {
             .expect_err("resolved through a symlink out of its tree");
         assert!(err.message.contains("out"), "{path}: {err}");
     }
+    // Nor an open by path through it: OpenPath is judged before it counts the open.
+    let session = match meta
+        .call(&Cred::root(), Request::SessionOpen {}, &[], &mut [])
+        .unwrap()
+        .0
+    {
+        Response::Session { session, .. } => session,
+        other => panic!("SessionOpen answered {other:?}"),
+    };
+    let open = |path: &str, write: bool| Request::OpenPath {
+        path: path.into(),
+        session,
+        read: true,
+        write,
+    };
+    let open_files = || admin.meta_status().unwrap().open_files;
+    let before = open_files();
+    let err = meta
+        .call(&Cred::root(), open("/a/out/g", false), &[], &mut [])
+        .expect_err("opened through a symlink out of its tree");
+    assert!(err.message.contains("out"), "{err}");
+    let err = meta
+        .call(&Cred::root(), open("/b/g", false), &[], &mut [])
+        .expect_err("opened outside its tree");
+    assert!(err.message.contains("outside its tree"), "{err}");
+    assert_eq!(open_files(), before, "a refused open was counted");
+    meta.call(&Cred::root(), open("/a/sub/f", true), &[], &mut [])
+        .expect("an open inside its tree");
+    assert_eq!(open_files(), before + 1);
     // The read-only token cannot write through a data server either.
     let rocred = TokenCred::parse(&ro).unwrap();
     let mut conn = Conn::connect_token(&cfg.data[0].addr, &rocred, Duration::from_secs(5)).unwrap();
@@ -157,6 +186,22 @@ fn a_token_is_held_to_its_tree_and_mode() {
     let err = conn
         .call(&Cred::root(), w, &data, &mut [])
         .expect_err("a read-only token wrote");
+    assert!(err.message.contains("read-only"), "{err}");
+    // Nor open a file for writing by path.
+    let mut meta = Conn::connect_token(&cfg.meta_addr, &rocred, Duration::from_secs(5)).unwrap();
+    let err = meta
+        .call(
+            &Cred::root(),
+            Request::OpenPath {
+                path: "/a/sub/f".into(),
+                session,
+                read: true,
+                write: true,
+            },
+            &[],
+            &mut [],
+        )
+        .expect_err("a read-only token opened for writing");
     assert!(err.message.contains("read-only"), "{err}");
 }
 

@@ -191,35 +191,23 @@ impl Client {
 
     /// Opens the file `ino`. `opts.create` is ignored: the inode exists. One round trip:
     /// the metadata server checks the type and the access, counts the open and answers
-    /// the attributes.
+    /// the attributes (refusing anything but a regular file).
     pub fn open_ino(&self, ino: InodeId, opts: &OpenOptions) -> Result<File, WireError> {
         opts.validate()?;
-        self.open_existing(ino, opts, None)
-    }
-
-    /// Opens the existing inode `ino` (reached by `path`, if given) with one Open,
-    /// which the metadata server refuses for anything but a regular file.
-    fn open_existing(
-        &self,
-        ino: InodeId,
-        opts: &OpenOptions,
-        path: Option<&str>,
-    ) -> Result<File, WireError> {
         let make = |session| Request::Open {
             ino,
             session,
             read: opts.read,
             write: opts.write,
         };
-        let attr = ctx(self.inner.open_counted(&self.cred, make), || match path {
-            Some(p) => format!("open {p}"),
-            None => format!("open {ino}"),
+        let attr = ctx(self.inner.open_counted(&self.cred, make), || {
+            format!("open {ino}")
         })?;
-        self.file_of(attr, opts, path, false)
+        self.file_of(attr, opts, None, false)
     }
 
     /// A handle on the regular file `attr`, whose open the metadata server counted
-    /// (Open or CreateOpen, which refuse other types); `created`: by CreateOpen.
+    /// (Open, OpenPath or CreateOpen, which refuse other types); `created`: by CreateOpen.
     fn file_of(
         &self,
         attr: Attr,
@@ -504,8 +492,17 @@ impl Client {
             let (dir, name) = self.parent_of(&canon)?;
             return self.create_named(dir, &name, opts, Some(&canon));
         }
-        let attr = self.stat(&canon)?;
-        self.open_existing(attr.ino, opts, Some(&canon))
+        // One round trip: the metadata server resolves the path and counts the open.
+        let make = |session| Request::OpenPath {
+            path: canon.clone(),
+            session,
+            read: opts.read,
+            write: opts.write,
+        };
+        let attr = ctx(self.inner.open_counted(&self.cred, make), || {
+            format!("open {canon}")
+        })?;
+        self.file_of(attr, opts, Some(&canon), false)
     }
 
     pub fn unlink(&self, path: &str) -> Result<(), WireError> {

@@ -227,3 +227,78 @@ fn extended_attributes_by_path() {
     assert_eq!(e.code, ErrorCode::NoAttr);
     assert!(e.message.contains("/f"), "{e}");
 }
+
+/// An open by path is one round trip (OpenPath): it follows symlinks as open(2) does,
+/// answers each failure as the separate resolve and open did, counts the open (the file
+/// outlives its unlink while open), and checks the caller's access on the way and at
+/// the end.
+#[test]
+fn opens_by_path_resolve_and_count_in_one_round_trip() {
+    let cl = Cluster::start();
+    let root = cl.client();
+    root.mkdir_all("/p/q", 0o755).unwrap();
+    root.write_file("/p/q/f", b"by path", 0o644).unwrap();
+    root.symlink("/p/q/f", "/p/link").unwrap();
+    root.symlink("q", "/p/rel").unwrap();
+    root.symlink("/p/none", "/p/dangling").unwrap();
+
+    let read = |c: &stripefs_client::Client, p: &str| -> Result<Vec<u8>, ErrorCode> {
+        let f = c.open(p, &OpenOptions::read_only()).map_err(|e| e.code)?;
+        let mut buf = vec![0u8; 64];
+        let n = f.read_at(0, &mut buf).unwrap();
+        buf.truncate(n);
+        Ok(buf)
+    };
+    for p in ["/p/q/f", "/p/link", "/p/rel/f", "/p/./q/f"] {
+        assert_eq!(read(&root, p).unwrap(), b"by path", "{p}");
+    }
+    // One request to the metadata server: the status calls around it count themselves.
+    let requests = || root.meta_status().unwrap().counters.requests;
+    let idle = {
+        let r0 = requests();
+        requests() - r0
+    };
+    let r0 = requests();
+    let f = root.open("/p/link", &OpenOptions::read_only()).unwrap();
+    assert_eq!(
+        requests() - r0,
+        idle + 1,
+        "an open by path took more than one request"
+    );
+    drop(f);
+    assert_eq!(read(&root, "/p/q/missing"), Err(ErrorCode::NotFound));
+    assert_eq!(read(&root, "/p/dangling"), Err(ErrorCode::NotFound));
+    assert_eq!(read(&root, "/p/q/f/x"), Err(ErrorCode::NotDir));
+    assert_eq!(read(&root, "/p/q"), Err(ErrorCode::IsDir));
+    let err = root
+        .open("/p/q/missing", &OpenOptions::read_only())
+        .unwrap_err();
+    assert!(err.message.contains("/p/q/missing"), "{err}");
+
+    // The open is counted: the file is read after its last name is gone.
+    let f = root.open("/p/link", &OpenOptions::read_only()).unwrap();
+    root.unlink("/p/q/f").unwrap();
+    let mut buf = [0u8; 7];
+    assert_eq!(f.read_at(0, &mut buf).unwrap(), 7);
+    assert_eq!(&buf, b"by path");
+    f.close().unwrap();
+
+    // Access: the search permission of each directory, then the file's mode.
+    root.write_file("/p/q/secret", b"s", 0o600).unwrap();
+    root.write_file("/p/open", b"o", 0o644).unwrap();
+    let user = cl.client().with_cred(stripefs_client::Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    });
+    assert_eq!(read(&user, "/p/q/secret"), Err(ErrorCode::PermissionDenied));
+    assert_eq!(read(&user, "/p/open").unwrap(), b"o");
+    let w = OpenOptions::new().write(true);
+    assert_eq!(
+        user.open("/p/open", &w).unwrap_err().code,
+        ErrorCode::PermissionDenied
+    );
+    root.chmod("/p/q", 0o700).unwrap();
+    root.write_file("/p/q/g", b"g", 0o644).unwrap();
+    assert_eq!(read(&user, "/p/q/g"), Err(ErrorCode::PermissionDenied));
+}

@@ -195,6 +195,12 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             after: if rng.gen() { String::new() } else { text(rng) },
             limit: rng.gen_range(0..5000),
         },
+        Opcode::OpenPath => Request::OpenPath {
+            path: format!("/{}/{}", text(rng), text(rng)),
+            session: rng.gen(),
+            read: rng.gen(),
+            write: rng.gen(),
+        },
         Opcode::Open => Request::Open {
             ino: ino(rng),
             session: rng.gen(),
@@ -443,6 +449,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Uninline
         | Opcode::SetXattr
         | Opcode::RemoveXattr
+        | Opcode::OpenPath
         | Opcode::Open => Response::Attr(attr(rng)),
         Opcode::GetXattr => Response::Xattr {
             value: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),

@@ -292,6 +292,12 @@ impl Core {
     }
 }
 
+/// The file an Open names: an inode, or a path resolved as open(2) does.
+enum Target<'a> {
+    Ino(u64),
+    Path(&'a str),
+}
+
 /// The metadata service: a [`Service`] for the rpc server loop.
 pub struct MetaService {
     core: Arc<Core>,
@@ -569,7 +575,13 @@ impl MetaService {
                 session,
                 read,
                 write,
-            } => self.open_file(&cred, ino.0, session, read, write, true),
+            } => self.open_file(&cred, Target::Ino(ino.0), session, read, write, true),
+            Request::OpenPath {
+                path,
+                session,
+                read,
+                write,
+            } => self.open_file(&cred, Target::Path(&path), session, read, write, true),
             Request::CreateOpen {
                 parent,
                 name,
@@ -601,7 +613,7 @@ impl MetaService {
                     // The creator may use the access it asked for whatever the new mode
                     // says (open(2) with O_CREAT), so no permission check here.
                     Ok(Response::Attr(a)) => {
-                        self.open_file(&cred, a.ino.0, session, read, write, false)
+                        self.open_file(&cred, Target::Ino(a.ino.0), session, read, write, false)
                     }
                     Err(e) if e.code == ErrorCode::Exists && !exclusive => {
                         let ino = match self.read(&cred, &Request::Lookup { parent, name })? {
@@ -620,7 +632,7 @@ impl MetaService {
                             }
                             other => return Ok(other),
                         };
-                        self.open_file(&cred, ino, session, read, write, true)
+                        self.open_file(&cred, Target::Ino(ino), session, read, write, true)
                     }
                     other => other,
                 }
@@ -710,12 +722,12 @@ impl MetaService {
         Writer::submit(&self.core, job)
     }
 
-    /// Counts an open of `ino` by `session`, after checking `read`/`write` access against
-    /// the mode when `check` (a file just created by this caller is not checked).
+    /// Counts an open of `target` by `session`, after checking `read`/`write` access
+    /// against the mode when `check` (a file just created by this caller is not checked).
     fn open_file(
         &self,
         cred: &Cred,
-        ino: u64,
+        target: Target,
         session: u64,
         read: bool,
         write: bool,
@@ -728,6 +740,20 @@ impl MetaService {
         let (_db, txn) = self.core.read_txn()?;
         let rd = Rd::open(&txn)?;
         let view = View::new(&layers, &rd);
+        // A path is resolved in the same view the open is counted in, so that the file
+        // cannot be removed in between.
+        let ino = match target {
+            Target::Ino(ino) => ino,
+            Target::Path(path) => match ops::read::resolve(&view, cred, path, true)? {
+                Response::Attr(a) => a.ino.0,
+                other => {
+                    return Err(WireError::new(
+                        ErrorCode::Internal,
+                        format!("Resolve answered {other:?}"),
+                    ))
+                }
+            },
+        };
         let mut st = self.core.opens.lock();
         let gone = || {
             WireError::new(

@@ -54,6 +54,7 @@ fn mutates(req: &Request) -> bool {
             req,
             Request::CreateOpen { .. }
                 | Request::Open { write: true, .. }
+                | Request::OpenPath { write: true, .. }
                 | Request::Uninline { .. }
         )
 }
@@ -199,6 +200,30 @@ impl Scopes {
         }
     }
 
+    /// Whether `path`, resolved to `ino`, is reachable from inside `t`'s tree: a
+    /// directory in the tree (`false`: directories need no entry in `known`, they are
+    /// judged by their parents), or a file whose entry lies in a directory of the tree
+    /// (`true`: to be remembered). Refused otherwise (a symlink leading out).
+    fn reached_inside(
+        &self,
+        t: &Token,
+        ns: &dyn Namespace,
+        path: &str,
+        ino: u64,
+    ) -> Result<bool, WireError> {
+        if self.dir_in(t, ns, ino)? {
+            return Ok(false);
+        }
+        let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
+        let (dir, name) = p.rsplit_once('/').unwrap_or(("", &p));
+        let dir = if dir.is_empty() { "/" } else { dir };
+        let parent = ns.resolve(dir)?;
+        if !self.dir_in(t, ns, parent)? || ns.lookup(parent, name)? != ino {
+            return Err(denied(t, format!("{path} leads out of its tree")));
+        }
+        Ok(true)
+    }
+
     /// Checks a request made with token `t` before it runs.
     pub fn authorize(&self, t: &Token, ns: &dyn Namespace, req: &Request) -> Result<(), WireError> {
         if t.read_only && mutates(req) {
@@ -258,6 +283,16 @@ impl Scopes {
                     Err(denied(t, format!("{path} is outside its tree")))
                 }
             }
+            // An open counts as it runs, so its target is judged first, as a Resolve's
+            // answer would be: the path inside the tree and not leading out of it.
+            Request::OpenPath { path, .. } => {
+                let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
+                if !t.covers(&p) {
+                    return Err(denied(t, format!("{path} is outside its tree")));
+                }
+                let ino = ns.resolve(&p)?;
+                self.reached_inside(t, ns, path, ino).map(|_| ())
+            }
             other => Err(denied(
                 t,
                 format!("{} needs the cluster secret", other.opcode().name()),
@@ -276,21 +311,9 @@ impl Scopes {
     ) -> Result<(), WireError> {
         let mut found: Vec<u64> = Vec::new();
         match (req, answer) {
-            (Request::Resolve { path, .. }, Response::Attr(a)) => {
-                // Directories need no entry in `known`: they are judged by their parents.
-                // The answer must be reachable from inside: a directory in the tree, or
-                // a file whose entry lies in a directory of the tree.
-                let inside = self.dir_in(t, ns, a.ino.0)?;
-                if !inside {
-                    let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
-                    let (dir, name) = p.rsplit_once('/').unwrap_or(("", &p));
-                    let dir = if dir.is_empty() { "/" } else { dir };
-                    let parent = ns.resolve(dir)?;
-                    if !self.dir_in(t, ns, parent)? || ns.lookup(parent, name)? != a.ino.0 {
-                        return Err(denied(t, format!("{path} leads out of its tree")));
-                    }
-                    found.push(a.ino.0);
-                }
+            (Request::Resolve { path, .. } | Request::OpenPath { path, .. }, Response::Attr(a)) => {
+                let remember = self.reached_inside(t, ns, path, a.ino.0)?;
+                found.extend(remember.then_some(a.ino.0));
             }
             // A directory answered (a lookup of "..", say) must lie in the tree itself.
             (_, Response::Attr(a)) if a.ftype == stripefs_wire::FileType::Dir => {

@@ -460,6 +460,10 @@ requests! {
     39 => SetXattr { ino: InodeId, name: String, value: Vec<u8>, mode: u8 },
     // Removes attribute `name`; answered with `Attr`, or `NoAttr`.
     40 => RemoveXattr { ino: InodeId, name: String },
+    // Metadata: Resolve (following symlinks, as open(2) without O_NOFOLLOW) and Open in
+    // one round trip: opens the regular file `path` names; answered as Open is (`Attr`,
+    // with the inline bytes for a reader).
+    41 => OpenPath { path: String, session: u64, read: bool, write: bool },
 }
 
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).
@@ -1038,7 +1042,7 @@ impl Request {
         use crate::validate_name as name_ok;
         match self {
             Request::Lookup { name, .. } => name_ok(name),
-            Request::Resolve { path, .. } => check_path(path),
+            Request::Resolve { path, .. } | Request::OpenPath { path, .. } => check_path(path),
             Request::Mkdir { name, .. }
             | Request::Mknod { name, .. }
             | Request::Link { name, .. }

@@ -794,6 +794,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (38, "ListXattr"),
     (39, "SetXattr"),
     (40, "RemoveXattr"),
+    (41, "OpenPath"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -985,6 +986,12 @@ fn ping_like(op: Opcode) -> Request {
             mode: 0,
         },
         Opcode::RemoveXattr => Request::RemoveXattr { ino, name },
+        Opcode::OpenPath => Request::OpenPath {
+            path: name,
+            session: 7,
+            read: true,
+            write: false,
+        },
     }
 }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 use stripefs_layout::Stripe;
 use stripefs_rpc::local::{self, ObjectFiles, Opened, Seqpacket};
 use stripefs_rpc::Secret;
-use stripefs_wire::sidecar::{decode_entry, ENTRY_BYTES};
+use stripefs_wire::sidecar::{Entry, ENTRY_BYTES};
 use stripefs_wire::{padded_block_crc, BLOCK_BYTES};
 
 /// Objects whose descriptors a client keeps per server.
@@ -325,13 +325,16 @@ fn read_target(
         .chunks_mut(BLOCK as usize)
         .zip(entries.chunks(ENTRY_BYTES as usize))
     {
-        match decode_entry(entry) {
-            None => block.fill(0),
-            Some(crc) => {
+        match Entry::decode(entry) {
+            Ok(Entry::Hole) => block.fill(0),
+            Ok(Entry::Written(crc)) => {
                 if padded_block_crc(block) != crc {
                     return false;
                 }
             }
+            // Pieces in the server's log lie on top of these bytes (docs/objects.md,
+            // "Writes"), or a flag this version does not know: the server serves it.
+            Ok(Entry::Pieces(_)) | Err(_) => return false,
         }
     }
     true

@@ -18,6 +18,8 @@ pub struct Object {
     pub data: Arc<dyn ObjectFile>,
     pub crcs: Arc<dyn ObjectFile>,
     pub intents: IntentLog,
+    /// Partial-block writes in the log on top of their blocks (`pieces.rs`).
+    pub pieces: crate::pieces::Pieces,
 }
 
 /// Target index and file id.
@@ -124,6 +126,7 @@ mod tests {
             data: f(""),
             crcs: f(".crc"),
             intents: IntentLog::new(PathBuf::from(format!("/o/{n}.log")), store.clone(), None),
+            pieces: Default::default(),
         }
     }
 

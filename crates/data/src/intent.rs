@@ -38,8 +38,9 @@ pub const HEADER_BYTES: usize = 40;
 pub const MAX_WRITTEN_RANGES: usize = 1 << 16;
 const MAGIC: &[u8; 4] = b"SFDL";
 const VERSION: u8 = 1;
-/// Record kinds; 1 (piece) and 2 (cover) are reserved for the delta log
-/// (docs/objects.md).
+/// Record kinds (docs/objects.md, "Log record").
+const KIND_PIECE: u8 = 1;
+const KIND_COVER: u8 = 2;
 const KIND_IMAGE: u8 = 3;
 const KIND_INTENT: u8 = 4;
 const KIND_BARRIER: u8 = 5;
@@ -59,17 +60,44 @@ pub enum Record {
     /// An fsync that began epoch `seq` completed: records of earlier epochs are dead
     /// (the states they guard are superseded by one on disk).
     Barrier { seq: u64 },
+    /// A partial-block write of the delta log: `bytes` (inside one block, shorter than
+    /// it) at object offset `offset`, under the CRC32C the client sent for them.
+    Piece {
+        seq: u64,
+        offset: u64,
+        bytes: Vec<u8>,
+        crc: u32,
+    },
+    /// Block `block` was replaced whole after this log's earlier records of it: they
+    /// are dead.
+    Cover { seq: u64, block: u64 },
 }
 
 impl Record {
     pub fn seq(&self) -> u64 {
         match self {
-            Record::Intent { seq, .. } | Record::Image { seq, .. } | Record::Barrier { seq } => {
-                *seq
-            }
+            Record::Intent { seq, .. }
+            | Record::Image { seq, .. }
+            | Record::Barrier { seq }
+            | Record::Piece { seq, .. }
+            | Record::Cover { seq, .. } => *seq,
+        }
+    }
+
+    /// The block the record is about (none for a barrier).
+    pub fn block(&self, block_bytes: u64) -> Option<u64> {
+        match self {
+            Record::Intent { block, .. }
+            | Record::Image { block, .. }
+            | Record::Cover { block, .. } => Some(*block),
+            Record::Piece { offset, .. } => Some(offset / block_bytes),
+            Record::Barrier { .. } => None,
         }
     }
 }
+
+/// A record's payload is padded with zeros to a multiple of this.
+const PAD: usize = 8;
 
 fn header(kind: u8, seq: u64, offset: u64, len: u32, crc: u32) -> [u8; HEADER_BYTES] {
     let mut r = [0u8; HEADER_BYTES];
@@ -93,7 +121,30 @@ pub fn encode(r: &Record, block_bytes: u64) -> Vec<u8> {
         }
         Record::Barrier { seq } => header(KIND_BARRIER, *seq, 0, 0, 0).to_vec(),
         Record::Image { seq, block, bytes } => image_record(*seq, *block, bytes, block_bytes),
+        Record::Cover { seq, block } => {
+            header(KIND_COVER, *seq, block * block_bytes, 0, 0).to_vec()
+        }
+        Record::Piece {
+            seq,
+            offset,
+            bytes,
+            crc,
+        } => piece_record(*seq, *offset, bytes, *crc, block_bytes),
     }
+}
+
+/// The bytes of a piece record: `bytes` at object offset `offset`, inside one block.
+pub fn piece_record(seq: u64, offset: u64, bytes: &[u8], crc: u32, block_bytes: u64) -> Vec<u8> {
+    assert!(
+        !bytes.is_empty() && offset % block_bytes + bytes.len() as u64 <= block_bytes,
+        "a piece lies inside one block"
+    );
+    let padded = bytes.len().div_ceil(PAD) * PAD;
+    let mut out = Vec::with_capacity(HEADER_BYTES + padded);
+    out.extend_from_slice(&header(KIND_PIECE, seq, offset, bytes.len() as u32, crc));
+    out.extend_from_slice(bytes);
+    out.resize(HEADER_BYTES + padded, 0);
+    out
 }
 
 /// The bytes of an image record of `bytes`, a whole block.
@@ -148,11 +199,29 @@ fn decode_one(b: &[u8], block_bytes: u64) -> Option<(Record, usize)> {
         return None;
     }
     let (seq, offset, len, crc) = (u64_at(8), u64_at(16), u32_at(24) as usize, u32_at(28));
+    if h[5] == KIND_PIECE {
+        if len == 0 || offset % block_bytes + len as u64 > block_bytes {
+            return None;
+        }
+        let bytes = b.get(HEADER_BYTES..HEADER_BYTES + len)?;
+        let padded = len.div_ceil(PAD) * PAD;
+        b.get(HEADER_BYTES..HEADER_BYTES + padded)?;
+        return (crc32c(bytes) == crc).then(|| {
+            let r = Record::Piece {
+                seq,
+                offset,
+                bytes: bytes.to_vec(),
+                crc,
+            };
+            (r, HEADER_BYTES + padded)
+        });
+    }
     if offset % block_bytes != 0 {
         return None;
     }
     let block = offset / block_bytes;
     match h[5] {
+        KIND_COVER if len == 0 => Some((Record::Cover { seq, block }, HEADER_BYTES)),
         KIND_INTENT if len == 0 => Some((Record::Intent { seq, block, crc }, HEADER_BYTES)),
         KIND_BARRIER if len == 0 && offset == 0 => Some((Record::Barrier { seq }, HEADER_BYTES)),
         KIND_IMAGE if len as u64 == block_bytes => {
@@ -218,6 +287,10 @@ pub struct IntentLog {
     epoch: AtomicU64,
     /// Bytes appended since the log was last emptied (by this handle).
     appended: AtomicU64,
+    /// One append at a time, so that a failed one can be cut off again.
+    appending: Mutex<()>,
+    /// A failed append could not be cut off: no more appends until the log is emptied.
+    broken: AtomicBool,
     written: Mutex<Ranges>,
 }
 
@@ -239,6 +312,8 @@ impl IntentLog {
             new_name: AtomicBool::new(false),
             epoch: AtomicU64::new(1),
             appended: AtomicU64::new(0),
+            appending: Mutex::new(()),
+            broken: AtomicBool::new(false),
             written: Mutex::new(Ranges::default()),
         }
     }
@@ -271,8 +346,23 @@ impl IntentLog {
 
     fn append(&self, bytes: &[u8]) -> io::Result<Arc<dyn ObjectFile>> {
         let file = self.file()?;
+        let _one = self.appending.lock().unwrap_or_else(|p| p.into_inner());
+        if self.broken.load(Ordering::Acquire) {
+            return Err(io::Error::other(
+                "the object's log holds a record cut short that could not be removed; \
+                 it takes no more records until an fsync empties it",
+            ));
+        }
+        let before = file.size_bytes()?;
         self.dirty.store(true, Ordering::Release);
-        file.append(bytes)?;
+        if let Err(e) = file.append(bytes) {
+            // A record cut short would end the log there, hiding every later record from
+            // a replay: the log goes back to where it was.
+            if file.set_len(before).is_err() {
+                self.broken.store(true, Ordering::Release);
+            }
+            return Err(e);
+        }
         self.appended
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(file)
@@ -304,12 +394,30 @@ impl IntentLog {
     /// Before rewriting `block` in place to `image` (whose CRC is `crc`): an image
     /// record made durable, or an intent, as the module explains.
     pub fn protect(&self, block: u64, image: &[u8], crc: u32, block_bytes: u64) -> io::Result<()> {
-        let seq = self.epoch.load(Ordering::Acquire);
-        if self.written_since_sync(block) {
-            let r = Record::Intent { seq, block, crc };
-            return self.append(&encode(&r, block_bytes)).map(|_| ());
+        self.protect_many(&[(block, image, crc)], block_bytes)
+    }
+
+    /// [`IntentLog::protect`] for many blocks at once (a compaction): their records in
+    /// one append, and one sync for all the images among them.
+    pub fn protect_many(&self, blocks: &[(u64, &[u8], u32)], block_bytes: u64) -> io::Result<()> {
+        if blocks.is_empty() {
+            return Ok(());
         }
-        let file = self.append(&image_record(seq, block, image, block_bytes))?;
+        let seq = self.epoch.load(Ordering::Acquire);
+        let mut bytes = Vec::new();
+        let mut images = false;
+        for &(block, image, crc) in blocks {
+            if self.written_since_sync(block) {
+                bytes.extend_from_slice(&encode(&Record::Intent { seq, block, crc }, block_bytes));
+            } else {
+                bytes.extend_from_slice(&image_record(seq, block, image, block_bytes));
+                images = true;
+            }
+        }
+        let file = self.append(&bytes)?;
+        if !images {
+            return Ok(());
+        }
         file.sync_data()?;
         if self.new_name.swap(false, Ordering::AcqRel) {
             if let Some(dir) = self.path.parent() {
@@ -320,6 +428,14 @@ impl IntentLog {
             }
         }
         Ok(())
+    }
+
+    /// Appends records of the delta log (pieces, covers) in the current epoch, unsynced:
+    /// `make` gets the epoch and returns their bytes. Returns the epoch.
+    pub fn append_delta(&self, make: impl FnOnce(u64) -> Vec<u8>) -> io::Result<u64> {
+        let seq = self.epoch.load(Ordering::Acquire);
+        self.append(&make(seq))?;
+        Ok(seq)
     }
 
     /// Whether records may have been appended since the log was last emptied, or
@@ -355,15 +471,23 @@ impl IntentLog {
         let Some(f) = f else {
             return Ok(());
         };
-        if f.size_bytes()? == len {
+        let size = f.size_bytes()?;
+        if size == len {
             f.set_len(0)?;
             f.sync_all()?;
+            self.broken.store(false, Ordering::Release);
             self.dirty.store(false, Ordering::Release);
             self.appended.store(0, Ordering::Relaxed);
             return Ok(());
         }
+        if size < len {
+            // A sync that began after this one emptied the log meanwhile: every record
+            // older than this sync is dead already.
+            return Ok(());
+        }
+        // Appended as any record is, so that the log counts as not empty.
         let seq = self.epoch.load(Ordering::Acquire);
-        f.append(&encode(&Record::Barrier { seq }, 1))?;
+        self.append(&encode(&Record::Barrier { seq }, 1))?;
         f.sync_data()
     }
 }

@@ -26,6 +26,7 @@ mod local;
 mod locks;
 mod memstore;
 mod object;
+mod pieces;
 mod service;
 mod store;
 mod throttle;

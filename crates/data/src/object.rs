@@ -28,7 +28,8 @@ use stripefs_wire::{crc32c, ErrorCode, InodeId, ServerId, WireError, BLOCK_BYTES
 
 pub const BLOCK: u64 = BLOCK_BYTES as u64;
 const BLOCK_USIZE: usize = BLOCK_BYTES as usize;
-pub use stripefs_wire::sidecar::{decode_entry, encode_entry, ENTRY_BYTES};
+use crate::pieces::Piece;
+pub use stripefs_wire::sidecar::{encode_entry, Entry, ENTRY_BYTES};
 
 /// Names what an error is about: server, file and target.
 pub struct Ctx<'a> {
@@ -56,6 +57,39 @@ impl Ctx<'_> {
         )
     }
 
+    /// An entry whose flag this version does not know (a newer format): refused, never
+    /// guessed at.
+    fn unknown_flag(&self, block: u64, flag: u32) -> WireError {
+        WireError::new(
+            ErrorCode::Io,
+            format!(
+                "data server {}: {} on target {}: the checksum entry of the block at object \
+                 offset {} has flag {flag}, which this version does not know",
+                self.server.0,
+                self.fid,
+                self.target.display(),
+                block * BLOCK
+            ),
+        )
+    }
+
+    /// A piece in memory that fails its CRC.
+    fn bad_piece(&self, block: u64, p: &Piece, actual: u32) -> WireError {
+        WireError::new(
+            ErrorCode::Checksum,
+            format!(
+                "data server {}: {} on target {}: a piece of {} bytes at object offset {} \
+                 fails its checksum (stored {:08x}, computed {actual:08x})",
+                self.server.0,
+                self.fid,
+                self.target.display(),
+                p.bytes.len(),
+                block * BLOCK + p.at as u64,
+                p.crc
+            ),
+        )
+    }
+
     fn corrupt(&self, block: u64, stored: u32, actual: u32) -> WireError {
         WireError::new(
             ErrorCode::Checksum,
@@ -71,27 +105,64 @@ impl Ctx<'_> {
     }
 }
 
-fn read_entry(obj: &Object, block: u64) -> io::Result<Option<u32>> {
-    let mut e = [0u8; ENTRY_BYTES as usize];
-    let n = obj.crcs.read_at(&mut e, block * ENTRY_BYTES)?;
-    Ok(if n < e.len() { None } else { decode_entry(&e) })
+/// The entry of `block` held in `e` (8 bytes), refusing unknown flags.
+fn entry_of(c: &Ctx, block: u64, e: &[u8]) -> Result<Entry, WireError> {
+    Entry::decode(e).map_err(|flag| c.unknown_flag(block, flag))
 }
 
-/// The stored entries of blocks `first` and `last` (> `first`), read together: one
-/// read of the sidecar between them (8 bytes a block) instead of two.
-fn read_entry_pair(obj: &Object, first: u64, last: u64) -> io::Result<[Option<u32>; 2]> {
-    assert!(last > first);
-    let e = ENTRY_BYTES as usize;
-    let mut buf = vec![0u8; (last - first + 1) as usize * e];
-    let n = obj.crcs.read_at(&mut buf, first * ENTRY_BYTES)?;
-    let entry = |at: usize| {
-        if n < at + e {
-            None
-        } else {
-            decode_entry(&buf[at..at + e])
+/// The entries of `n` blocks from `first` (holes past the sidecar's end).
+fn read_entries(c: &Ctx, obj: &Object, first: u64, n: u64) -> Result<Vec<Entry>, WireError> {
+    let mut buf = vec![0u8; (n * ENTRY_BYTES) as usize];
+    let got = obj
+        .crcs
+        .read_at(&mut buf, first * ENTRY_BYTES)
+        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
+    buf[got..].fill(0);
+    buf.chunks(ENTRY_BYTES as usize)
+        .enumerate()
+        .map(|(i, e)| entry_of(c, first + i as u64, e))
+        .collect()
+}
+
+fn read_entry(c: &Ctx, obj: &Object, block: u64) -> Result<Entry, WireError> {
+    Ok(read_entries(c, obj, block, 1)?[0])
+}
+
+fn write_entry(c: &Ctx, obj: &Object, block: u64, e: Entry) -> Result<(), WireError> {
+    obj.crcs
+        .write_at(&e.encode(), block * ENTRY_BYTES)
+        .map_err(|err| {
+            c.io(
+                &format!("writing the checksum entry of block {block}"),
+                &err,
+            )
+        })
+}
+
+/// The content of a block whose entry is `entry`, given the bytes `buf` the data file
+/// holds for it: the base checked against its CRC (a hole's bytes zeroed), then its
+/// pieces put on top, each checked. Returns the content's CRC when pieces changed it.
+fn merge(
+    c: &Ctx,
+    obj: &Object,
+    block: u64,
+    entry: Entry,
+    buf: &mut [u8],
+) -> Result<u32, WireError> {
+    match entry.base() {
+        Some(crc) => {
+            let actual = crc32c(buf);
+            if actual != crc {
+                return Err(c.corrupt(block, crc, actual));
+            }
         }
-    };
-    Ok([entry(0), entry(buf.len() - e)])
+        None => buf.fill(0),
+    }
+    for p in obj.pieces.of(block) {
+        p.apply(buf)
+            .map_err(|actual| c.bad_piece(block, &p, actual))?;
+    }
+    Ok(crc32c(buf))
 }
 
 /// A block being read-modify-written: its current content (zeros for a hole), verified.
@@ -101,6 +172,9 @@ struct Partial {
     /// Bytes of the block present in the data file.
     on_disk: usize,
     written: bool,
+    /// Pieces were merged in: the whole block is written out, and the caller settles
+    /// them once it is.
+    pieces: bool,
     /// The byte range of `buf` to write out, set by `apply`.
     dirty: (usize, usize),
     /// The block's CRC after `apply`.
@@ -109,44 +183,28 @@ struct Partial {
 
 impl Partial {
     fn load(c: &Ctx, obj: &Object, block: u64) -> Result<Partial, WireError> {
-        let stored = read_entry(obj, block).map_err(|e| {
-            c.io(
-                &format!("reading checksum of block at {}", block * BLOCK),
-                &e,
-            )
-        })?;
+        let stored = read_entry(c, obj, block)?;
         Partial::load_with(c, obj, block, stored)
     }
 
     /// As `load`, with the block's stored entry read already (before its data, as
-    /// every reader does).
-    fn load_with(
-        c: &Ctx,
-        obj: &Object,
-        block: u64,
-        stored: Option<u32>,
-    ) -> Result<Partial, WireError> {
+    /// every reader does). A block with pieces loads with them on top (the caller
+    /// settles them once the block is rewritten).
+    fn load_with(c: &Ctx, obj: &Object, block: u64, stored: Entry) -> Result<Partial, WireError> {
         let mut buf = [0u8; BLOCK_USIZE];
         let at = block * BLOCK;
         let on_disk = obj
             .data
             .read_at(&mut buf, at)
             .map_err(|e| c.io(&format!("reading block at object offset {at}"), &e))?;
-        match stored {
-            Some(crc) => {
-                let actual = crc32c(&buf);
-                if actual != crc {
-                    return Err(c.corrupt(block, crc, actual));
-                }
-            }
-            // A hole reads as zeros whatever a torn write may have left in the file.
-            None => buf.fill(0),
-        }
+        // A hole reads as zeros whatever a torn write may have left in the file.
+        merge(c, obj, block, stored, &mut buf)?;
         Ok(Partial {
             block,
             buf,
             on_disk,
-            written: stored.is_some(),
+            written: stored.base().is_some(),
+            pieces: matches!(stored, Entry::Pieces(_)),
             dirty: (0, 0),
             crc: 0,
         })
@@ -158,7 +216,9 @@ impl Partial {
         assert!(end <= BLOCK_USIZE);
         self.buf[at..end].copy_from_slice(bytes);
         // A hole's bytes in the file may be garbage from a torn write: overwrite them.
-        self.dirty = if self.written || self.on_disk == 0 {
+        self.dirty = if self.pieces {
+            (0, BLOCK_USIZE)
+        } else if self.written || self.on_disk == 0 {
             (at, end)
         } else {
             (0, end.max(self.on_disk))
@@ -220,19 +280,14 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     let tail_len = ((off + len) % BLOCK) as usize;
     let head_partial = head_len != BLOCK_USIZE;
     let tail_partial = nblocks > 1 && tail_len != 0;
-    // Read and verify both partial blocks before anything changes.
+    // Read and verify both partial blocks before anything changes (their entries in
+    // one read of the sidecar).
     let last = first + nblocks as u64 - 1;
     let pair = (head_partial && tail_partial)
-        .then(|| read_entry_pair(obj, first, last))
-        .transpose()
-        .map_err(|e| {
-            c.io(
-                &format!("reading checksums of blocks {first} and {last}"),
-                &e,
-            )
-        })?;
-    let load = |block: u64, end: usize| match pair {
-        Some(entries) => Partial::load_with(c, obj, block, entries[end]),
+        .then(|| read_entries(c, obj, first, last - first + 1))
+        .transpose()?;
+    let load = |block: u64, end: usize| match &pair {
+        Some(entries) => Partial::load_with(c, obj, block, entries[end * (entries.len() - 1)]),
         None => Partial::load(c, obj, block),
     };
     let mut head = head_partial.then(|| load(first, 0)).transpose()?;
@@ -280,13 +335,85 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     if c.canary == Some(Canary::ChecksumBeforeData) {
         return parts.checksums_first(c, obj);
     }
+    let end = first + nblocks as u64;
     parts.write_all(c, obj).inspect_err(|e| {
         if let Err(r) = repair(c, obj, first, &entries) {
             tracing::error!("{e}; then repairing the checksums failed: {r}");
         }
+        // Whatever the blocks hold now replaced their pieces.
+        if let Err(r) = settle(c, obj, first, end) {
+            tracing::error!("{e}; then settling the blocks' pieces failed: {r}");
+        }
     })?;
-    obj.intents.mark_written(first, first + nblocks as u64);
-    Ok(())
+    obj.intents.mark_written(first, end);
+    settle(c, obj, first, end)
+}
+
+/// After blocks `[first, end)` were rewritten whole (their pieces merged in, or replaced):
+/// forgets their pieces and records that in the log (`Pieces::settle`).
+fn settle(c: &Ctx, obj: &Object, first: u64, end: u64) -> Result<(), WireError> {
+    let blocks = obj.pieces.blocks_in(first, end);
+    obj.pieces
+        .settle(&obj.intents, &blocks, BLOCK)
+        .map_err(|e| c.io("recording replaced pieces in the object's log", &e))
+}
+
+/// The entry of `block`, read without its lock: a hint only (an entry is read whole or
+/// not at all), to be checked again under the lock.
+pub fn peek_entry(c: &Ctx, obj: &Object, block: u64) -> Result<Entry, WireError> {
+    read_entry(c, obj, block)
+}
+
+/// Writes `data` (inside one block, shorter than it) at object offset `off`, with the
+/// CRC the client sent for it, the caller holding the block's lock (`exclusive` or
+/// shared). A hole under the exclusive lock is written in place: nothing to read, its
+/// bytes are zeros and `data`, and nothing to log. Anything else takes `data` as a
+/// piece in the object's log (the delta log: no read of the block, no CRC computed
+/// here, no exclusive lock), and the block's entry says it has pieces; readers merge
+/// them, and a compaction folds them in (docs/objects.md, "Writes").
+pub fn write_edge(
+    c: &Ctx,
+    obj: &Object,
+    off: u64,
+    data: &[u8],
+    crc: u32,
+    exclusive: bool,
+) -> Result<(), WireError> {
+    let block = off / BLOCK;
+    let at = (off % BLOCK) as usize;
+    assert!(
+        !data.is_empty() && data.len() < BLOCK_USIZE && at + data.len() <= BLOCK_USIZE,
+        "a partial block"
+    );
+    let entry = read_entry(c, obj, block)?;
+    if entry == Entry::Hole && exclusive {
+        return write(c, obj, off, data, &[crc]);
+    }
+    // The entry first: with no piece yet it reads as before, and if its write fails
+    // nothing changed. A piece is visible to readers only once it is in the log and the
+    // index (one append, undone if it fails), so what a reader saw is what a restart
+    // replays.
+    match entry {
+        Entry::Written(base) => write_entry(c, obj, block, Entry::Pieces(Some(base)))?,
+        Entry::Hole => write_entry(c, obj, block, Entry::Pieces(None))?,
+        Entry::Pieces(_) => {}
+    }
+    let piece = Piece {
+        at,
+        bytes: data.to_vec(),
+        crc,
+    };
+    obj.pieces
+        .append(&obj.intents, block, piece, BLOCK)
+        .map_err(|e| {
+            c.io(
+                &format!(
+                    "appending a piece of {} bytes at object offset {off} to the object's log",
+                    data.len()
+                ),
+                &e,
+            )
+        })
 }
 
 /// What [`write_spliced`] did with a short-circuit write's bytes.
@@ -333,9 +460,12 @@ pub fn write_spliced(
             )
         })?;
     entries[got..].fill(0);
+    let data_or_unknown =
+        |(i, e): (usize, &[u8])| entry_of(c, first + i as u64, e).map_or(true, Entry::is_data);
     if entries
         .chunks(ENTRY_BYTES as usize)
-        .any(|e| decode_entry(e).is_some())
+        .enumerate()
+        .any(data_or_unknown)
     {
         return Ok(Spliced::NotHoles);
     }
@@ -443,6 +573,19 @@ fn windows_completed(off: u64, len: u64) -> Option<(u64, u64)> {
     })
 }
 
+/// The fault point `STRIPEFS_FAULT_ABORT_MID_RMW`: a rewrite in place of a written block
+/// has its new bytes in the data file and not yet its checksum; the countdown's last
+/// one kills the process (as kill -9 would).
+fn fault_mid_rmw(c: &Ctx) {
+    if let Some(countdown) = c.abort_mid_rmw {
+        if countdown.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            eprintln!("STRIPEFS_FAULT_ABORT_MID_RMW: dying between data and checksum");
+            // SAFETY: kill(2) on this process: it dies as with kill -9.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    }
+}
+
 /// The pieces of one write, computed before anything is written.
 struct WriteParts<'a> {
     off: u64,
@@ -474,16 +617,12 @@ impl WriteParts<'_> {
         // Disk write-out overlaps the transfer of the next requests instead of piling
         // up for the client's fsync (the page cache would otherwise hold it all).
         start_writeback_behind(obj, self.off, self.data.len() as u64);
-        if let Some(countdown) = c.abort_mid_rmw {
-            let rmw = [self.head, self.tail]
-                .into_iter()
-                .flatten()
-                .any(|p| p.written);
-            if rmw && countdown.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-                eprintln!("STRIPEFS_FAULT_ABORT_MID_RMW: dying between data and checksum");
-                // SAFETY: kill(2) on this process: it dies as with kill -9.
-                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-            }
+        if [self.head, self.tail]
+            .into_iter()
+            .flatten()
+            .any(|p| p.written)
+        {
+            fault_mid_rmw(c);
         }
         self.write_entries(c, obj)
     }
@@ -586,13 +725,20 @@ fn repair(c: &Ctx, obj: &Object, first: u64, intended: &[u8]) -> Result<(), Wire
         let actual = crc32c(&buf);
         let at = i * ENTRY_BYTES as usize;
         let entry = &current[at..at + ENTRY_BYTES as usize];
-        let want = decode_entry(&intended[at..at + ENTRY_BYTES as usize]);
-        let keep = match decode_entry(entry) {
-            Some(stored) => stored == actual,
-            None => want != Some(actual),
+        let want = Entry::decode(&intended[at..at + ENTRY_BYTES as usize])
+            .ok()
+            .and_then(Entry::base);
+        // The block's pieces are settled after this: its entry says what its bytes are.
+        let bless = want == Some(actual);
+        let new = match Entry::decode(entry) {
+            Ok(Entry::Written(stored)) if stored == actual => None,
+            Ok(Entry::Written(_)) | Ok(Entry::Pieces(Some(_))) => Some(Entry::Written(actual)),
+            Ok(Entry::Hole) if !bless => None,
+            _ if bless => Some(Entry::Written(actual)),
+            _ => Some(Entry::Hole),
         };
-        if !keep {
-            fixed[at..at + ENTRY_BYTES as usize].copy_from_slice(&encode_entry(actual));
+        if let Some(e) = new {
+            fixed[at..at + ENTRY_BYTES as usize].copy_from_slice(&e.encode());
         }
     }
     // Only the span of changed entries is written, so that unchanged entries past
@@ -631,27 +777,24 @@ pub fn read(
 ) -> Result<(), WireError> {
     assert!(off % BLOCK == 0 && out.len() % BLOCK_USIZE == 0);
     assert_eq!(crcs.len(), out.len() / BLOCK_USIZE);
-    let mut entries = vec![0u8; crcs.len() * ENTRY_BYTES as usize];
     let first = off / BLOCK;
-    obj.crcs
-        .read_at(&mut entries, first * ENTRY_BYTES)
-        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
+    let entries = read_entries(c, obj, first, crcs.len() as u64)?;
     obj.data.read_at(out, off).map_err(|e| {
         c.io(
             &format!("reading {} bytes at object offset {off}", out.len()),
             &e,
         )
     })?;
-    let blocks = out
-        .chunks_mut(BLOCK_USIZE)
-        .zip(entries.chunks(ENTRY_BYTES as usize));
-    for ((block, entry), crc) in blocks.zip(crcs.iter_mut()) {
-        match decode_entry(entry) {
-            Some(stored) => *crc = stored,
-            None => {
+    let blocks = out.chunks_mut(BLOCK_USIZE).zip(entries);
+    for (i, ((block, entry), crc)) in blocks.zip(crcs.iter_mut()).enumerate() {
+        match entry {
+            Entry::Written(stored) => *crc = stored,
+            Entry::Hole => {
                 block.fill(0);
                 *crc = zero_crc;
             }
+            // The stored base checked, the pieces put on top, the result's CRC sent.
+            Entry::Pieces(_) => *crc = merge(c, obj, first + i as u64, entry, block)?,
         }
     }
     Ok(())
@@ -674,13 +817,8 @@ pub fn read_parts(
     let Some(fd) = obj.data.raw_fd() else {
         return Ok(None);
     };
-    let mut entries = vec![0u8; crcs.len() * ENTRY_BYTES as usize];
     let first = off / BLOCK;
-    let got = obj
-        .crcs
-        .read_at(&mut entries, first * ENTRY_BYTES)
-        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
-    entries[got..].fill(0);
+    let entries = read_entries(c, obj, first, crcs.len() as u64)?;
     let size = obj
         .data
         .size_bytes()
@@ -701,14 +839,19 @@ pub fn read_parts(
             _ => parts.push(p),
         }
     };
-    for (i, (entry, crc)) in entries
-        .chunks(ENTRY_BYTES as usize)
-        .zip(crcs.iter_mut())
-        .enumerate()
-    {
+    for (i, (entry, crc)) in entries.into_iter().zip(crcs.iter_mut()).enumerate() {
         let at = off + i as u64 * BLOCK;
-        match decode_entry(entry) {
-            Some(stored) => {
+        match entry {
+            // Pieces on top: this block is merged in memory and sent from there.
+            Entry::Pieces(_) => {
+                let mut buf = vec![0u8; BLOCK_USIZE];
+                obj.data
+                    .read_at(&mut buf, at)
+                    .map_err(|e| c.io(&format!("reading block at object offset {at}"), &e))?;
+                *crc = merge(c, obj, first + i as u64, entry, &mut buf)?;
+                push(Part::Bytes(buf));
+            }
+            Entry::Written(stored) => {
                 *crc = stored;
                 let in_file = size.saturating_sub(at).min(BLOCK);
                 push(Part::File {
@@ -718,7 +861,7 @@ pub fn read_parts(
                 });
                 push(Part::Zeros(BLOCK - in_file));
             }
-            None => {
+            Entry::Hole => {
                 *crc = zero_crc;
                 push(Part::Zeros(BLOCK));
             }
@@ -755,12 +898,7 @@ pub fn verify(
     first: u64,
     n: u64,
 ) -> Result<Vec<(u64, u32, u32)>, WireError> {
-    let mut entries = vec![0u8; (n * ENTRY_BYTES) as usize];
-    let got = obj
-        .crcs
-        .read_at(&mut entries, first * ENTRY_BYTES)
-        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
-    entries[got..].fill(0);
+    let entries = read_entries(c, obj, first, n)?;
     let mut data = vec![0u8; (n * BLOCK) as usize];
     obj.data.read_at(&mut data, first * BLOCK).map_err(|e| {
         c.io(
@@ -773,11 +911,11 @@ pub fn verify(
         )
     })?;
     let mut bad = Vec::new();
-    let blocks = data
-        .chunks(BLOCK_USIZE)
-        .zip(entries.chunks(ENTRY_BYTES as usize));
+    let blocks = data.chunks(BLOCK_USIZE).zip(entries);
     for (i, (block, entry)) in blocks.enumerate() {
-        if let Some(stored) = decode_entry(entry) {
+        // A block with pieces has its base checked (the pieces are checked as they
+        // are merged).
+        if let Some(stored) = entry.base() {
             let actual = crc32c(block);
             if actual != stored {
                 bad.push((first + i as u64, stored, actual));
@@ -967,7 +1105,7 @@ pub fn seek(c: &Ctx, obj: &Object, off: u64, hole: bool) -> Result<Option<u64>, 
         bytes[got..].fill(0);
         let hit = bytes
             .chunks(ENTRY_BYTES as usize)
-            .position(|e| decode_entry(e).is_none() == hole);
+            .position(|e| Entry::decode(e).map_or(true, Entry::is_data) != hole);
         if let Some(i) = hit {
             return Ok(Some(off.max((block + i as u64) * BLOCK)));
         }
@@ -976,13 +1114,126 @@ pub fn seek(c: &Ctx, obj: &Object, off: u64, hole: bool) -> Result<Option<u64>, 
     Ok(hole.then(|| off.max(block * BLOCK)))
 }
 
-/// After the object's files are opened: repairs each block named in its log (`log`,
-/// parsed from the log file, `intent.rs`) that fails its stored checksum, as a server
-/// that died or lost power between a rewrite's data and its checksum leaves it: the
-/// block gets an intended CRC its bytes match, or else is rewritten from its latest
-/// image. Blocks that are holes or lie past the data file's end are left alone (a punch
-/// or truncate came later). Returns how many blocks were repaired; the caller has the
-/// only handle or holds the object's range lock.
+/// Folds the pieces of `blocks` into them (compaction; the caller holds their exclusive
+/// lock): each block's base is checked and its pieces put on top, the results are
+/// logged as any in-place rewrite of written bytes is (`intent.rs`: one sync for all
+/// the images), written, given their entries, and their pieces settled. Returns how
+/// many blocks were folded.
+pub fn compact(c: &Ctx, obj: &Object, blocks: &[u64]) -> Result<usize, WireError> {
+    const BATCH: usize = 1024;
+    struct Fold {
+        block: u64,
+        entry: Entry,
+        /// The block as the data file holds it (checked, for a written base).
+        base: Vec<u8>,
+        merged: Vec<u8>,
+        crc: u32,
+    }
+    for chunk in blocks.chunks(BATCH) {
+        let mut folds = Vec::with_capacity(chunk.len());
+        for &block in chunk {
+            let entry = read_entry(c, obj, block)?;
+            let mut base = vec![0u8; BLOCK_USIZE];
+            obj.data
+                .read_at(&mut base, block * BLOCK)
+                .map_err(|e| c.io(&format!("reading block {block}"), &e))?;
+            let mut merged = base.clone();
+            let crc = merge(c, obj, block, entry, &mut merged)?;
+            folds.push(Fold {
+                block,
+                entry,
+                base,
+                merged,
+                crc,
+            });
+        }
+        let written = |f: &&Fold| f.entry.base().is_some();
+        // A written block's rewrite must not run out of space half-way (its last block
+        // may end past the data file's end): its space is taken first. A hole's may: it
+        // reads as zeros and its pieces until its entry changes.
+        for f in folds.iter().filter(written) {
+            obj.data.reserve(f.block * BLOCK, BLOCK).map_err(|e| {
+                c.io(
+                    &format!("reserving block {} to fold its pieces in", f.block),
+                    &e,
+                )
+            })?;
+        }
+        let guarded: Vec<(u64, &[u8], u32)> = folds
+            .iter()
+            .filter(written)
+            .map(|f| (f.block, &f.merged[..], f.crc))
+            .collect();
+        obj.intents
+            .protect_many(&guarded, BLOCK)
+            .map_err(|e| c.io("logging the compaction of pieces", &e))?;
+        for f in &folds {
+            let at = f.block * BLOCK;
+            let done = obj
+                .data
+                .write_at(&f.merged, at)
+                .map_err(|e| c.io(&format!("writing block {} with its pieces", f.block), &e))
+                .and_then(|()| {
+                    if f.entry.base().is_some() {
+                        fault_mid_rmw(c);
+                    }
+                    write_entry(c, obj, f.block, Entry::Written(f.crc))
+                });
+            if let Err(e) = done {
+                // A compaction changes no byte anyone reads, so a failed one must not
+                // either: a written block gets its base back, with its entry, and keeps
+                // its pieces (if that fails too, it is a checksum error until its log
+                // repairs it, never other bytes). A hole with pieces reads as zeros and
+                // its pieces whatever the data file holds.
+                if let Some(crc) = f.entry.base() {
+                    let restored = obj
+                        .data
+                        .write_at(&f.base, at)
+                        .map_err(|e| c.io(&format!("restoring block {}", f.block), &e))
+                        .and_then(|()| write_entry(c, obj, f.block, Entry::Pieces(Some(crc))));
+                    if let Err(r) = restored {
+                        tracing::error!("{e}; then restoring block {} failed: {r}", f.block);
+                    }
+                }
+                // The blocks folded before it are settled.
+                let folded: Vec<u64> = folds
+                    .iter()
+                    .take_while(|g| g.block != f.block)
+                    .map(|g| g.block)
+                    .collect();
+                if let Err(r) = obj.pieces.settle(&obj.intents, &folded, BLOCK) {
+                    tracing::error!("{e}; then settling the folded pieces failed: {r}");
+                }
+                return Err(e);
+            }
+            obj.intents.mark_written(f.block, f.block + 1);
+        }
+        obj.pieces
+            .settle(&obj.intents, chunk, BLOCK)
+            .map_err(|e| c.io("recording folded pieces in the object's log", &e))?;
+    }
+    Ok(blocks.len())
+}
+
+/// [`compact`] of every block of the object that has pieces (the caller holds the
+/// whole object's exclusive lock).
+pub fn compact_all(c: &Ctx, obj: &Object) -> Result<usize, WireError> {
+    if obj.pieces.is_empty() {
+        return Ok(0);
+    }
+    compact(c, obj, &obj.pieces.blocks_in(0, u64::MAX))
+}
+
+/// After the object's files are opened (the caller has the only handle): brings every
+/// block named in its log (`decoded`, parsed from the log file, `intent.rs`) to its last
+/// complete state. A block that fails its stored checksum (a server that died or lost
+/// power between a rewrite's data and its checksum) gets an intended CRC its bytes
+/// match, or else its latest image; the live pieces that came after that state (not
+/// covered by a later whole-block write) are put on top, and the result is written in
+/// place (logged first when it replaces written bytes) with its entry. Blocks with
+/// neither pieces nor a mismatch are left alone, as are holes and blocks past the data
+/// file's end without pieces (a punch or truncate came later). Returns how many blocks
+/// were rewritten.
 pub fn replay_log(
     c: &Ctx,
     obj: &Object,
@@ -1003,9 +1254,6 @@ pub fn replay_log(
         .data
         .size_bytes()
         .map_err(|e| c.io("reading the object length", &e))?;
-    // Per block: every CRC it was meant to get, and its latest image with its CRC.
-    type Meant<'a> = (Vec<u32>, Option<(&'a [u8], u32)>);
-    let mut blocks: std::collections::BTreeMap<u64, Meant> = Default::default();
     // Records of epochs before the last barrier guard states an fsync superseded.
     let live_from = decoded
         .records
@@ -1014,57 +1262,133 @@ pub fn replay_log(
         .map(Record::seq)
         .max()
         .unwrap_or(0);
+    let mut blocks: std::collections::BTreeMap<u64, Vec<&Record>> = Default::default();
     for r in decoded.records.iter().filter(|r| r.seq() >= live_from) {
-        match r {
-            Record::Barrier { .. } => {}
-            Record::Intent { block, crc, .. } => blocks.entry(*block).or_default().0.push(*crc),
-            Record::Image { block, bytes, .. } => {
-                let crc = crc32c(bytes);
-                let e = blocks.entry(*block).or_default();
-                e.0.push(crc);
-                e.1 = Some((bytes, crc));
-            }
+        if let Some(b) = r.block(BLOCK) {
+            blocks.entry(b).or_default().push(r);
         }
     }
-    let mut repaired = 0;
-    for (block, (crcs, image)) in blocks {
-        if block * BLOCK >= size {
+    // (block, new content, its CRC, whether it replaces written bytes, how)
+    let mut fixed: Vec<(u64, Vec<u8>, u32, bool, &str)> = Vec::new();
+    for (block, recs) in blocks {
+        // Pieces before the block's last cover were replaced by a whole-block write.
+        let covered = recs
+            .iter()
+            .rposition(|r| matches!(r, Record::Cover { .. }))
+            .map_or(0, |i| i + 1);
+        let has_pieces = |from: usize| {
+            recs[from.max(covered)..]
+                .iter()
+                .any(|r| matches!(r, Record::Piece { .. }))
+        };
+        if block * BLOCK >= size && !has_pieces(0) {
             continue;
         }
-        let mut buf = [0u8; BLOCK_USIZE];
+        let entry = read_entry(c, obj, block)?;
+        let mut buf = vec![0u8; BLOCK_USIZE];
         obj.data
             .read_at(&mut buf, block * BLOCK)
             .map_err(|e| c.io(&format!("reading block {block}"), &e))?;
         let actual = crc32c(&buf);
-        let stored = read_entry(obj, block)
-            .map_err(|e| c.io(&format!("reading checksum of block {block}"), &e))?;
-        if stored.is_none() || stored == Some(actual) {
-            continue;
-        }
-        let (crc, how) = if crcs.contains(&actual) {
-            (actual, "given the checksum of its bytes from an intent")
-        } else if let Some((img, crc)) = image {
-            obj.data
-                .write_at(img, block * BLOCK)
-                .map_err(|e| c.io(&format!("rewriting block {block} from its image"), &e))?;
-            (crc, "rewritten from its image")
-        } else {
-            continue;
+        // The state to start from, and the first record that can come after it.
+        let (from, how) = match entry.base() {
+            None => {
+                buf.fill(0);
+                (0, "")
+            }
+            Some(stored) if stored == actual => (0, ""),
+            Some(_) => {
+                let meant = recs.iter().rposition(|r| match r {
+                    Record::Intent { crc, .. } => *crc == actual,
+                    Record::Image { bytes, .. } => crc32c(bytes) == actual,
+                    _ => false,
+                });
+                let image = recs.iter().rposition(|r| matches!(r, Record::Image { .. }));
+                match (meant, image) {
+                    (Some(i), _) => (i + 1, "given the checksum of its bytes from an intent"),
+                    (None, Some(i)) => {
+                        if let Record::Image { bytes, .. } = recs[i] {
+                            buf.copy_from_slice(bytes);
+                        }
+                        (i + 1, "rewritten from its image")
+                    }
+                    // Nothing to repair it from: it stays a checksum error, and its
+                    // pieces stay waiting on it (reads and compactions report it).
+                    (None, None) => {
+                        for r in &recs[covered..] {
+                            if let Record::Piece {
+                                offset, bytes, crc, ..
+                            } = r
+                            {
+                                let piece = Piece {
+                                    at: (offset % BLOCK) as usize,
+                                    bytes: bytes.clone(),
+                                    crc: *crc,
+                                };
+                                obj.pieces.restore(block, piece);
+                            }
+                        }
+                        continue;
+                    }
+                }
+            }
         };
-        obj.crcs
-            .write_at(&encode_entry(crc), block * ENTRY_BYTES)
-            .map_err(|e| c.io(&format!("writing checksum of block {block}"), &e))?;
+        let mut folded = false;
+        for r in &recs[from.max(covered)..] {
+            if let Record::Piece { offset, bytes, .. } = r {
+                let at = (offset % BLOCK) as usize;
+                buf[at..at + bytes.len()].copy_from_slice(bytes);
+                folded = true;
+            }
+        }
+        let how = match (how.is_empty(), folded) {
+            (true, false) => {
+                // Unchanged: only an entry still naming pieces is brought up to date.
+                if let Entry::Pieces(base) = entry {
+                    let e = base.map_or(Entry::Hole, Entry::Written);
+                    write_entry(c, obj, block, e)?;
+                }
+                continue;
+            }
+            (true, true) => "its pieces folded in",
+            (false, _) => how,
+        };
+        let crc = crc32c(&buf);
+        fixed.push((block, buf, crc, entry.base().is_some(), how));
+    }
+    // Rewrites of written bytes are logged first, as any rewrite in place is, so that a
+    // crash during this replay leaves the next one something to start from.
+    let guarded: Vec<(u64, &[u8], u32)> = fixed
+        .iter()
+        .filter(|f| f.3)
+        .map(|f| (f.0, &f.1[..], f.2))
+        .collect();
+    obj.intents
+        .protect_many(&guarded, BLOCK)
+        .map_err(|e| c.io("logging the replay of the object's log", &e))?;
+    for (block, buf, crc, _, how) in &fixed {
+        obj.data.write_at(buf, block * BLOCK).map_err(|e| {
+            c.io(
+                &format!("rewriting block {block} from the object's log"),
+                &e,
+            )
+        })?;
+        write_entry(c, obj, *block, Entry::Written(*crc))?;
         tracing::warn!(
-            "data server {}: {} on target {}: block at object offset {} failed its checksum \
-             after a rewrite was cut short (the server died or lost power); {how} (object log)",
+            "data server {}: {} on target {}: block at object offset {} {how} (object log)",
             c.server.0,
             c.fid,
             c.target.display(),
             block * BLOCK
         );
-        repaired += 1;
     }
-    Ok(repaired)
+    // The folded pieces are dead from here on: a later whole-block write must not get
+    // them back after another restart.
+    let blocks: Vec<u64> = fixed.iter().map(|f| f.0).collect();
+    obj.pieces
+        .settle(&obj.intents, &blocks, BLOCK)
+        .map_err(|e| c.io("recording folded pieces in the object's log", &e))?;
+    Ok(fixed.len())
 }
 
 #[cfg(test)]

@@ -410,16 +410,18 @@ impl DataService {
             data,
             crcs,
             intents: IntentLog::new(path, self.store.clone(), existing.clone()),
+            pieces: Default::default(),
         };
         if let Some(f) = existing.filter(|_| obj.intents.needs_sync_work()) {
             let mut bytes = vec![0u8; f.size_bytes()? as usize];
             let n = f.read_at(&mut bytes, 0)?;
             bytes.truncate(n);
             let decoded = crate::intent::decode(&bytes, BLOCK);
-            object::replay_log(&self.ctx(t, fid), &obj, &decoded)
-                .map_err(|e| io::Error::other(e.to_string()))?;
+            // Records the replay appends are of a later epoch than any in the log.
             let last = decoded.records.iter().map(|r| r.seq()).max();
             obj.intents.resume_after(last.unwrap_or(0));
+            object::replay_log(&self.ctx(t, fid), &obj, &decoded)
+                .map_err(|e| io::Error::other(e.to_string()))?;
         }
         Ok(obj)
     }
@@ -628,15 +630,94 @@ impl DataService {
         data: &[u8],
     ) -> Result<(), WireError> {
         let len = data.len() as u64;
-        self.for_each_unit(
-            stripe,
-            fid,
-            offset,
-            len,
-            crcs,
-            |c, obj, local, n, at, sums| object::write(c, obj, local, &data[at..at + n], sums),
-        )?;
+        let mut next_crc = 0;
+        for p in stripe.split(offset, len) {
+            assert_eq!(p.global % BLOCK, p.local % BLOCK, "units are whole blocks");
+            let t = p.place as usize;
+            let n = pieces(p.local, p.len as usize).count();
+            let at = (p.global - offset) as usize;
+            let obj = self
+                .object(t, fid, true)?
+                .ok_or_else(|| self.vanished(t, fid))?;
+            let (bytes, sums) = (
+                &data[at..at + p.len as usize],
+                &crcs[next_crc..next_crc + n],
+            );
+            self.write_unit(t, fid, &obj, p.local, bytes, sums)?;
+            next_crc += n;
+            self.bound_log(t, fid, &obj)?;
+        }
+        assert_eq!(next_crc, crcs.len());
         self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes `bytes` at object offset `local` of one unit (`sums`: their CRCs, one per
+    /// block-bounded piece), in three parts, each under the lock of its own blocks only:
+    /// the whole blocks, a partial first block, a partial last block (docs/objects.md,
+    /// "Writes"). A partial block that holds written bytes takes the write as a piece in
+    /// the object's log under a shared lock, so that writers of disjoint pieces of one
+    /// block (ranks' interleaved records) neither wait for each other nor read and
+    /// rewrite the block; a partial write into a hole is written in place (there is
+    /// nothing to read), under the block's exclusive lock.
+    fn write_unit(
+        &self,
+        t: usize,
+        fid: InodeId,
+        obj: &Object,
+        local: u64,
+        bytes: &[u8],
+        sums: &[u32],
+    ) -> Result<(), WireError> {
+        let c = self.ctx(t, fid);
+        let len = bytes.len() as u64;
+        let (first, end) = (local / BLOCK, (local + len).div_ceil(BLOCK));
+        let head_len = (BLOCK - local % BLOCK).min(len) as usize;
+        let head = head_len as u64 != BLOCK;
+        let tail_len = ((local + len) % BLOCK) as usize;
+        let tail = end - first > 1 && tail_len != 0;
+        let mid = (
+            if head { head_len } else { 0 },
+            bytes.len() - if tail { tail_len } else { 0 },
+        );
+        let edge = |off: u64, part: &[u8], crc: u32| -> Result<(), WireError> {
+            let block = off / BLOCK;
+            // The mode is chosen from a look without the lock and checked under it.
+            let mode = match object::peek_entry(&c, obj, block) {
+                Ok(stripefs_wire::sidecar::Entry::Hole) => Mode::Exclusive,
+                _ => Mode::Shared,
+            };
+            let _g = self.locks.lock(fid.0, t as u32, block, block + 1, mode);
+            object::write_edge(&c, obj, off, part, crc, mode == Mode::Exclusive)
+        };
+        // The whole blocks first: they reserve their space before anything changes, so
+        // that a full disk fails the write with nothing written.
+        if mid.0 < mid.1 {
+            let at = local + mid.0 as u64;
+            let (mfirst, mend) = (at / BLOCK, (local + mid.1 as u64) / BLOCK);
+            let _g = self
+                .locks
+                .lock(fid.0, t as u32, mfirst, mend, Mode::Exclusive);
+            let crcs = &sums[head as usize..sums.len() - tail as usize];
+            object::write(&c, obj, at, &bytes[mid.0..mid.1], crcs)?;
+        }
+        if head {
+            edge(local, &bytes[..head_len], sums[0])?;
+        }
+        if tail {
+            edge(local + mid.1 as u64, &bytes[mid.1..], sums[sums.len() - 1])?;
+        }
+        Ok(())
+    }
+
+    /// A writer that never fsyncs would grow an object's log without end (an intent per
+    /// small rewrite, a piece per partial write) and keep its pieces in memory: past a
+    /// bound, the object is synced here, with its writes held for that long, which folds
+    /// the pieces in and empties the log.
+    fn bound_log(&self, t: usize, fid: InodeId, obj: &Object) -> Result<(), WireError> {
+        if obj.intents.appended_bytes() > MAX_LOG_BYTES || obj.pieces.over_bound() {
+            self.sync_object(t, fid, true)?;
+        }
         Ok(())
     }
 
@@ -668,12 +749,7 @@ impl DataService {
             write(&self.ctx(t, fid), &obj, p.local, p.len as usize, at, sums)?;
             next_crc += n;
             drop(_g);
-            // A writer that never fsyncs would grow the object's log without end (an
-            // intent per small rewrite): past a bound, the object is synced here, with
-            // its writes held for that long, and the log emptied.
-            if obj.intents.appended_bytes() > MAX_LOG_BYTES {
-                self.sync_object(t, fid, true)?;
-            }
+            self.bound_log(t, fid, &obj)?;
         }
         assert_eq!(next_crc, crcs.len());
         Ok(())
@@ -795,6 +871,9 @@ impl DataService {
             // Growing a missing object needs nothing: it reads as zeros anyway.
             if let Some(obj) = self.object(t, fid, false)? {
                 let c = self.ctx(t, fid);
+                // Pieces are folded in first: the cut is then made on plain blocks, and
+                // none is left to come back past it.
+                object::compact_all(&c, &obj)?;
                 let old_len = obj
                     .data
                     .size_bytes()
@@ -829,6 +908,19 @@ impl DataService {
         Ok(Response::Done)
     }
 
+    /// Folds the pieces of `fid`'s object on target `t` into its blocks, as an fsync
+    /// would before syncing (tests reach the states a crash mid-compaction leaves).
+    #[cfg(test)]
+    pub(crate) fn compact_object(&self, t: usize, fid: InodeId) -> Result<usize, WireError> {
+        let _g = self
+            .locks
+            .lock(fid.0, t as u32, 0, u64::MAX, Mode::Exclusive);
+        match self.object(t, fid, false)? {
+            Some(obj) => object::compact_all(&self.ctx(t, fid), &obj),
+            None => Ok(0),
+        }
+    }
+
     /// Frees the local range `[offset, offset + len)`: one contiguous object range per
     /// target, each under its exclusive block-range lock. Missing objects read as zeros
     /// already.
@@ -840,7 +932,9 @@ impl DataService {
             let _g = self.locks.lock(fid.0, e.place, first, end, Mode::Exclusive);
             if let Some(obj) = self.object(t, fid, false)? {
                 self.mark_resized(t, fid);
-                object::punch(&self.ctx(t, fid), &obj, e.local, e.len)?;
+                let c = self.ctx(t, fid);
+                object::compact(&c, &obj, &obj.pieces.blocks_in(first, end))?;
+                object::punch(&c, &obj, e.local, e.len)?;
             }
         }
         Ok(Response::Done)
@@ -977,6 +1071,9 @@ impl DataService {
         // Rewrites from here on log images (intent.rs), with none in flight now.
         let log_len = if obj.intents.needs_sync_work() {
             let _g = held.is_none().then(whole);
+            // Pieces acknowledged before this fsync are folded into their blocks first,
+            // so that the sync covers them and the log's copies may die.
+            object::compact_all(&c, &obj)?;
             Some(begin_log_sync(&c, &obj)?)
         } else {
             None
@@ -1115,6 +1212,7 @@ impl DataService {
                 data,
                 crcs,
                 intents: IntentLog::new(self.log_path(t, fid), self.store.clone(), None),
+                pieces: Default::default(),
             })
         };
         let blocks = obj

@@ -369,11 +369,13 @@ fn undo_entry(store: &MemStore, crc_path: &Path, block: usize, entry: &[u8]) {
 }
 
 /// Issue 13's crash rule for shared blocks: record `a` is fsynced; record `b` then
-/// rewrites the rest of `a`'s last block, and the server dies after the block's bytes
-/// and before its checksum. The restarted server finds the rewrite in the object's log
-/// and gives the block its new checksum, so `a` still reads; without the log the whole
-/// block, `a`'s acknowledged bytes included, would be a checksum error (checked too, so
-/// that this test can fail).
+/// writes the rest of `a`'s last block, which goes to the object's log as a piece; the
+/// compaction that folds it into the block (as the next fsync does) rewrites the block
+/// in place, and the server dies after the block's bytes and before its checksum. The
+/// restarted server finds the rewrite's image in the log and gives the block its
+/// checksum, so `a` still reads; without the log the whole block, `a`'s acknowledged
+/// bytes included, would be a checksum error (checked too, so that this test can
+/// fail).
 #[test]
 fn dying_between_rmw_bytes_and_checksum_keeps_the_blocks_other_bytes() {
     for keep_log in [true, false] {
@@ -387,13 +389,23 @@ fn dying_between_rmw_bytes_and_checksum_keeps_the_blocks_other_bytes() {
         let old_entry = store.contents(&crc_path).unwrap()[8..16].to_vec();
         let b = pattern(4000, 2);
         write(&svc, fid, UNIT, 5000, &b).unwrap();
+        assert_eq!(svc.compact_object(0, InodeId(fid)).unwrap(), 1);
         undo_entry(&store, &crc_path, 1, &old_entry);
         let log_path = svc.log_path(0, InodeId(fid));
         let log = store.contents(&log_path).unwrap();
         let records = crate::intent::decode(&log, B as u64).records;
+        use crate::intent::Record;
         assert!(
-            matches!(records[..], [crate::intent::Record::Image { block: 1, .. }]),
-            "one record, an image of block 1 (it held fsynced bytes; block 2 was a hole): \
+            matches!(
+                records[..],
+                [
+                    Record::Piece { offset: 5000, .. },
+                    Record::Image { block: 1, .. },
+                    Record::Cover { block: 1, .. }
+                ]
+            ),
+            "b's head as a piece (block 2 was a hole: written in place), then the \
+             compaction's image of block 1 (it held fsynced bytes) and its cover: \
              {records:?}"
         );
         if !keep_log {
@@ -422,8 +434,9 @@ fn dying_between_rmw_bytes_and_checksum_keeps_the_blocks_other_bytes() {
     }
 }
 
-/// An intent never blesses bytes it does not name: a block whose bytes match neither
-/// its stored checksum nor the intended one (a flipped byte) stays a checksum error.
+/// The log never blesses bytes it does not name: a block whose bytes match neither its
+/// stored checksum nor an intended one (a flipped byte) stays a checksum error, also
+/// with a piece waiting to be folded into it.
 #[test]
 fn an_intent_does_not_bless_damaged_bytes() {
     let store = Arc::new(MemStore::new());
@@ -435,29 +448,45 @@ fn an_intent_does_not_bless_damaged_bytes() {
     assert!(store.corrupt(&data_path, 4500, |b| b ^ 0x40));
     drop(svc);
     let svc = mem_server_with(store.clone(), Options::default());
-    let (crcs, bytes) = read_raw(&svc, fid, UNIT, 0, 2 * B as u32).unwrap();
-    assert_ne!(crc32c(&bytes[B..]), crcs[1], "damage is still reported");
+    match read_raw(&svc, fid, UNIT, 0, 2 * B as u32) {
+        // The server merging the piece checks the base first.
+        Err(e) => assert_eq!(e.code, ErrorCode::Checksum, "{e}"),
+        Ok((crcs, bytes)) => assert_ne!(crc32c(&bytes[B..]), crcs[1], "damage is still reported"),
+    }
+    let e = simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap_err();
+    assert_eq!(
+        e.code,
+        ErrorCode::Checksum,
+        "the compaction refuses to fold it: {e}"
+    );
 }
 
-/// The same rule across power cuts: after record `a` is fsynced, records `b` and `c`
-/// rewrite `a`'s last block in place (the first rewrite logs a durable image, the
-/// second an intent) and the power fails, tearing every unsynced write at sector
-/// granularity. After each of many crash seeds `a` reads back whole, and `b`'s and
-/// `c`'s bytes read as written or as the old zeros, or their blocks fail their
-/// checksums; never as other bytes.
+/// The same rule across power cuts: after record `a` is fsynced, records `b`, `c` and
+/// `d` write into `a`'s last block as pieces, and two compactions fold them in, rewriting
+/// the block in place (the first logs a durable image, the second an intent); then the
+/// power fails, tearing every unsynced write at sector granularity. After each of many
+/// crash seeds `a` reads back whole, and the others' bytes read as written (the latest
+/// or an earlier one) or as the old zeros; never as other bytes.
 #[test]
 fn power_cut_during_rewrites_of_a_shared_block_keeps_the_fsynced_bytes() {
     let a = pattern(5000, 1);
     let b = pattern(2000, 2);
     let c = pattern(1500, 3);
+    let d = pattern(300, 4);
     for seed in 0..64 {
         let store = Arc::new(MemStore::new());
         let svc = mem_server_with(store.clone(), Options::default());
         let fid = 11;
         write(&svc, fid, UNIT, 0, &a).unwrap();
         simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
+        // b's and c's bytes in block 1 go to the log as pieces; folding them in rewrites
+        // the block in place (its image logged and synced first), and folding d in
+        // again (an intent).
         write(&svc, fid, UNIT, 5000, &b).unwrap();
         write(&svc, fid, UNIT, 7000, &c).unwrap();
+        assert_eq!(svc.compact_object(0, InodeId(fid)).unwrap(), 1);
+        write(&svc, fid, UNIT, 7600, &d).unwrap();
+        assert_eq!(svc.compact_object(0, InodeId(fid)).unwrap(), 1);
         drop(svc);
         store.crash(seed);
         let svc = mem_server_with(store.clone(), Options::default());
@@ -479,12 +508,18 @@ fn power_cut_during_rewrites_of_a_shared_block_keeps_the_fsynced_bytes() {
         if crc32c(&bytes[B..2 * B]) == crcs[1] {
             for (i, &x) in bytes[5000..2 * B].iter().enumerate() {
                 let at = 5000 + i;
-                let want = if at < 7000 {
-                    b[at - 5000]
-                } else {
-                    c[at - 7000]
-                };
-                assert!(x == want || x == 0, "seed {seed}: byte {at} is {x}");
+                let mut want = vec![
+                    0,
+                    if at < 7000 {
+                        b[at - 5000]
+                    } else {
+                        c[at - 7000]
+                    },
+                ];
+                if (7600..7900).contains(&at) {
+                    want.push(d[at - 7600]);
+                }
+                assert!(want.contains(&x), "seed {seed}: byte {at} is {x}");
             }
         }
     }
@@ -504,7 +539,8 @@ fn a_truncate_kills_the_logged_images_of_the_blocks_it_cuts() {
         let fid = 13;
         write(&svc, fid, UNIT, 0, &a).unwrap();
         simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
-        // A rewrite of written block 1: its image goes to the log.
+        // A piece in written block 1, folded in by the truncate before it cuts: the
+        // fold's image goes to the log.
         write(&svc, fid, UNIT, B as u64 + 100, &pattern(50, 2)).unwrap();
         let cut = Request::Truncate {
             fid: InodeId(fid),

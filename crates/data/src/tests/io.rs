@@ -77,7 +77,7 @@ fn returned_crcs_match_every_block() {
 }
 
 #[test]
-fn flipped_byte_on_disk_is_detected_by_client_and_by_partial_write() {
+fn flipped_byte_on_disk_is_detected_by_client_and_never_blessed_by_a_partial_write() {
     let (_d, svc) = fs_server(2, None);
     write(&svc, 5, UNIT, 0, &pattern(4 * UNIT as usize, 4)).unwrap();
     // Local block 1 of unit 0 lives on target 0 at object offset 4096.
@@ -92,8 +92,14 @@ fn flipped_byte_on_disk_is_detected_by_client_and_by_partial_write() {
         crcs[1],
         "the client must see the corruption"
     );
-    let e = write(&svc, 5, UNIT, B as u64 + 100, b"hello").unwrap_err();
+    // A partial write over it goes to the object's log as a piece (the block is not
+    // read); merging it is where the damage shows: a read of the block, and the fsync
+    // that would fold it in, fail, and nothing blesses the flipped byte.
+    write(&svc, 5, UNIT, B as u64 + 100, b"hello").unwrap();
+    let e = read_raw(&svc, 5, UNIT, 0, 2 * B as u32).unwrap_err();
     assert_eq!(e.code, ErrorCode::Checksum);
+    let f = simple(&svc, Request::Fsync { fid: InodeId(5) }).unwrap_err();
+    assert_eq!(f.code, ErrorCode::Checksum, "{f}");
     for part in [
         "data server 3",
         "inode 5",
@@ -110,8 +116,10 @@ fn flipped_byte_on_disk_is_detected_by_client_and_by_partial_write() {
     ] {
         assert!(e.message.contains(part), "{part:?} missing in {e}");
     }
-    // A whole-block write replaces the bad block and heals it.
+    // A whole-block write replaces the bad block and its piece, and heals it.
     write(&svc, 5, UNIT, B as u64, &[1u8; B]).unwrap();
+    assert_eq!(read(&svc, 5, UNIT, B as u64, B), vec![1u8; B]);
+    simple(&svc, Request::Fsync { fid: InodeId(5) }).unwrap();
     assert_eq!(read(&svc, 5, UNIT, B as u64, B), vec![1u8; B]);
 }
 

@@ -1,6 +1,7 @@
 //! Tests through `DataService::handle`, as the server loop calls it, without a network.
 
 mod concurrency;
+mod delta;
 mod durability;
 mod faults;
 mod io;

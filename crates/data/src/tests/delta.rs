@@ -1,0 +1,237 @@
+//! The delta log (docs/objects.md, "Writes"): partial writes of written blocks go to
+//! the object's log as pieces, readers merge them, compactions fold them in, and a
+//! restart replays them; never a read-modify-write of the block on the write path.
+
+use super::*;
+use crate::intent::{decode, Record};
+use crate::{Options, ServerId};
+use stripefs_wire::sidecar::{Entry, ENTRY_BYTES};
+
+const UNIT: u32 = 1 << 20;
+const FID: u64 = 21;
+
+fn server(store: &Arc<MemStore>) -> Arc<DataService> {
+    let paths = vec![PathBuf::from("/mem/t0")];
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    DataService::build(
+        ServerId(3),
+        &paths,
+        store.clone(),
+        clock,
+        Options::default(),
+    )
+    .unwrap()
+}
+
+fn entry(store: &MemStore, svc: &DataService, block: usize) -> Entry {
+    let (_, crcs) = svc.object_paths(0, InodeId(FID));
+    let bytes = store.contents(&crcs).unwrap_or_default();
+    let at = block * ENTRY_BYTES as usize;
+    match bytes.get(at..at + ENTRY_BYTES as usize) {
+        Some(e) => Entry::decode(e).unwrap(),
+        None => Entry::Hole,
+    }
+}
+
+fn records(store: &MemStore, svc: &DataService) -> Vec<Record> {
+    let log = store
+        .contents(&svc.log_path(0, InodeId(FID)))
+        .unwrap_or_default();
+    let d = decode(&log, B as u64);
+    assert_eq!(d.torn_bytes, 0, "a log written without a crash is whole");
+    d.records
+}
+
+fn fsync(svc: &DataService) {
+    simple(svc, Request::Fsync { fid: InodeId(FID) }).unwrap();
+}
+
+/// Interleaved records of two writers share blocks: the first writer of a block
+/// writes it in place (a hole: nothing to read), the second's bytes become a piece in
+/// the log and the block's data stays as it was until an fsync folds the piece in.
+/// Every read in between returns the merged bytes under a CRC that matches them.
+#[test]
+fn pieces_of_written_blocks_go_to_the_log_and_fsync_folds_them_in() {
+    let store = Arc::new(MemStore::new());
+    let svc = server(&store);
+    let rec = 47_008usize;
+    let recs = 6;
+    let mut expect = vec![0u8; rec * recs];
+    // Writer 0's records first, then writer 1's, as two ranks far apart in time.
+    for k in (0..recs).step_by(2).chain((1..recs).step_by(2)) {
+        let p = pattern(rec, k as u64 + 1);
+        write(&svc, FID, UNIT, (k * rec) as u64, &p).unwrap();
+        expect[k * rec..(k + 1) * rec].copy_from_slice(&p);
+        assert!(
+            read(&svc, FID, UNIT, 0, expect.len()) == expect,
+            "after record {k}"
+        );
+    }
+    let (data_path, _) = svc.object_paths(0, InodeId(FID));
+    let pieces: Vec<u64> = records(&store, &svc)
+        .iter()
+        .filter_map(|r| match r {
+            Record::Piece { offset, .. } => Some(*offset / B as u64),
+            _ => None,
+        })
+        .collect();
+    // Each of writer 1's records shares its first and last block with writer 0's.
+    assert_eq!(pieces.len(), 2 * (recs / 2) - 1, "{pieces:?}");
+    for &b in &pieces {
+        assert!(matches!(
+            entry(&store, &svc, b as usize),
+            Entry::Pieces(Some(_))
+        ));
+        // The data file holds the block as writer 0 left it.
+        let file = store.contents(&data_path).unwrap();
+        let at = b as usize * B;
+        let theirs = &file[at..at + B];
+        assert_ne!(
+            theirs,
+            &expect[at..at + B],
+            "block {b} was rewritten in place"
+        );
+    }
+    let (crcs, got) = read_raw(
+        &svc,
+        FID,
+        UNIT,
+        0,
+        expect.len().div_ceil(B) as u32 * B as u32,
+    )
+    .unwrap();
+    for (i, (block, crc)) in got.chunks(B).zip(&crcs).enumerate() {
+        assert_eq!(crc32c(block), *crc, "block {i}");
+    }
+
+    fsync(&svc);
+    assert!(
+        records(&store, &svc).is_empty(),
+        "the fsync emptied the log"
+    );
+    for &b in &pieces {
+        let e = entry(&store, &svc, b as usize);
+        let file = store.contents(&data_path).unwrap();
+        let at = b as usize * B;
+        let block = &file[at..at + B];
+        assert_eq!(block, &expect[at..at + B], "block {b} folded in");
+        assert_eq!(e, Entry::Written(crc32c(block)));
+    }
+    assert!(read(&svc, FID, UNIT, 0, expect.len()) == expect);
+}
+
+/// The pieces survive the server: a restart without an fsync folds them in from the
+/// log; a whole-block write over a block with pieces replaces them for good (its cover
+/// keeps them from coming back at the next restart); a truncate folds them in before it
+/// cuts, so none comes back past the cut.
+#[test]
+fn pieces_survive_a_restart_and_never_come_back_over_newer_bytes() {
+    let store = Arc::new(MemStore::new());
+    let svc = server(&store);
+    let base = pattern(3 * B, 1);
+    write(&svc, FID, UNIT, 0, &base).unwrap();
+    fsync(&svc);
+    let mut expect = base.clone();
+    for (at, len, salt) in [
+        (100, 50, 2),
+        (B + 7, 300, 3),
+        (B + 200, 1000, 4),
+        (2 * B + 9, 9, 5),
+    ] {
+        let p = pattern(len, salt);
+        write(&svc, FID, UNIT, at as u64, &p).unwrap();
+        expect[at..at + len].copy_from_slice(&p);
+    }
+    assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
+    drop(svc);
+    let svc = server(&store);
+    assert!(
+        read(&svc, FID, UNIT, 0, 3 * B) == expect,
+        "replayed from the log"
+    );
+    for b in 0..3 {
+        assert!(
+            matches!(entry(&store, &svc, b), Entry::Written(_)),
+            "block {b}"
+        );
+    }
+
+    // Pieces in blocks 0 and 1, then a whole block over block 1, then a restart: block
+    // 0's piece is folded in, block 1 keeps the whole block's bytes.
+    let whole = pattern(B, 6);
+    write(&svc, FID, UNIT, 300, &pattern(10, 7)).unwrap();
+    write(&svc, FID, UNIT, (B + 300) as u64, &pattern(10, 9)).unwrap();
+    assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
+    write(&svc, FID, UNIT, B as u64, &whole).unwrap();
+    assert_eq!(entry(&store, &svc, 1), Entry::Written(crc32c(&whole)));
+    expect[300..310].copy_from_slice(&pattern(10, 7));
+    expect[B..2 * B].copy_from_slice(&whole);
+    drop(svc);
+    let svc = server(&store);
+    assert!(
+        read(&svc, FID, UNIT, 0, 3 * B) == expect,
+        "a cover kept the old pieces dead"
+    );
+
+    // A truncate cuts through bytes a piece wrote; growing again shows zeros there.
+    write(&svc, FID, UNIT, (2 * B + 100) as u64, &pattern(200, 8)).unwrap();
+    simple(
+        &svc,
+        Request::Truncate {
+            fid: InodeId(FID),
+            unit: UNIT,
+            local_size: (2 * B + 150) as u64,
+        },
+    )
+    .unwrap();
+    expect[2 * B + 100..2 * B + 150].copy_from_slice(&pattern(200, 8)[..50]);
+    expect[2 * B + 150..].fill(0);
+    drop(svc);
+    let svc = server(&store);
+    assert!(
+        read(&svc, FID, UNIT, 0, 3 * B) == expect,
+        "nothing came back past the cut"
+    );
+}
+
+/// Writers of disjoint pieces of the same written blocks run at once, and every byte
+/// lands, before and after the fsync that folds them in.
+#[test]
+fn concurrent_pieces_of_one_block_all_land() {
+    let store = Arc::new(MemStore::new());
+    let svc = server(&store);
+    write(&svc, FID, UNIT, 0, &vec![0xAA; 8 * B]).unwrap();
+    let writers = 8;
+    let per = B / writers;
+    let threads: Vec<_> = (0..writers)
+        .map(|w| {
+            let svc = svc.clone();
+            std::thread::spawn(move || {
+                for round in 0..50u64 {
+                    for block in 0..8 {
+                        let at = block * B + w * per + 1;
+                        let p = pattern(per - 2, round * 100 + w as u64);
+                        write(&svc, FID, UNIT, at as u64, &p).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let got = read(&svc, FID, UNIT, 0, 8 * B);
+    for block in 0..8 {
+        for w in 0..writers {
+            let at = block * B + w * per;
+            assert_eq!(got[at], 0xAA, "block {block} writer {w}: byte before");
+            assert_eq!(
+                &got[at + 1..at + per - 1],
+                &pattern(per - 2, 49 * 100 + w as u64)[..],
+                "block {block} writer {w}: its last piece"
+            );
+        }
+    }
+    fsync(&svc);
+    assert!(read(&svc, FID, UNIT, 0, 8 * B) == got);
+}

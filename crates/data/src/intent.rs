@@ -287,8 +287,10 @@ pub struct IntentLog {
     epoch: AtomicU64,
     /// Bytes appended since the log was last emptied (by this handle).
     appended: AtomicU64,
-    /// One append at a time, so that a failed one can be cut off again.
-    appending: Mutex<()>,
+    /// One append at a time, so that a failed one can be cut off again; holds the log's
+    /// length when known (this handle is the only writer of the file), saving a stat per
+    /// append.
+    appending: Mutex<Option<u64>>,
     /// A failed append could not be cut off: no more appends until the log is emptied.
     broken: AtomicBool,
     written: Mutex<Ranges>,
@@ -312,7 +314,7 @@ impl IntentLog {
             new_name: AtomicBool::new(false),
             epoch: AtomicU64::new(1),
             appended: AtomicU64::new(0),
-            appending: Mutex::new(()),
+            appending: Mutex::new(None),
             broken: AtomicBool::new(false),
             written: Mutex::new(Ranges::default()),
         }
@@ -344,28 +346,34 @@ impl IntentLog {
         Ok(opened)
     }
 
-    fn append(&self, bytes: &[u8]) -> io::Result<Arc<dyn ObjectFile>> {
+    /// Appends `bytes`; returns the file and the offset they start at.
+    fn append(&self, bytes: &[u8]) -> io::Result<(Arc<dyn ObjectFile>, u64)> {
         let file = self.file()?;
-        let _one = self.appending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.appending.lock().unwrap_or_else(|p| p.into_inner());
         if self.broken.load(Ordering::Acquire) {
             return Err(io::Error::other(
                 "the object's log holds a record cut short that could not be removed; \
                  it takes no more records until an fsync empties it",
             ));
         }
-        let before = file.size_bytes()?;
+        let before = match *known {
+            Some(n) => n,
+            None => file.size_bytes()?,
+        };
         self.dirty.store(true, Ordering::Release);
         if let Err(e) = file.append(bytes) {
             // A record cut short would end the log there, hiding every later record from
             // a replay: the log goes back to where it was.
+            *known = None;
             if file.set_len(before).is_err() {
                 self.broken.store(true, Ordering::Release);
             }
             return Err(e);
         }
+        *known = Some(before + bytes.len() as u64);
         self.appended
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(file)
+        Ok((file, before))
     }
 
     /// Whether `block` was written since the object's last fsync began: its durable
@@ -414,7 +422,7 @@ impl IntentLog {
                 images = true;
             }
         }
-        let file = self.append(&bytes)?;
+        let (file, _) = self.append(&bytes)?;
         if !images {
             return Ok(());
         }
@@ -431,11 +439,12 @@ impl IntentLog {
     }
 
     /// Appends records of the delta log (pieces, covers) in the current epoch, unsynced:
-    /// `make` gets the epoch and returns their bytes. Returns the epoch.
+    /// `make` gets the epoch and returns their bytes. Returns where they start in the
+    /// log (positions grow while any piece lives: the log is emptied only once every
+    /// piece is folded in).
     pub fn append_delta(&self, make: impl FnOnce(u64) -> Vec<u8>) -> io::Result<u64> {
         let seq = self.epoch.load(Ordering::Acquire);
-        self.append(&make(seq))?;
-        Ok(seq)
+        self.append(&make(seq)).map(|(_, at)| at)
     }
 
     /// Whether records may have been appended since the log was last emptied, or
@@ -473,7 +482,11 @@ impl IntentLog {
         };
         let size = f.size_bytes()?;
         if size == len {
+            let mut known = self.appending.lock().unwrap_or_else(|p| p.into_inner());
+            *known = None;
             f.set_len(0)?;
+            *known = Some(0);
+            drop(known);
             f.sync_all()?;
             self.broken.store(false, Ordering::Release);
             self.dirty.store(false, Ordering::Release);

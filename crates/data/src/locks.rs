@@ -5,6 +5,7 @@
 //! ranges currently locked in its objects. Waiting is on a condition variable per stripe.
 //! Never sleep in the throttle while holding a range.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Number of independent stripes of the lock table.
@@ -39,6 +40,9 @@ impl Held {
 struct Stripe {
     held: Mutex<Vec<Held>>,
     freed: Condvar,
+    /// Threads waiting on `freed` (changed under `held`'s mutex): a release wakes
+    /// anyone only when someone waits, so uncontended locking costs no wake-up calls.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 pub struct RangeLocks {
@@ -49,7 +53,7 @@ pub struct RangeLocks {
 /// reply sent from the stored bytes (zero-copy) can keep the range until it is sent.
 pub struct RangeGuard {
     stripe: Arc<Stripe>,
-    held: Held,
+    held: Vec<Held>,
 }
 
 fn lock(m: &Mutex<Vec<Held>>) -> MutexGuard<'_, Vec<Held>> {
@@ -65,6 +69,7 @@ impl RangeLocks {
                     Arc::new(Stripe {
                         held: Mutex::new(Vec::new()),
                         freed: Condvar::new(),
+                        waiting: std::sync::atomic::AtomicUsize::new(0),
                     })
                 })
                 .collect(),
@@ -74,21 +79,36 @@ impl RangeLocks {
     /// Locks blocks `[start, end)` of object (`fid`, `target`), waiting for conflicting
     /// holders to finish.
     pub fn lock(&self, fid: u64, target: u32, start: u64, end: u64, mode: Mode) -> RangeGuard {
-        assert!(start < end, "empty block range {start}..{end}");
+        self.lock_all(fid, target, &[(start, end, mode)])
+    }
+
+    /// Locks several disjoint block ranges of one object at once, each in its own mode
+    /// (a write's partial first block shared, its whole blocks exclusive, ...): all of
+    /// them, or none while any conflicts, so that no order among them can deadlock.
+    pub fn lock_all(&self, fid: u64, target: u32, ranges: &[(u64, u64, Mode)]) -> RangeGuard {
+        assert!(!ranges.is_empty());
         let hash = fid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ target as u64;
         let stripe = &self.stripes[(hash >> 32) as usize % LOCK_STRIPES];
-        let want = Held {
-            fid,
-            target,
-            start,
-            end,
-            mode,
-        };
+        let want: Vec<Held> = ranges
+            .iter()
+            .map(|&(start, end, mode)| {
+                assert!(start < end, "empty block range {start}..{end}");
+                Held {
+                    fid,
+                    target,
+                    start,
+                    end,
+                    mode,
+                }
+            })
+            .collect();
         let mut held = lock(&stripe.held);
-        while held.iter().any(|h| h.conflicts(&want)) {
+        while held.iter().any(|h| want.iter().any(|w| h.conflicts(w))) {
+            stripe.waiting.fetch_add(1, Ordering::Relaxed);
             held = stripe.freed.wait(held).unwrap_or_else(|p| p.into_inner());
+            stripe.waiting.fetch_sub(1, Ordering::Relaxed);
         }
-        held.push(want);
+        held.extend_from_slice(&want);
         drop(held);
         RangeGuard {
             stripe: stripe.clone(),
@@ -106,12 +126,18 @@ impl Default for RangeLocks {
 impl Drop for RangeGuard {
     fn drop(&mut self) {
         let mut held = lock(&self.stripe.held);
-        let at = held.iter().position(|h| *h == self.held);
-        assert!(at.is_some(), "released a range that was not held");
-        if let Some(i) = at {
-            held.swap_remove(i);
+        for mine in &self.held {
+            let at = held.iter().position(|h| h == mine);
+            assert!(at.is_some(), "released a range that was not held");
+            if let Some(i) = at {
+                held.swap_remove(i);
+            }
         }
+        // Read under the mutex: a waiter counts itself before it waits, under it too.
+        let wake = self.stripe.waiting.load(Ordering::Relaxed) > 0;
         drop(held);
-        self.stripe.freed.notify_all();
+        if wake {
+            self.stripe.freed.notify_all();
+        }
     }
 }

@@ -358,26 +358,23 @@ fn settle(c: &Ctx, obj: &Object, first: u64, end: u64) -> Result<(), WireError> 
         .map_err(|e| c.io("recording replaced pieces in the object's log", &e))
 }
 
-/// The entry of `block`, read without its lock: a hint only (an entry is read whole or
-/// not at all), to be checked again under the lock.
-pub fn peek_entry(c: &Ctx, obj: &Object, block: u64) -> Result<Entry, WireError> {
-    read_entry(c, obj, block)
+/// The entries of `n` blocks from `first`, read without their lock: a hint only (an
+/// entry is read whole or not at all), to be checked again under the lock.
+pub fn peek_entries(c: &Ctx, obj: &Object, first: u64, n: u64) -> Result<Vec<Entry>, WireError> {
+    read_entries(c, obj, first, n)
 }
 
-/// Writes `data` (inside one block, shorter than it) at object offset `off`, with the
-/// CRC the client sent for it, the caller holding the block's lock (`exclusive` or
-/// shared). A hole under the exclusive lock is written in place: nothing to read, its
-/// bytes are zeros and `data`, and nothing to log. Anything else takes `data` as a
-/// piece in the object's log (the delta log: no read of the block, no CRC computed
-/// here, no exclusive lock), and the block's entry says it has pieces; readers merge
-/// them, and a compaction folds them in (docs/objects.md, "Writes").
-pub fn write_edge(
+/// Writes `data` (inside one block, shorter than it) at object offset `off` as a piece
+/// in the object's log, under the CRC the client sent for it, the caller holding the
+/// block's lock (shared is enough): the delta log, no read of the block, no CRC
+/// computed here. The block's entry says it has pieces; readers merge them, and a
+/// compaction folds them in (docs/objects.md, "Writes").
+pub fn write_piece(
     c: &Ctx,
     obj: &Object,
     off: u64,
     data: &[u8],
     crc: u32,
-    exclusive: bool,
 ) -> Result<(), WireError> {
     let block = off / BLOCK;
     let at = (off % BLOCK) as usize;
@@ -386,9 +383,6 @@ pub fn write_edge(
         "a partial block"
     );
     let entry = read_entry(c, obj, block)?;
-    if entry == Entry::Hole && exclusive {
-        return write(c, obj, off, data, &[crc]);
-    }
     // The entry first: with no piece yet it reads as before, and if its write fails
     // nothing changed. A piece is visible to readers only once it is in the log and the
     // index (one append, undone if it fails), so what a reader saw is what a restart
@@ -402,6 +396,7 @@ pub fn write_edge(
         at,
         bytes: data.to_vec(),
         crc,
+        pos: 0,
     };
     obj.pieces
         .append(&obj.intents, block, piece, BLOCK)
@@ -1131,8 +1126,19 @@ pub fn compact(c: &Ctx, obj: &Object, blocks: &[u64]) -> Result<usize, WireError
     }
     for chunk in blocks.chunks(BATCH) {
         let mut folds = Vec::with_capacity(chunk.len());
+        // The chunk's entries in one read of the sidecar.
+        let (lo, hi) = (
+            *chunk.iter().min().expect("a chunk"),
+            *chunk.iter().max().expect("a chunk"),
+        );
+        let span = (hi - lo < 64 * BATCH as u64)
+            .then(|| read_entries(c, obj, lo, hi - lo + 1))
+            .transpose()?;
         for &block in chunk {
-            let entry = read_entry(c, obj, block)?;
+            let entry = match &span {
+                Some(es) => es[(block - lo) as usize],
+                None => read_entry(c, obj, block)?,
+            };
             let mut base = vec![0u8; BLOCK_USIZE];
             obj.data
                 .read_at(&mut base, block * BLOCK)
@@ -1148,10 +1154,15 @@ pub fn compact(c: &Ctx, obj: &Object, blocks: &[u64]) -> Result<usize, WireError
             });
         }
         let written = |f: &&Fold| f.entry.base().is_some();
-        // A written block's rewrite must not run out of space half-way (its last block
-        // may end past the data file's end): its space is taken first. A hole's may: it
-        // reads as zeros and its pieces until its entry changes.
-        for f in folds.iter().filter(written) {
+        // A written block's rewrite must not run out of space half-way: one that ends
+        // past the data file's end takes its space first. A hole's may: it reads as
+        // zeros and its pieces until its entry changes.
+        let size = obj
+            .data
+            .size_bytes()
+            .map_err(|e| c.io("reading the object length", &e))?;
+        let past_end = |f: &&Fold| (f.block + 1) * BLOCK > size;
+        for f in folds.iter().filter(written).filter(past_end) {
             obj.data.reserve(f.block * BLOCK, BLOCK).map_err(|e| {
                 c.io(
                     &format!("reserving block {} to fold its pieces in", f.block),
@@ -1320,10 +1331,12 @@ pub fn replay_log(
                                 offset, bytes, crc, ..
                             } = r
                             {
+                                // Older than any piece appended from here on.
                                 let piece = Piece {
                                     at: (offset % BLOCK) as usize,
                                     bytes: bytes.clone(),
                                     crc: *crc,
+                                    pos: 0,
                                 };
                                 obj.pieces.restore(block, piece);
                             }

@@ -31,6 +31,8 @@ pub struct Piece {
     pub at: usize,
     pub bytes: Vec<u8>,
     pub crc: u32,
+    /// Where its record starts in the log: pieces of a block are laid on in this order.
+    pub pos: u64,
 }
 
 impl Piece {
@@ -58,18 +60,18 @@ impl Pieces {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends `piece` of `block` to the log and then to the index, under one mutex, so
-    /// that the two hold the pieces of a block in the same order.
+    /// Appends `piece` of `block` to the log, then puts it in the index by its place in
+    /// the log, so that the two hold the pieces of a block in the same order (the index
+    /// mutex is not held across the append).
     pub fn append(
         &self,
         log: &IntentLog,
         block: u64,
-        piece: Piece,
+        mut piece: Piece,
         block_bytes: u64,
     ) -> io::Result<()> {
         let n = piece.bytes.len() as u64;
-        let mut map = self.lock();
-        log.append_delta(|seq| {
+        piece.pos = log.append_delta(|seq| {
             piece_record(
                 seq,
                 block * block_bytes + piece.at as u64,
@@ -78,7 +80,10 @@ impl Pieces {
                 block_bytes,
             )
         })?;
-        map.entry(block).or_default().push(piece);
+        let mut map = self.lock();
+        let v = map.entry(block).or_default();
+        let at = v.partition_point(|p| p.pos <= piece.pos);
+        v.insert(at, piece);
         drop(map);
         self.bytes.fetch_add(n, Ordering::Relaxed);
         TOTAL.fetch_add(n, Ordering::Relaxed);

@@ -73,3 +73,50 @@ fn throughput() {
         eprintln!("{threads} thread(s), 2 targets, 1 MiB requests, 1 GiB: write {w:.2} GB/s, read {r:.2} GB/s");
     }
 }
+
+/// In-process interleaved unaligned records (issue 13's hard pattern): `threads`
+/// writers, record `k` of writer `w` at `(k * threads + w) * 47008`, then one fsync.
+/// `cargo test --release -p stripefs-data interleaved_throughput -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn interleaved_throughput() {
+    const REC: usize = 47_008;
+    const RECS: usize = 4000;
+    for round in 0..3 {
+        let (_d, svc) = fs_server(1, None);
+        let threads = 4;
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            for w in 0..threads {
+                let svc = svc.clone();
+                s.spawn(move || {
+                    let data = pattern(REC, w as u64);
+                    for k in 0..RECS / threads {
+                        let off = ((k * threads + w) * REC) as u64;
+                        let req = Request::Write {
+                            fid: InodeId(1),
+                            unit: UNIT,
+                            offset: off,
+                            crcs: piece_crcs(off, &data),
+                        };
+                        let env = Envelope {
+                            cred: Cred::root(),
+                            req,
+                        };
+                        assert!(svc.handle(&conn(), env, &data).result.is_ok());
+                    }
+                });
+            }
+        });
+        let write_s = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        simple(&svc, Request::Fsync { fid: InodeId(1) }).unwrap();
+        let sync_s = t1.elapsed().as_secs_f64();
+        let mib = (REC * RECS) as f64 / (1 << 20) as f64;
+        eprintln!(
+            "round {round}: writes {:.0} MiB/s ({write_s:.3} s), fsync {sync_s:.3} s, together {:.0} MiB/s",
+            mib / write_s,
+            mib / (write_s + sync_s)
+        );
+    }
+}

@@ -1138,8 +1138,10 @@ impl Handle for LocalHandle {
 
 impl Backend for Local {
     fn open(&self, _rank: u32, file: u32, write: bool) -> Result<Box<dyn Handle>> {
+        // Write-only for the write phase, as programs that only write open their
+        // files (and as the mount's write-only handles skip the page cache).
         let f = std::fs::OpenOptions::new()
-            .read(true)
+            .read(!write)
             .write(write)
             .open(self.path(file))
             .with_context(|| format!("cannot open {}", self.path(file).display()))?;

@@ -537,13 +537,25 @@ const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
 /// more CPU than the rest of the mount's work on a 2 GiB `dd`, measured with `perf`).
 /// Readable handles keep the page cache: small reads (stdio, 4-8 KiB buffers) would
 /// otherwise each be a round trip to the daemon, eight times slower (measured).
+///
+/// Write-only direct handles also allow parallel direct writes
+/// (`FOPEN_PARALLEL_DIRECT_WRITES`, Linux 6.2): the kernel then holds the file's lock
+/// shared, not exclusive, across a write that stays inside the file's size, so writers
+/// of one shared file (ranks writing interleaved records) are not serialized round trip
+/// by round trip; the client library orders writes that overlap. Appends, and writes
+/// past the end, keep the exclusive lock.
 fn open_flags(append: bool, flags: i32, direct_writes: bool) -> u32 {
-    if append || (direct_writes && flags & libc::O_ACCMODE == libc::O_WRONLY) {
+    if append {
         FOPEN_DIRECT_IO
+    } else if direct_writes && flags & libc::O_ACCMODE == libc::O_WRONLY {
+        FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES
     } else {
         0
     }
 }
+
+/// Open reply flag (FUSE 7.38): parallel direct writes to one file.
+const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 
 impl fuser::Filesystem for StripeFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), i32> {

@@ -1095,5 +1095,8 @@ fn interleaved_writers_of_one_file_through_the_mount() {
     assert_eq!(got.len(), expect.len());
     assert!(got == expect, "a record reads back wrong through the mount");
     let other = FuseMount::new(&c.cluster_file());
-    assert!(fs::read(other.p("shared")).unwrap() == expect, "through a second mount");
+    assert!(
+        fs::read(other.p("shared")).unwrap() == expect,
+        "through a second mount"
+    );
 }

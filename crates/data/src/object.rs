@@ -140,8 +140,9 @@ fn write_entry(c: &Ctx, obj: &Object, block: u64, e: Entry) -> Result<(), WireEr
 }
 
 /// The content of a block whose entry is `entry`, given the bytes `buf` the data file
-/// holds for it: the base checked against its CRC (a hole's bytes zeroed), then its
-/// pieces put on top, each checked. Returns the content's CRC when pieces changed it.
+/// holds for it: the base checked against its CRC (a hole's bytes zeroed), then, if the
+/// entry says it has pieces, its pieces put on top, each checked. Returns the content's
+/// CRC.
 fn merge(
     c: &Ctx,
     obj: &Object,
@@ -158,9 +159,11 @@ fn merge(
         }
         None => buf.fill(0),
     }
-    for p in obj.pieces.of(block) {
-        p.apply(buf)
-            .map_err(|actual| c.bad_piece(block, &p, actual))?;
+    if matches!(entry, Entry::Pieces(_)) {
+        for p in obj.pieces.of(block) {
+            p.apply(buf)
+                .map_err(|actual| c.bad_piece(block, &p, actual))?;
+        }
     }
     Ok(crc32c(buf))
 }

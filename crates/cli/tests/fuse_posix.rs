@@ -1062,7 +1062,7 @@ fn extended_attributes_work_through_the_mount() {
 /// (direct and, inside the file's size, parallel writes), write interleaved unaligned
 /// records, some over bytes another writer wrote before (the partial blocks they share
 /// become pieces on the data servers): every byte reads back as its last writer wrote
-/// it, before and after an fsync, also through a second mount.
+/// it, also through a second mount; then again with threads sharing one descriptor.
 #[test]
 fn interleaved_writers_of_one_file_through_the_mount() {
     need_fuse!();
@@ -1098,5 +1098,31 @@ fn interleaved_writers_of_one_file_through_the_mount() {
     assert!(
         fs::read(other.p("shared")).unwrap() == expect,
         "through a second mount"
+    );
+
+    // Threads of one process sharing one write-only descriptor: their writes may reach
+    // the daemon on one handle at once.
+    let one = OpenOptions::new().write(true).open(&path).unwrap();
+    let byte2 = |k: usize, i: usize| (k * 37 + i * 11 + 5) as u8;
+    std::thread::scope(|s| {
+        for w in 0..WRITERS {
+            let one = &one;
+            s.spawn(move || {
+                use std::os::unix::fs::FileExt;
+                for k in (w..RECS).step_by(WRITERS) {
+                    let rec: Vec<u8> = (0..REC).map(|i| byte2(k, i)).collect();
+                    one.write_all_at(&rec, (k * REC) as u64).unwrap();
+                }
+            });
+        }
+    });
+    one.sync_all().unwrap();
+    drop(one);
+    let expect: Vec<u8> = (0..RECS)
+        .flat_map(|k| (0..REC).map(move |i| byte2(k, i)))
+        .collect();
+    assert!(
+        fs::read(other.p("shared")).unwrap() == expect,
+        "writes of threads sharing one descriptor read back wrong"
     );
 }

@@ -110,8 +110,9 @@ fn entry_of(c: &Ctx, block: u64, e: &[u8]) -> Result<Entry, WireError> {
     Entry::decode(e).map_err(|flag| c.unknown_flag(block, flag))
 }
 
-/// The entries of `n` blocks from `first` (holes past the sidecar's end).
-fn read_entries(c: &Ctx, obj: &Object, first: u64, n: u64) -> Result<Vec<Entry>, WireError> {
+/// The entries of `n` blocks from `first` (holes past the sidecar's end). Read without
+/// the blocks' lock it is a hint only (an entry is read whole or not at all).
+pub fn read_entries(c: &Ctx, obj: &Object, first: u64, n: u64) -> Result<Vec<Entry>, WireError> {
     let mut buf = vec![0u8; (n * ENTRY_BYTES) as usize];
     let got = obj
         .crcs
@@ -160,10 +161,9 @@ fn merge(
         None => buf.fill(0),
     }
     if matches!(entry, Entry::Pieces(_)) {
-        for p in obj.pieces.of(block) {
-            p.apply(buf)
-                .map_err(|actual| c.bad_piece(block, &p, actual))?;
-        }
+        obj.pieces
+            .apply(block, buf)
+            .map_err(|(p, actual)| c.bad_piece(block, &p, actual))?;
     }
     Ok(crc32c(buf))
 }
@@ -359,12 +359,6 @@ fn settle(c: &Ctx, obj: &Object, first: u64, end: u64) -> Result<(), WireError> 
     obj.pieces
         .settle(&obj.intents, &blocks, BLOCK)
         .map_err(|e| c.io("recording replaced pieces in the object's log", &e))
-}
-
-/// The entries of `n` blocks from `first`, read without their lock: a hint only (an
-/// entry is read whole or not at all), to be checked again under the lock.
-pub fn peek_entries(c: &Ctx, obj: &Object, first: u64, n: u64) -> Result<Vec<Entry>, WireError> {
-    read_entries(c, obj, first, n)
 }
 
 /// Writes `data` (inside one block, shorter than it) at object offset `off` as a piece

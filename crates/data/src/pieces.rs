@@ -100,9 +100,15 @@ impl Pieces {
         TOTAL.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// The pieces of `block`, in write order (empty if none).
-    pub fn of(&self, block: u64) -> Vec<Piece> {
-        self.lock().get(&block).cloned().unwrap_or_default()
+    /// Lays the pieces of `block` on `buf` in write order, each checked against its CRC
+    /// first (under the index mutex: no copy of their bytes); the first that fails is
+    /// returned with the CRC its bytes have.
+    pub fn apply(&self, block: u64, buf: &mut [u8]) -> Result<(), (Piece, u32)> {
+        let map = self.lock();
+        for p in map.get(&block).into_iter().flatten() {
+            p.apply(buf).map_err(|actual| (p.clone(), actual))?;
+        }
+        Ok(())
     }
 
     /// The blocks in `[first, end)` that have pieces.

@@ -696,7 +696,7 @@ impl DataService {
         // checked under it. All the write's ranges are locked at once.
         // One read of the sidecar looks at both partial blocks.
         let looked = if head || tail {
-            object::peek_entries(&c, obj, first, end - first).unwrap_or_default()
+            object::read_entries(&c, obj, first, end - first).unwrap_or_default()
         } else {
             Vec::new()
         };

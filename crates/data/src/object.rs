@@ -175,8 +175,8 @@ struct Partial {
     /// Bytes of the block present in the data file.
     on_disk: usize,
     written: bool,
-    /// Pieces were merged in: the whole block is written out, and the caller settles
-    /// them once it is.
+    /// Its entry named pieces (the callers fold every piece in first, so none was
+    /// left to merge): the whole block is written out, under a plain entry.
     pieces: bool,
     /// The byte range of `buf` to write out, set by `apply`.
     dirty: (usize, usize),
@@ -191,8 +191,8 @@ impl Partial {
     }
 
     /// As `load`, with the block's stored entry read already (before its data, as
-    /// every reader does). A block with pieces loads with them on top (the caller
-    /// settles them once the block is rewritten).
+    /// every reader does). A block with pieces loads with them on top (callers fold
+    /// them in first, so that a rewrite never leaves pieces live under it).
     fn load_with(c: &Ctx, obj: &Object, block: u64, stored: Entry) -> Result<Partial, WireError> {
         let mut buf = [0u8; BLOCK_USIZE];
         let at = block * BLOCK;
@@ -283,9 +283,31 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     let tail_len = ((off + len) % BLOCK) as usize;
     let head_partial = head_len != BLOCK_USIZE;
     let tail_partial = nblocks > 1 && tail_len != 0;
+    let last = first + nblocks as u64 - 1;
+    // Blocks with pieces are folded in first (the caller holds every block of the range
+    // exclusively, so none gets a piece meanwhile). Their pieces are thereby covered in
+    // the log before any of their bytes is overwritten: a cover that cannot be appended
+    // (a full disk) fails the write with nothing changed, instead of leaving pieces
+    // live in the log that a restart would lay over this write's bytes (simulator,
+    // seed 5272).
+    let with_pieces = obj.pieces.blocks_in(first, last + 1);
+    if !with_pieces.is_empty() {
+        if let Err(e) = compact(c, obj, &with_pieces) {
+            // A block that fails its checksum (its base, or a piece) cannot be folded;
+            // one this write replaces whole need not be: its pieces are covered and the
+            // write heals it. A partial block's other bytes must be read: it fails.
+            let left = obj.pieces.blocks_in(first, last + 1);
+            let edge = |b: &u64| (*b == first && head_partial) || (*b == last && tail_partial);
+            if e.code != ErrorCode::Checksum || left.iter().any(edge) {
+                return Err(e);
+            }
+            obj.pieces
+                .settle(&obj.intents, &left, BLOCK)
+                .map_err(|e| c.io("recording replaced pieces in the object's log", &e))?;
+        }
+    }
     // Read and verify both partial blocks before anything changes (their entries in
     // one read of the sidecar).
-    let last = first + nblocks as u64 - 1;
     let pair = (head_partial && tail_partial)
         .then(|| read_entries(c, obj, first, last - first + 1))
         .transpose()?;
@@ -343,22 +365,9 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
         if let Err(r) = repair(c, obj, first, &entries) {
             tracing::error!("{e}; then repairing the checksums failed: {r}");
         }
-        // Whatever the blocks hold now replaced their pieces.
-        if let Err(r) = settle(c, obj, first, end) {
-            tracing::error!("{e}; then settling the blocks' pieces failed: {r}");
-        }
     })?;
     obj.intents.mark_written(first, end);
-    settle(c, obj, first, end)
-}
-
-/// After blocks `[first, end)` were rewritten whole (their pieces merged in, or replaced):
-/// forgets their pieces and records that in the log (`Pieces::settle`).
-fn settle(c: &Ctx, obj: &Object, first: u64, end: u64) -> Result<(), WireError> {
-    let blocks = obj.pieces.blocks_in(first, end);
-    obj.pieces
-        .settle(&obj.intents, &blocks, BLOCK)
-        .map_err(|e| c.io("recording replaced pieces in the object's log", &e))
+    Ok(())
 }
 
 /// Writes `data` (inside one block, shorter than it) at object offset `off` as a piece
@@ -720,7 +729,7 @@ fn repair(c: &Ctx, obj: &Object, first: u64, intended: &[u8]) -> Result<(), Wire
         let want = Entry::decode(&intended[at..at + ENTRY_BYTES as usize])
             .ok()
             .and_then(Entry::base);
-        // The block's pieces are settled after this: its entry says what its bytes are.
+        // The write's blocks have no pieces (folded in first): the entry says it all.
         let bless = want == Some(actual);
         let new = match Entry::decode(entry) {
             Ok(Entry::Written(stored)) if stored == actual => None,
@@ -1278,6 +1287,8 @@ pub fn replay_log(
     }
     // (block, new content, its CRC, whether it replaces written bytes, how)
     let mut fixed: Vec<(u64, Vec<u8>, u32, bool, &str)> = Vec::new();
+    // The live pieces folded in, by block.
+    let mut live: Vec<(u64, Piece)> = Vec::new();
     for (block, recs) in blocks {
         // Pieces before the block's last cover were replaced by a whole-block write.
         let covered = recs
@@ -1345,10 +1356,20 @@ pub fn replay_log(
         };
         let mut folded = false;
         for r in &recs[from.max(covered)..] {
-            if let Record::Piece { offset, bytes, .. } = r {
+            if let Record::Piece {
+                offset, bytes, crc, ..
+            } = r
+            {
                 let at = (offset % BLOCK) as usize;
                 buf[at..at + bytes.len()].copy_from_slice(bytes);
                 folded = true;
+                let piece = Piece {
+                    at,
+                    bytes: bytes.clone(),
+                    crc: *crc,
+                    pos: 0,
+                };
+                live.push((block, piece));
             }
         }
         let how = match (how.is_empty(), folded) {
@@ -1395,9 +1416,22 @@ pub fn replay_log(
     // The folded pieces are dead from here on: a later whole-block write must not get
     // them back after another restart.
     let blocks: Vec<u64> = fixed.iter().map(|f| f.0).collect();
-    obj.pieces
-        .settle(&obj.intents, &blocks, BLOCK)
-        .map_err(|e| c.io("recording folded pieces in the object's log", &e))?;
+    if let Err(e) = obj.pieces.settle(&obj.intents, &blocks, BLOCK) {
+        // No cover could be appended (a full disk): the pieces stay live in the log, so
+        // they stay in the index too, where the next compaction of their blocks, or a
+        // write over them, covers them before anything else changes those bytes. Laid
+        // on again, they change nothing: each block now holds them.
+        tracing::warn!(
+            "data server {}: {} on target {}: recording the folded pieces in the object's \
+             log: {e}; kept until a later fold records them",
+            c.server.0,
+            c.fid,
+            c.target.display()
+        );
+        for (block, piece) in live {
+            obj.pieces.restore(block, piece);
+        }
+    }
     Ok(fixed.len())
 }
 

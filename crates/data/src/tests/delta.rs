@@ -270,3 +270,96 @@ fn pieces_survive_two_restarts_on_real_files() {
     let svc = open();
     assert!(read(&svc, FID, UNIT, 0, 3 * B) == expect);
 }
+
+/// A whole-block write over a block with pieces, with each of its disk writes in turn
+/// failing (ENOSPC, then EIO): the block reads the same before and after a restart, and
+/// each byte is the old (base and piece) or the new one; once the write is
+/// acknowledged, a later piece of the block lands on its bytes and nothing older comes
+/// back over them. Before the pieces were folded in first, a cover that could not be
+/// appended left the old piece live in the log, and the restart laid it over the newer
+/// bytes (simulator, seed 5272).
+#[test]
+fn a_failed_cover_never_brings_old_pieces_back() {
+    let whole = pattern(B, 6);
+    let later = pattern(20, 7);
+    for errno in [libc::ENOSPC, libc::EIO] {
+        let mut failed = 0;
+        for pass in 0.. {
+            let store = Arc::new(MemStore::new());
+            let svc = server(&store);
+            let base = pattern(3 * B, 1);
+            write(&svc, FID, UNIT, 0, &base).unwrap();
+            fsync(&svc);
+            let piece = pattern(50, 2);
+            write(&svc, FID, UNIT, (B + 100) as u64, &piece).unwrap();
+            assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
+            let mut old = base[B..2 * B].to_vec();
+            old[100..150].copy_from_slice(&piece);
+            store.fail_writes(pass, 1, errno, false);
+            let result = write(&svc, FID, UNIT, B as u64, &whole);
+            store.fail_writes(0, 0, errno, false);
+            let ctx = format!("errno {errno}, disk write {pass} failed");
+            let mut expect = match &result {
+                Ok(()) => whole.clone(),
+                Err(e) => {
+                    failed += 1;
+                    let now = read(&svc, FID, UNIT, B as u64, B);
+                    for (i, b) in now.iter().enumerate() {
+                        assert!(*b == old[i] || *b == whole[i], "{ctx}: {e}: byte {i}");
+                    }
+                    now
+                }
+            };
+            write(&svc, FID, UNIT, (B + 110) as u64, &later).unwrap();
+            expect[110..130].copy_from_slice(&later);
+            assert!(read(&svc, FID, UNIT, B as u64, B) == expect, "{ctx}");
+            drop(svc);
+            let svc = server(&store);
+            assert!(
+                read(&svc, FID, UNIT, B as u64, B) == expect,
+                "{ctx}: after a restart"
+            );
+            if result.is_ok() {
+                break;
+            }
+        }
+        assert!(failed > 2, "errno {errno}: the faults hit the write");
+    }
+}
+
+/// A restart that folds pieces in but cannot record that in the log (each of its disk
+/// writes in turn failing) keeps them: a whole-block write after it still replaces
+/// them for good, across one more restart.
+#[test]
+fn pieces_a_replay_could_not_cover_stay_dead_under_a_later_write() {
+    let whole = pattern(B, 6);
+    for pass in 0..12 {
+        let store = Arc::new(MemStore::new());
+        let svc = server(&store);
+        let base = pattern(3 * B, 1);
+        write(&svc, FID, UNIT, 0, &base).unwrap();
+        fsync(&svc);
+        let piece = pattern(50, 2);
+        write(&svc, FID, UNIT, (B + 100) as u64, &piece).unwrap();
+        drop(svc);
+        store.fail_writes(pass, 1, libc::ENOSPC, false);
+        let svc = server(&store);
+        let opened = read_raw(&svc, FID, UNIT, B as u64, B as u32);
+        store.fail_writes(0, 0, libc::ENOSPC, false);
+        if let Ok((crcs, data)) = opened {
+            let mut old = base[B..2 * B].to_vec();
+            old[100..150].copy_from_slice(&piece);
+            assert!(
+                data == old && crcs[0] == crc32c(&old),
+                "disk write {pass} failed"
+            );
+        }
+        write(&svc, FID, UNIT, B as u64, &whole).unwrap();
+        drop(svc);
+        let svc = server(&store);
+        assert!(
+            read(&svc, FID, UNIT, B as u64, B) == whole,
+            "disk write {pass} of the replay failed"
+        );
+    }
+}

@@ -268,11 +268,11 @@ impl Partial {
 /// Writes `data` at object offset `off`. `crcs` holds the verified CRC32C of each
 /// block-bounded piece of `data` (so, for whole blocks, the block CRC to store).
 ///
-/// A failure part-way damages nothing: the space for the data and its checksums is
-/// reserved first (ENOSPC then fails the write before anything changed); if a later
-/// step still fails (EIO, a short write), the touched blocks' checksums are set to the
-/// bytes they hold, so that every byte reads: old bytes outside the range, old or new
-/// inside it.
+/// A failure part-way damages nothing: a write over written blocks reserves the space
+/// for its data and checksums first (ENOSPC then fails it before anything changed); if
+/// a later step still fails (EIO, a short write, ENOSPC in holes), the touched blocks'
+/// checksums are set to the bytes they hold, so that every byte reads: old bytes
+/// outside the range, old or new inside it.
 pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Result<(), WireError> {
     let len = data.len() as u64;
     assert!(len > 0);
@@ -330,16 +330,27 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
         let at = entries.len() - ENTRY_BYTES as usize;
         entries[at..].copy_from_slice(&encode_entry(crc));
     }
-    // Appends need no reservation: a failure part-way leaves their new blocks as holes
-    // (or the repair below marks the ones fully written), and an fallocate per append
-    // would cost the streaming write path. A write into the file's existing bytes would
-    // change old blocks before failing, so it reserves first.
+    // A write that changes written blocks reserves its space first, so that a full disk
+    // fails it before any old block changed. One into holes only needs none: a failure
+    // part-way leaves their blocks as holes (or the repair below marks the ones fully
+    // written), and an fallocate per write would cost the streaming and interleaved
+    // write paths (ext4 allocates the blocks there and then, under the file's lock:
+    // 11% of a data server's CPU in the interleaved 47,008-byte pattern). Appends are
+    // into holes; a write inside the file looks at its entries (one sidecar read).
     let size = obj
         .data
         .size_bytes()
         .map_err(|e| c.io("reading the object length", &e))?;
     if off < size {
-        reserve(c, obj, first, off + len, nblocks as u64)?;
+        let changes_written = match &pair {
+            Some(entries) => entries.iter().any(|e| e.base().is_some()),
+            None => read_entries(c, obj, first, nblocks as u64)?
+                .iter()
+                .any(|e| e.base().is_some()),
+        };
+        if changes_written {
+            reserve(c, obj, first, off + len, nblocks as u64)?;
+        }
     }
     for p in [head.as_ref(), tail.as_ref()].into_iter().flatten() {
         p.protect(c, obj)?;

@@ -239,6 +239,7 @@ struct DiskInline {
     gen: u64,
     spilled: bool,
     crc: u32,
+    #[serde(with = "serde_bytes")]
     bytes: Vec<u8>,
 }
 
@@ -934,6 +935,39 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use stripefs_wire::ServerId;
+
+    /// Inline bytes are encoded as one run (`serde_bytes`), which in postcard is exactly
+    /// what a plain `Vec<u8>` gave before: stored inodes read and write as they did.
+    #[test]
+    fn inline_bytes_are_stored_as_a_plain_byte_vector_was() {
+        #[derive(Serialize, Deserialize)]
+        struct PlainInline {
+            max: u32,
+            gen: u64,
+            spilled: bool,
+            crc: u32,
+            bytes: Vec<u8>,
+        }
+        let bytes: Vec<u8> = (0..3901u32).map(|i| (i * 13) as u8).collect();
+        let new = DiskInline {
+            max: 4096,
+            gen: 7,
+            spilled: true,
+            crc: crc32c::crc32c(&bytes),
+            bytes: bytes.clone(),
+        };
+        let old = PlainInline {
+            max: 4096,
+            gen: 7,
+            spilled: true,
+            crc: crc32c::crc32c(&bytes),
+            bytes,
+        };
+        let enc = postcard::to_allocvec(&old).unwrap();
+        assert_eq!(postcard::to_allocvec(&new).unwrap(), enc);
+        let back: DiskInline = postcard::from_bytes(&enc).unwrap();
+        assert_eq!(back.bytes, old.bytes);
+    }
 
     /// bincode 1 (fixint, little-endian) by hand, to make records of formats 1-3 as
     /// the old builds wrote them (the whole-database fixture in tests/ has real ones).

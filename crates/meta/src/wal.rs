@@ -34,6 +34,7 @@ use crate::overlay::Gen;
 use crate::store::type_from_code;
 use crate::store::{decode_inode, decode_layout, encode_inode, encode_layout, type_code};
 use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use stripefs_wire::{ErrorCode, WireError};
@@ -58,10 +59,11 @@ type DirentChange = (u64, String, Option<(u64, u8)>);
 /// The payload of one record, in the store's own on-disk encodings.
 #[derive(Serialize, Deserialize, Default, Debug)]
 struct Record {
-    inodes: Vec<(u64, Option<Vec<u8>>)>,
+    // Encoded as a Vec<u8> would be (one run of bytes), without a call per byte.
+    inodes: Vec<(u64, Option<ByteBuf>)>,
     dirents: Vec<DirentChange>,
     counters: Vec<(String, u64)>,
-    purge: Vec<(u64, Option<Vec<u8>>)>,
+    purge: Vec<(u64, Option<ByteBuf>)>,
     orphans: Vec<(u64, bool)>,
 }
 
@@ -92,7 +94,8 @@ pub fn io_code(e: &std::io::Error) -> ErrorCode {
 pub fn encode(gen: &Gen) -> Vec<u8> {
     let mut r = Record::default();
     for (&ino, v) in &gen.inodes {
-        r.inodes.push((ino, v.as_ref().map(encode_inode)));
+        r.inodes
+            .push((ino, v.as_ref().map(|i| ByteBuf::from(encode_inode(i)))));
     }
     for (&parent, names) in &gen.dirents {
         for (name, v) in names {
@@ -104,7 +107,7 @@ pub fn encode(gen: &Gen) -> Vec<u8> {
     r.purge = gen
         .purge
         .iter()
-        .map(|(&ino, l)| (ino, l.as_ref().map(encode_layout)))
+        .map(|(&ino, l)| (ino, l.as_ref().map(|l| ByteBuf::from(encode_layout(l)))))
         .collect();
     r.orphans = gen.orphans.iter().map(|(&k, &v)| (k, v)).collect();
     crate::store::encode_postcard_into(PAYLOAD_TAG.to_vec(), &r)

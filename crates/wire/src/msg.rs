@@ -124,6 +124,7 @@ pub struct Inline {
     pub crc: u32,
     /// The bytes (as long as the file); sent only in answers to Open, CreateOpen and
     /// ReadInline.
+    #[serde(with = "serde_bytes")]
     pub data: Option<Vec<u8>>,
 }
 
@@ -132,6 +133,7 @@ pub struct Inline {
 pub struct InlinePiece {
     pub offset: u64,
     pub crc: u32,
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -1266,6 +1268,53 @@ impl Request {
 mod tests {
     use super::*;
     use crate::HEADER_LEN;
+
+    /// Inline bytes are encoded as one run (`serde_bytes`), which in postcard is exactly
+    /// what a plain `Vec<u8>` gave before: the same frames on the wire, both ways.
+    #[test]
+    fn inline_bytes_encode_as_a_plain_byte_vector_did() {
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct PlainInline {
+            max: u32,
+            crc: u32,
+            data: Option<Vec<u8>>,
+        }
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct PlainPiece {
+            offset: u64,
+            crc: u32,
+            data: Vec<u8>,
+        }
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        for data in [None, Some(Vec::new()), Some(bytes.clone())] {
+            let new = Inline {
+                max: 4096,
+                crc: 9,
+                data: data.clone(),
+            };
+            let old = PlainInline {
+                max: 4096,
+                crc: 9,
+                data,
+            };
+            let enc = postcard::to_allocvec(&new).unwrap();
+            assert_eq!(enc, postcard::to_allocvec(&old).unwrap());
+            assert_eq!(postcard::from_bytes::<Inline>(&enc).unwrap(), new);
+        }
+        let new = InlinePiece {
+            offset: 1 << 40,
+            crc: 3,
+            data: bytes.clone(),
+        };
+        let old = PlainPiece {
+            offset: 1 << 40,
+            crc: 3,
+            data: bytes,
+        };
+        let enc = postcard::to_allocvec(&old).unwrap();
+        assert_eq!(postcard::to_allocvec(&new).unwrap(), enc);
+        assert_eq!(postcard::from_bytes::<InlinePiece>(&enc).unwrap(), new);
+    }
 
     fn env(req: Request) -> Envelope {
         Envelope {

@@ -641,24 +641,16 @@ impl DataService {
         data: &[u8],
     ) -> Result<(), WireError> {
         let len = data.len() as u64;
-        let mut next_crc = 0;
-        for p in stripe.split(offset, len) {
-            assert_eq!(p.global % BLOCK, p.local % BLOCK, "units are whole blocks");
-            let t = p.place as usize;
-            let n = pieces(p.local, p.len as usize).count();
-            let at = (p.global - offset) as usize;
-            let obj = self
-                .object(t, fid, true)?
-                .ok_or_else(|| self.vanished(t, fid))?;
-            let (bytes, sums) = (
-                &data[at..at + p.len as usize],
-                &crcs[next_crc..next_crc + n],
-            );
-            self.write_unit(t, fid, &obj, p.local, bytes, sums)?;
-            next_crc += n;
-            self.bound_log(t, fid, &obj)?;
-        }
-        assert_eq!(next_crc, crcs.len());
+        self.each_unit(
+            stripe,
+            fid,
+            offset,
+            len,
+            crcs,
+            |t, obj, local, n, at, sums| {
+                self.write_unit(t, fid, obj, local, &data[at..at + n], sums)
+            },
+        )?;
         self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
         Ok(())
     }
@@ -756,10 +748,46 @@ impl DataService {
         Ok(())
     }
 
-    /// Runs `write(ctx, object, local offset, length, start in the request, CRCs)` for
+    /// Runs `f(target, object, local offset, length, start in the request, CRCs)` for
     /// each unit of the range `[offset, offset + len)` of the local byte space, in order,
-    /// with the unit's object (made if missing) under the exclusive lock of the unit's
-    /// blocks; `crcs` holds one CRC per block-bounded piece of the whole range.
+    /// with the unit's object (made if missing); `crcs` holds one CRC per block-bounded
+    /// piece of the whole range. After each unit (whose locks `f` took and released),
+    /// the object's log is held to its bound.
+    fn each_unit<E: From<WireError>>(
+        &self,
+        stripe: &Stripe,
+        fid: InodeId,
+        offset: u64,
+        len: u64,
+        crcs: &[u32],
+        mut f: impl FnMut(usize, &Object, u64, usize, usize, &[u32]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut next_crc = 0;
+        for p in stripe.split(offset, len) {
+            assert_eq!(p.global % BLOCK, p.local % BLOCK, "units are whole blocks");
+            let t = p.place as usize;
+            let n = pieces(p.local, p.len as usize).count();
+            let obj = self
+                .object(t, fid, true)?
+                .ok_or_else(|| self.vanished(t, fid))?;
+            let at = (p.global - offset) as usize;
+            f(
+                t,
+                &obj,
+                p.local,
+                p.len as usize,
+                at,
+                &crcs[next_crc..next_crc + n],
+            )?;
+            next_crc += n;
+            self.bound_log(t, fid, &obj)?;
+        }
+        assert_eq!(next_crc, crcs.len());
+        Ok(())
+    }
+
+    /// [`Self::each_unit`], with each unit's blocks locked exclusive around
+    /// `write(ctx, object, local offset, length, start in the request, CRCs)`.
     fn for_each_unit<E: From<WireError>>(
         &self,
         stripe: &Stripe,
@@ -769,25 +797,20 @@ impl DataService {
         crcs: &[u32],
         mut write: impl FnMut(&Ctx, &Object, u64, usize, usize, &[u32]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut next_crc = 0;
-        for p in stripe.split(offset, len) {
-            assert_eq!(p.global % BLOCK, p.local % BLOCK, "units are whole blocks");
-            let t = p.place as usize;
-            let n = pieces(p.local, p.len as usize).count();
-            let (first, end) = (p.local / BLOCK, (p.local + p.len).div_ceil(BLOCK));
-            let _g = self.locks.lock(fid.0, p.place, first, end, Mode::Exclusive);
-            let obj = self
-                .object(t, fid, true)?
-                .ok_or_else(|| self.vanished(t, fid))?;
-            let at = (p.global - offset) as usize;
-            let sums = &crcs[next_crc..next_crc + n];
-            write(&self.ctx(t, fid), &obj, p.local, p.len as usize, at, sums)?;
-            next_crc += n;
-            drop(_g);
-            self.bound_log(t, fid, &obj)?;
-        }
-        assert_eq!(next_crc, crcs.len());
-        Ok(())
+        self.each_unit(
+            stripe,
+            fid,
+            offset,
+            len,
+            crcs,
+            |t, obj, local, n, at, sums| {
+                let (first, end) = (local / BLOCK, (local + n as u64).div_ceil(BLOCK));
+                let _g = self
+                    .locks
+                    .lock(fid.0, t as u32, first, end, Mode::Exclusive);
+                write(&self.ctx(t, fid), obj, local, n, at, sums)
+            },
+        )
     }
 
     fn vanished(&self, t: usize, fid: InodeId) -> WireError {

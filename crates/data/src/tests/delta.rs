@@ -271,6 +271,22 @@ fn pieces_survive_two_restarts_on_real_files() {
     assert!(read(&svc, FID, UNIT, 0, 3 * B) == expect);
 }
 
+/// Three fsynced blocks, then a piece in block 1 (left in the log); returns block 1's
+/// bytes with the piece.
+fn block_with_a_piece() -> (Arc<MemStore>, Arc<DataService>, Vec<u8>) {
+    let store = Arc::new(MemStore::new());
+    let svc = server(&store);
+    let base = pattern(3 * B, 1);
+    write(&svc, FID, UNIT, 0, &base).unwrap();
+    fsync(&svc);
+    let piece = pattern(50, 2);
+    write(&svc, FID, UNIT, (B + 100) as u64, &piece).unwrap();
+    assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
+    let mut block = base[B..2 * B].to_vec();
+    block[100..150].copy_from_slice(&piece);
+    (store, svc, block)
+}
+
 /// A whole-block write over a block with pieces, with each of its disk writes in turn
 /// failing (ENOSPC, then EIO): the block reads the same before and after a restart, and
 /// each byte is the old (base and piece) or the new one; once the write is
@@ -285,16 +301,7 @@ fn a_failed_cover_never_brings_old_pieces_back() {
     for errno in [libc::ENOSPC, libc::EIO] {
         let mut failed = 0;
         for pass in 0.. {
-            let store = Arc::new(MemStore::new());
-            let svc = server(&store);
-            let base = pattern(3 * B, 1);
-            write(&svc, FID, UNIT, 0, &base).unwrap();
-            fsync(&svc);
-            let piece = pattern(50, 2);
-            write(&svc, FID, UNIT, (B + 100) as u64, &piece).unwrap();
-            assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
-            let mut old = base[B..2 * B].to_vec();
-            old[100..150].copy_from_slice(&piece);
+            let (store, svc, old) = block_with_a_piece();
             store.fail_writes(pass, 1, errno, false);
             let result = write(&svc, FID, UNIT, B as u64, &whole);
             store.fail_writes(0, 0, errno, false);
@@ -334,21 +341,13 @@ fn a_failed_cover_never_brings_old_pieces_back() {
 fn pieces_a_replay_could_not_cover_stay_dead_under_a_later_write() {
     let whole = pattern(B, 6);
     for pass in 0..12 {
-        let store = Arc::new(MemStore::new());
-        let svc = server(&store);
-        let base = pattern(3 * B, 1);
-        write(&svc, FID, UNIT, 0, &base).unwrap();
-        fsync(&svc);
-        let piece = pattern(50, 2);
-        write(&svc, FID, UNIT, (B + 100) as u64, &piece).unwrap();
+        let (store, svc, old) = block_with_a_piece();
         drop(svc);
         store.fail_writes(pass, 1, libc::ENOSPC, false);
         let svc = server(&store);
         let opened = read_raw(&svc, FID, UNIT, B as u64, B as u32);
         store.fail_writes(0, 0, libc::ENOSPC, false);
         if let Ok((crcs, data)) = opened {
-            let mut old = base[B..2 * B].to_vec();
-            old[100..150].copy_from_slice(&piece);
             assert!(
                 data == old && crcs[0] == crc32c(&old),
                 "disk write {pass} failed"

@@ -291,7 +291,8 @@ pub struct IntentLog {
     /// length when known (this handle is the only writer of the file), saving a stat per
     /// append.
     appending: Mutex<Option<u64>>,
-    /// A failed append could not be cut off: no more appends until the log is emptied.
+    /// A failed append could not be cut off: the next append cuts it off first (and
+    /// fails if it still cannot), unless the log is emptied before.
     broken: AtomicBool,
     written: Mutex<Ranges>,
 }
@@ -351,10 +352,24 @@ impl IntentLog {
         let file = self.file()?;
         let mut known = self.appending.lock().unwrap_or_else(|p| p.into_inner());
         if self.broken.load(Ordering::Acquire) {
-            return Err(io::Error::other(
-                "the object's log holds a record cut short that could not be removed; \
-                 it takes no more records until an fsync empties it",
-            ));
+            // The last append failed part-way and cutting it off failed too: nothing is
+            // appended after its torn bytes (a replay would stop there), so the cut is
+            // tried again first.
+            let Some(good) = *known else {
+                return Err(io::Error::other(
+                    "the object's log holds a record cut short at an unknown place",
+                ));
+            };
+            file.set_len(good).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "the object's log holds a record cut short after byte {good}, which \
+                         could not be removed: {e}"
+                    ),
+                )
+            })?;
+            self.broken.store(false, Ordering::Release);
         }
         let before = match *known {
             Some(n) => n,
@@ -363,8 +378,9 @@ impl IntentLog {
         self.dirty.store(true, Ordering::Release);
         if let Err(e) = file.append(bytes) {
             // A record cut short would end the log there, hiding every later record from
-            // a replay: the log goes back to where it was.
-            *known = None;
+            // a replay: the log goes back to where it was (or, if that fails, before the
+            // next append).
+            *known = Some(before);
             if file.set_len(before).is_err() {
                 self.broken.store(true, Ordering::Release);
             }
@@ -483,7 +499,7 @@ impl IntentLog {
         let size = f.size_bytes()?;
         if size == len {
             let mut known = self.appending.lock().unwrap_or_else(|p| p.into_inner());
-            *known = None;
+            // A failed cut changes nothing: what `known` says stays true.
             f.set_len(0)?;
             *known = Some(0);
             drop(known);
@@ -510,6 +526,52 @@ mod tests {
     use super::*;
 
     const B: u64 = 4096;
+
+    /// An append torn by a full disk whose cut then fails too leaves the log broken:
+    /// the next append cuts the torn bytes off first (failing, and appending nothing,
+    /// while it cannot), so no record ever lies after a torn one, where a replay would
+    /// not see it.
+    #[test]
+    fn a_torn_append_that_could_not_be_cut_is_cut_before_the_next() {
+        let store = Arc::new(crate::MemStore::new());
+        let path = PathBuf::from("/o/1.log");
+        let log = IntentLog::new(path.clone(), store.clone(), None);
+        let piece = |at: u64, salt: u8| {
+            let bytes = vec![salt; 700];
+            let crc = stripefs_wire::crc32c(&bytes);
+            move |seq| piece_record(seq, at, &bytes, crc, B)
+        };
+        log.append_delta(piece(100, 1)).unwrap();
+        let whole = store.contents(&path).unwrap().len();
+        // Room for half a record: the append is torn, and cutting it off fails.
+        store.set_capacity(store.used_bytes() + 300);
+        store.fail_next_set_len(1);
+        log.append_delta(piece(5000, 2)).unwrap_err();
+        store.set_capacity(1 << 40);
+        assert!(
+            store.contents(&path).unwrap().len() > whole,
+            "torn bytes stay"
+        );
+        // The cut fails again: nothing is appended.
+        store.fail_next_set_len(1);
+        let e = log.append_delta(piece(9000, 3)).unwrap_err();
+        assert!(e.to_string().contains("cut short after byte"), "{e}");
+        assert!(store.contents(&path).unwrap().len() > whole);
+        // Then it works: the torn bytes go, the record follows the first.
+        let at = log.append_delta(piece(9000, 4)).unwrap();
+        assert_eq!(at, whole as u64);
+        let d = decode(&store.contents(&path).unwrap(), B);
+        assert_eq!(d.torn_bytes, 0);
+        let offsets: Vec<u64> = d
+            .records
+            .iter()
+            .map(|r| match r {
+                Record::Piece { offset, .. } => *offset,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(offsets, [100, 9000]);
+    }
 
     fn sample() -> Vec<Record> {
         (0..6u64)

@@ -38,6 +38,8 @@ struct Faults {
     fail_writes: AtomicU32,
     errno: AtomicI32,
     cut_short: AtomicBool,
+    /// How many `set_len` calls fail with EIO (changing nothing) before one succeeds.
+    fail_set_len: AtomicU32,
     space: Mutex<Space>,
 }
 
@@ -55,6 +57,7 @@ impl Default for Faults {
             fail_writes: AtomicU32::new(0),
             errno: AtomicI32::new(libc::ENOSPC),
             cut_short: AtomicBool::new(false),
+            fail_set_len: AtomicU32::new(0),
             space: Mutex::new(Space {
                 capacity: MEM_CAPACITY_BYTES,
                 used: 0,
@@ -154,6 +157,11 @@ impl MemStore {
         f.cut_short.store(cut_short, Ordering::SeqCst);
         f.pass_writes.store(pass, Ordering::SeqCst);
         f.fail_writes.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` length changes (`set_len`, of any file) fail with EIO.
+    pub fn fail_next_set_len(&self, n: u32) {
+        self.faults.fail_set_len.store(n, Ordering::SeqCst);
     }
 
     /// Sets the disk's size: writes that need more space than is left fail with ENOSPC
@@ -284,6 +292,13 @@ impl ObjectFile for MemFile {
     /// Never fails for lack of space, as a sparse extension would not.
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = lock(&self.state);
+        let failing = &self.faults.fail_set_len;
+        if failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let before = st.alloc();
         st.data.resize(len as usize, 0);
         // Space reserved past a cut is freed with it, as ext4 and XFS do.

@@ -587,12 +587,20 @@ impl InodeIo {
             .submit(self.places[place as usize], move || {
                 let first = extents[0].0;
                 let mut crcs = Vec::new();
-                let mut data = Vec::with_capacity(bytes as usize);
                 for (at, b) in &extents {
                     crcs.extend(piece_crcs(*at, b));
-                    data.extend_from_slice(b);
                 }
+                // One extent (sequential small writes grow it in place) is sent as it is,
+                // without a copy; more are laid end to end.
                 let n = extents.len();
+                let joined = (n > 1).then(|| {
+                    let mut data = Vec::with_capacity(bytes as usize);
+                    for (_, b) in &extents {
+                        data.extend_from_slice(b);
+                    }
+                    data
+                });
+                let data: &[u8] = joined.as_deref().unwrap_or(&extents[0].1);
                 let req = if n == 1 {
                     Request::Write {
                         fid,
@@ -612,7 +620,7 @@ impl InodeIo {
                     }
                 };
                 let r = pool
-                    .call(&cred, req, &data, &mut [])
+                    .call(&cred, req, data, &mut [])
                     .and_then(|(resp, _)| match resp {
                         Response::Written { boot_id } => note_boot(&boots, place, boot_id, &pool),
                         other => Err(unexpected(&pool, "Write", &other)),

@@ -604,13 +604,19 @@ impl DataService {
         let stripe = self.stripe(w.unit)?;
         let fid = InodeId(w.fid);
         let len = w.len as u64;
-        self.for_each_unit(
+        self.each_unit(
             &stripe,
             fid,
             w.offset,
             len,
             &w.crcs,
-            |c, obj, local, n, _, crcs| {
+            |t, obj, local, n, _, crcs| {
+                // The unit's blocks exclusive: spliced holes and rewrites alike.
+                let (first, end) = (local / BLOCK, (local + n as u64).div_ceil(BLOCK));
+                let _g = self
+                    .locks
+                    .lock(fid.0, t as u32, first, end, Mode::Exclusive);
+                let c = &self.ctx(t, fid);
                 match object::write_spliced(c, obj, local, n as u64, pipe, crcs, timeout) {
                     Ok(object::Spliced::Done) => *taken += n,
                     Ok(object::Spliced::NotHoles) => {
@@ -784,33 +790,6 @@ impl DataService {
         }
         assert_eq!(next_crc, crcs.len());
         Ok(())
-    }
-
-    /// [`Self::each_unit`], with each unit's blocks locked exclusive around
-    /// `write(ctx, object, local offset, length, start in the request, CRCs)`.
-    fn for_each_unit<E: From<WireError>>(
-        &self,
-        stripe: &Stripe,
-        fid: InodeId,
-        offset: u64,
-        len: u64,
-        crcs: &[u32],
-        mut write: impl FnMut(&Ctx, &Object, u64, usize, usize, &[u32]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        self.each_unit(
-            stripe,
-            fid,
-            offset,
-            len,
-            crcs,
-            |t, obj, local, n, at, sums| {
-                let (first, end) = (local / BLOCK, (local + n as u64).div_ceil(BLOCK));
-                let _g = self
-                    .locks
-                    .lock(fid.0, t as u32, first, end, Mode::Exclusive);
-                write(&self.ctx(t, fid), obj, local, n, at, sums)
-            },
-        )
     }
 
     fn vanished(&self, t: usize, fid: InodeId) -> WireError {

@@ -149,6 +149,11 @@ pub struct Tuning {
     /// Largest metadata-log record a batch may make; a larger batch is committed an
     /// operation at a time (at most the log's own limit, which readers enforce).
     pub max_log_record: usize,
+    /// Owner (uid, gid) given to the root directory when a new database is made: by
+    /// default the server process's effective ids, so that a user who starts a cluster
+    /// without root privileges owns (and can write) its root, as root does when it
+    /// starts one. An existing root keeps its owner.
+    pub root_owner: (u32, u32),
 }
 
 impl Default for Tuning {
@@ -159,6 +164,8 @@ impl Default for Tuning {
             max_overlay_keys: MAX_OVERLAY_KEYS,
             max_overlay_log_bytes: MAX_OVERLAY_LOG_BYTES,
             max_log_record: wal::MAX_RECORD as usize - 1,
+            // SAFETY: geteuid and getegid cannot fail.
+            root_owner: unsafe { (libc::geteuid(), libc::getegid()) },
         }
     }
 }
@@ -369,7 +376,7 @@ impl MetaService {
         // there is the same error as above.
         let recovered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
-            let earlier = init(&db, clock.now_ns(), last).map_err(fail)?;
+            let earlier = init(&db, clock.now_ns(), last, tuning.root_owner).map_err(fail)?;
             Ok::<_, String>((last, earlier))
         }))
         .unwrap_or_else(|p| Err(damaged(path, p)));
@@ -1089,11 +1096,15 @@ fn recover(disk: &dyn MetaDisk, db: &Database, path: &Path) -> Result<u64, WireE
     Ok(last)
 }
 
-/// Creates the root on first use; purges orphans left by the last run (no file is open
-/// after a restart).
-/// Creates the root of a new database; returns the first inode number this start will
-/// give, or `None` for a new database (no client of an earlier start can exist).
-fn init(db: &Database, now_ns: i64, last: u64) -> Result<Option<u64>, WireError> {
+/// Creates the root of a new database, owned by `owner` (uid, gid); returns the first
+/// inode number this start will give, or `None` for a new database (no client of an
+/// earlier start can exist).
+fn init(
+    db: &Database,
+    now_ns: i64,
+    last: u64,
+    owner: (u32, u32),
+) -> Result<Option<u64>, WireError> {
     let layers = Layers::default();
     let txn = db.begin_read().map_err(|e| store::io("starting init", e))?;
     let rd = Rd::open(&txn)?;
@@ -1108,8 +1119,8 @@ fn init(db: &Database, now_ns: i64, last: u64) -> Result<Option<u64>, WireError>
             ftype: FileType::Dir,
             mode: 0o755,
             nlink: 2,
-            uid: 0,
-            gid: 0,
+            uid: owner.0,
+            gid: owner.1,
             size: 0,
             atime_ns: now_ns,
             mtime_ns: now_ns,

@@ -343,3 +343,37 @@ fn setgid_directory_inheritance() {
     let sub = fs.mkdir(&alice, d.ino.0, "sub", 0o755).unwrap();
     assert_eq!((sub.gid, sub.mode & 0o2000), (77, 0o2000));
 }
+
+/// The root directory of a new file system belongs to whoever made it: by default the
+/// server process's effective ids (root when root starts the cluster), so that a user
+/// who starts a cluster without root privileges can write its root. Other users cannot,
+/// and a restart keeps the owner whatever ids the server runs with then.
+#[test]
+fn the_root_belongs_to_the_user_who_made_the_file_system() {
+    // SAFETY: geteuid and getegid cannot fail.
+    let me = unsafe { (libc::geteuid(), libc::getegid()) };
+    assert_eq!(stripefs_meta::Tuning::default().root_owner, me);
+    let tuning = stripefs_meta::Tuning {
+        root_owner: (1000, 100),
+        ..stripefs_meta::Tuning::default()
+    };
+    let mut fs = Fs::tuned(cluster(4), tuning);
+    let a = fs.getattr(ROOT).unwrap();
+    assert_eq!((a.uid, a.gid, a.mode & 0o7777), (1000, 100, 0o755));
+    let alice = user(1000, 100);
+    let bob = user(1001, 101);
+    fs.create(&alice, ROOT, "mine", 0o644).unwrap();
+    fs.mkdir(&alice, ROOT, "dir", 0o755).unwrap();
+    assert_eq!(
+        code(fs.create(&bob, ROOT, "x", 0o644)),
+        ErrorCode::PermissionDenied
+    );
+    fs.tuning.root_owner = (0, 0);
+    fs.reopen();
+    let a = fs.getattr(ROOT).unwrap();
+    assert_eq!(
+        (a.uid, a.gid),
+        (1000, 100),
+        "a restart keeps the root's owner"
+    );
+}

@@ -590,17 +590,10 @@ impl InodeIo {
                 for (at, b) in &extents {
                     crcs.extend(piece_crcs(*at, b));
                 }
-                // One extent (sequential small writes grow it in place) is sent as it is,
-                // without a copy; more are laid end to end.
+                // The extents go out from their own buffers, one after another (one
+                // vectored write), never copied together.
                 let n = extents.len();
-                let joined = (n > 1).then(|| {
-                    let mut data = Vec::with_capacity(bytes as usize);
-                    for (_, b) in &extents {
-                        data.extend_from_slice(b);
-                    }
-                    data
-                });
-                let data: &[u8] = joined.as_deref().unwrap_or(&extents[0].1);
+                let parts: Vec<&[u8]> = extents.iter().map(|(_, b)| b.as_slice()).collect();
                 let req = if n == 1 {
                     Request::Write {
                         fid,
@@ -619,12 +612,14 @@ impl InodeIo {
                         crcs,
                     }
                 };
-                let r = pool
-                    .call(&cred, req, data, &mut [])
-                    .and_then(|(resp, _)| match resp {
-                        Response::Written { boot_id } => note_boot(&boots, place, boot_id, &pool),
-                        other => Err(unexpected(&pool, "Write", &other)),
-                    });
+                let r =
+                    pool.call_parts(&cred, req, &parts, &mut [])
+                        .and_then(|(resp, _)| match resp {
+                            Response::Written { boot_id } => {
+                                note_boot(&boots, place, boot_id, &pool)
+                            }
+                            other => Err(unexpected(&pool, "Write", &other)),
+                        });
                 promise.fulfil(r.map_err(|e| {
                     context(
                         e,

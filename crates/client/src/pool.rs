@@ -318,8 +318,20 @@ impl ServerPool {
         data: &[u8],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
-        let r = self.call_uncounted(cred, req, data, recv);
-        self.count(&r, data.len());
+        self.call_parts(cred, req, &[data], recv)
+    }
+
+    /// As [`ServerPool::call`], with the bulk data in `parts`, sent as if joined
+    /// (see [`Conn::call_parts`]).
+    pub fn call_parts(
+        &self,
+        cred: &Cred,
+        req: Request,
+        parts: &[&[u8]],
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError> {
+        let r = self.call_uncounted(cred, req, parts, recv);
+        self.count(&r, parts.iter().map(|p| p.len()).sum());
         r
     }
 
@@ -327,19 +339,22 @@ impl ServerPool {
         &self,
         cred: &Cred,
         req: Request,
-        data: &[u8],
+        parts: &[&[u8]],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
         if let Some(via) = &self.via {
-            return via.call(self.id, cred, req, data, recv);
+            return match parts {
+                [one] => via.call(self.id, cred, req, one, recv),
+                more => via.call(self.id, cred, req, &more.concat(), recv),
+            };
         }
         if self.depth > 1 && self.tls.is_none() && bulk(&req) {
-            return self.call_piped(cred, req, data, recv);
+            return self.call_piped(cred, req, parts, recv);
         }
         let again = req.clone();
         let (mut conn, reused) = self.checkout()?;
         let before = conn.wire_data_bytes();
-        let r = conn.call(cred, req, data, recv);
+        let r = conn.call_parts(cred, req, parts, recv);
         self.count_wire(wire_since(before, &conn));
         let stale =
             reused && conn.is_broken() && matches!(&r, Err(e) if e.code == ErrorCode::Unreachable);
@@ -356,7 +371,7 @@ impl ServerPool {
             let before = conn.wire_data_bytes();
             let r = conn
                 .defer_frames(&carried)
-                .and_then(|()| conn.call(cred, again, data, recv));
+                .and_then(|()| conn.call_parts(cred, again, parts, recv));
             self.count_wire(wire_since(before, &conn));
             self.checkin(conn);
             return r;
@@ -371,12 +386,12 @@ impl ServerPool {
         &self,
         cred: &Cred,
         req: Request,
-        data: &[u8],
+        parts: &[&[u8]],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
         let again = req.clone();
         let (pipe, reused) = self.pick_pipe(false)?;
-        let (r, wire) = pipe.call(cred, req, data, recv);
+        let (r, wire) = pipe.call_parts(cred, req, parts, recv);
         self.count_wire(wire);
         // A transport failure (the pipe broke), not a server's answer.
         let stale =
@@ -384,7 +399,7 @@ impl ServerPool {
         let unhandled = matches!(&r, Err(e) if e.code == ErrorCode::ConnectionClosed);
         if unhandled || (stale && idempotent(&again)) {
             let (pipe, _) = self.pick_pipe(true)?;
-            let (r, wire) = pipe.call(cred, again, data, recv);
+            let (r, wire) = pipe.call_parts(cred, again, parts, recv);
             self.count_wire(wire);
             return r;
         }

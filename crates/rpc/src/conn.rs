@@ -262,7 +262,19 @@ impl Conn {
         data: &[u8],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
-        let (id, opcode) = self.send_request(cred, req, data, false)?;
+        self.call_parts(cred, req, &[data], recv)
+    }
+
+    /// As [`Conn::call`], with the bulk data in `parts`, sent one after another as if
+    /// joined (with one vectored write, not copied together first).
+    pub fn call_parts(
+        &mut self,
+        cred: &Cred,
+        req: Request,
+        parts: &[&[u8]],
+        recv: &mut [u8],
+    ) -> Result<(Response, usize), WireError> {
+        let (id, opcode) = self.send_request(cred, req, parts, false)?;
         self.read_reply(id, opcode, recv)
     }
 
@@ -393,16 +405,16 @@ impl Conn {
         &mut self,
         cred: &Cred,
         req: Request,
-        data: &[u8],
+        parts: &[&[u8]],
         no_reply: bool,
     ) -> Result<(u64, Opcode), WireError> {
         self.check_usable()?;
-        if data.len() > stripefs_wire::MAX_DATA_BYTES as usize {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > stripefs_wire::MAX_DATA_BYTES as usize {
             return Err(WireError::new(
                 ErrorCode::InvalidArgument,
                 format!(
-                    "request data of {} bytes exceeds the frame limit {}",
-                    data.len(),
+                    "request data of {len} bytes exceeds the frame limit {}",
                     stripefs_wire::MAX_DATA_BYTES
                 ),
             ));
@@ -414,19 +426,31 @@ impl Conn {
             cred: cred.clone(),
             req,
         };
-        let packed = self.codec.compress(data);
+        let packed = match parts {
+            [] => None,
+            [one] => self.codec.compress(one),
+            _ if self.codec == Codec::Off => None,
+            more => self.codec.compress(&more.concat()),
+        };
         let frame = if no_reply {
-            assert!(data.is_empty(), "requests with data are answered");
+            assert_eq!(len, 0, "requests with data are answered");
             encode_request_flags(id, &env, 0, FLAG_NO_REPLY)
         } else if let Some(p) = &packed {
             encode_request_flags(id, &env, p.len() as u32, FLAG_COMPRESSED)
         } else {
-            encode_request(id, &env, data.len() as u32)
+            encode_request(id, &env, len as u32)
         };
-        let data = packed.as_deref().unwrap_or(data);
-        self.wire_sent += data.len() as u64;
+        let mut out: Vec<&[u8]> = Vec::with_capacity(2 + parts.len());
+        out.push(&self.outbox);
+        out.push(&frame);
+        match &packed {
+            Some(p) => out.push(p),
+            None => out.extend_from_slice(parts),
+        }
+        self.wire_sent += packed.as_ref().map_or(len, |p| p.len()) as u64;
         // Deferred requests go first, in the same system call.
-        let sent = write_all_parts(&mut self.stream, &[&self.outbox, &frame, data]);
+        let sent = write_all_parts(&mut self.stream, &out);
+        drop(out);
         self.sent_deferred.append(&mut self.outbox);
         if let Err(e) = sent {
             return Err(self.transport(format!("sending {}", opcode.name()), e.into()));
@@ -678,6 +702,18 @@ impl Pipe {
         data: &[u8],
         recv: &mut [u8],
     ) -> (Result<(Response, usize), WireError>, (u64, u64)) {
+        self.call_parts(cred, req, &[data], recv)
+    }
+
+    /// As [`Pipe::call`], with the bulk data in `parts` (see [`Conn::call_parts`]).
+    #[allow(clippy::type_complexity)]
+    pub fn call_parts(
+        &self,
+        cred: &Cred,
+        req: Request,
+        parts: &[&[u8]],
+        recv: &mut [u8],
+    ) -> (Result<(Response, usize), WireError>, (u64, u64)) {
         let (id, opcode, sent) = {
             let mut tx = locked(&self.tx);
             let id = tx.next_id;
@@ -689,7 +725,7 @@ impl Pipe {
                 t.queue.push_back(id);
             }
             let before = tx.wire_sent;
-            match tx.send_request(cred, req, data, false) {
+            match tx.send_request(cred, req, parts, false) {
                 Ok((sent_id, opcode)) => {
                     debug_assert_eq!(sent_id, id);
                     (id, opcode, tx.wire_sent - before)

@@ -127,6 +127,9 @@ pub fn skip(r: &mut impl Read, mut n: u64, deadline: Option<Instant>) -> Result<
     Ok(())
 }
 
+/// Most slices one vectored write takes (Linux's IOV_MAX).
+const MAX_SLICES: usize = 1024;
+
 /// Writes all `parts` in order, with as few system calls as the kernel allows.
 pub fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
     let mut idx = 0;
@@ -137,9 +140,11 @@ pub fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
             off = 0;
             continue;
         }
-        let mut slices: Vec<io::IoSlice> = Vec::with_capacity(parts.len() - idx);
+        // At most IOV_MAX (1,024 on Linux) slices per call; the rest go in the next.
+        let take = (parts.len() - idx).min(MAX_SLICES);
+        let mut slices: Vec<io::IoSlice> = Vec::with_capacity(take);
         slices.push(io::IoSlice::new(&parts[idx][off..]));
-        for p in &parts[idx + 1..] {
+        for p in &parts[idx + 1..idx + take] {
             slices.push(io::IoSlice::new(p));
         }
         let mut n = match w.write_vectored(&slices) {
@@ -166,6 +171,66 @@ pub fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
 #[cfg(test)]
 mod trickle_tests {
     use super::*;
+
+    /// A writer that takes at most `max` bytes per call and records how many slices
+    /// each vectored call was given (a socket may take less than it is offered; writev
+    /// refuses more than IOV_MAX slices).
+    struct Stingy {
+        got: Vec<u8>,
+        max: usize,
+        most_slices: usize,
+    }
+
+    impl Write for Stingy {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.max);
+            self.got.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+            assert!(
+                bufs.len() <= MAX_SLICES,
+                "{} slices in one call",
+                bufs.len()
+            );
+            self.most_slices = self.most_slices.max(bufs.len());
+            let mut n = 0;
+            for b in bufs {
+                let k = b.len().min(self.max - n);
+                self.got.extend_from_slice(&b[..k]);
+                n += k;
+                if n == self.max {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Many parts (more than one vectored call may take), empty ones among them, and
+    /// short writes that end inside a part: every byte goes out once, in order.
+    #[test]
+    fn parts_go_out_whole_and_in_order() {
+        let owned: Vec<Vec<u8>> = (0..3000u32)
+            .map(|i| (0..(i % 7) as u8).map(|b| b ^ (i as u8)).collect())
+            .collect();
+        let parts: Vec<&[u8]> = owned.iter().map(|v| v.as_slice()).collect();
+        for max in [1, 5, 64, usize::MAX] {
+            let mut w = Stingy {
+                got: Vec::new(),
+                max,
+                most_slices: 0,
+            };
+            write_all_parts(&mut w, &parts).unwrap();
+            assert_eq!(w.got, owned.concat(), "max {max}");
+            if max == usize::MAX {
+                assert_eq!(w.most_slices, MAX_SLICES);
+            }
+        }
+    }
 
     /// A peer that sends one byte per read, `every` apart.
     struct Trickle {

@@ -274,6 +274,20 @@ impl Partial {
 /// checksums are set to the bytes they hold, so that every byte reads: old bytes
 /// outside the range, old or new inside it.
 pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Result<(), WireError> {
+    write_with(c, obj, off, data, crcs, None)
+}
+
+/// [`write`], given the entries of the write's blocks if the caller read them under
+/// its locks (`held`, one per block from the first the write touches): saves reading
+/// them again, and the object length, which only spared that read.
+pub fn write_with(
+    c: &Ctx,
+    obj: &Object,
+    off: u64,
+    data: &[u8],
+    crcs: &[u32],
+    held: Option<&[Entry]>,
+) -> Result<(), WireError> {
     let len = data.len() as u64;
     assert!(len > 0);
     let first = off / BLOCK;
@@ -290,8 +304,14 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     // (a full disk) fails the write with nothing changed, instead of leaving pieces
     // live in the log that a restart would lay over this write's bytes (simulator,
     // seed 5272).
+    let mut held = held;
+    if let Some(h) = held {
+        assert_eq!(h.len(), nblocks, "one held entry per block");
+    }
     let with_pieces = obj.pieces.blocks_in(first, last + 1);
     if !with_pieces.is_empty() {
+        // Folding changes the entries: read them again below.
+        held = None;
         if let Err(e) = compact(c, obj, &with_pieces) {
             // A block that fails its checksum (its base, or a piece) cannot be folded;
             // one this write replaces whole need not be: its pieces are covered and the
@@ -308,9 +328,12 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     }
     // Read and verify both partial blocks before anything changes (their entries in
     // one read of the sidecar).
-    let pair = (head_partial && tail_partial)
-        .then(|| read_entries(c, obj, first, last - first + 1))
-        .transpose()?;
+    let pair = match held {
+        Some(h) => Some(h.to_vec()),
+        None => (head_partial && tail_partial)
+            .then(|| read_entries(c, obj, first, last - first + 1))
+            .transpose()?,
+    };
     let load = |block: u64, end: usize| match &pair {
         Some(entries) => Partial::load_with(c, obj, block, entries[end * (entries.len() - 1)]),
         None => Partial::load(c, obj, block),
@@ -337,11 +360,14 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
     // write paths (ext4 allocates the blocks there and then, under the file's lock:
     // 11% of a data server's CPU in the interleaved 47,008-byte pattern). Appends are
     // into holes; a write inside the file looks at its entries (one sidecar read).
-    let size = obj
-        .data
-        .size_bytes()
-        .map_err(|e| c.io("reading the object length", &e))?;
-    if off < size {
+    // With the entries in hand, no length is needed: a block past the end has none.
+    let inside = held.is_some()
+        || off
+            < obj
+                .data
+                .size_bytes()
+                .map_err(|e| c.io("reading the object length", &e))?;
+    if inside {
         let changes_written = match &pair {
             Some(entries) => entries.iter().any(|e| e.base().is_some()),
             None => read_entries(c, obj, first, nblocks as u64)?
@@ -386,12 +412,17 @@ pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Resu
 /// block's lock (shared is enough): the delta log, no read of the block, no CRC
 /// computed here. The block's entry says it has pieces; readers merge them, and a
 /// compaction folds them in (docs/objects.md, "Writes").
+///
+/// `held`: the block's entry, if the caller read it under the block's lock. Another
+/// piece's writer (holding the lock shared too) may have changed it since, but only to
+/// what this one would write (a piece on the same base).
 pub fn write_piece(
     c: &Ctx,
     obj: &Object,
     off: u64,
     data: &[u8],
     crc: u32,
+    held: Option<Entry>,
 ) -> Result<(), WireError> {
     let block = off / BLOCK;
     let at = (off % BLOCK) as usize;
@@ -399,7 +430,10 @@ pub fn write_piece(
         !data.is_empty() && data.len() < BLOCK_USIZE && at + data.len() <= BLOCK_USIZE,
         "a partial block"
     );
-    let entry = read_entry(c, obj, block)?;
+    let entry = match held {
+        Some(e) => e,
+        None => read_entry(c, obj, block)?,
+    };
     // The entry first: with no piece yet it reads as before, and if its write fails
     // nothing changed. A piece is visible to readers only once it is in the log and the
     // index (one append, undone if it fails), so what a reader saw is what a restart
@@ -1229,41 +1263,70 @@ pub fn compact(c: &Ctx, obj: &Object, blocks: &[u64]) -> Result<usize, WireError
         obj.intents
             .protect_many(&guarded, BLOCK)
             .map_err(|e| c.io("logging the compaction of pieces", &e))?;
+        // Data first, then the entries: with the chunk's span of entries in hand, all of
+        // them in one write (the span lies inside the caller's exclusive lock); else
+        // one write per block.
+        let mut failed = None;
         for (i, f) in folds.iter().enumerate() {
             let at = f.block * BLOCK;
             let done = obj
                 .data
                 .write_at(nth(merged, i), at)
                 .map_err(|e| c.io(&format!("writing block {} with its pieces", f.block), &e))
-                .and_then(|()| {
-                    if f.entry.base().is_some() {
-                        fault_mid_rmw(c);
+                .and_then(|()| match span {
+                    Some(_) => Ok(()),
+                    None => {
+                        if f.entry.base().is_some() {
+                            fault_mid_rmw(c);
+                        }
+                        write_entry(c, obj, f.block, Entry::Written(f.crc))
                     }
-                    write_entry(c, obj, f.block, Entry::Written(f.crc))
                 });
             if let Err(e) = done {
-                // A compaction changes no byte anyone reads, so a failed one must not
-                // either: a written block gets its base back, with its entry, and keeps
-                // its pieces (if that fails too, it is a checksum error until its log
-                // repairs it, never other bytes). A hole with pieces reads as zeros and
-                // its pieces whatever the data file holds.
-                if let Some(crc) = f.entry.base() {
-                    let restored = obj
-                        .data
-                        .write_at(nth(bases, i), at)
-                        .map_err(|e| c.io(&format!("restoring block {}", f.block), &e))
-                        .and_then(|()| write_entry(c, obj, f.block, Entry::Pieces(Some(crc))));
-                    if let Err(r) = restored {
-                        tracing::error!("{e}; then restoring block {} failed: {r}", f.block);
-                    }
-                }
-                // The blocks folded before it are settled.
-                let folded: Vec<u64> = folds[..i].iter().map(|g| g.block).collect();
-                if let Err(r) = obj.pieces.settle(&obj.intents, &folded, BLOCK) {
-                    tracing::error!("{e}; then settling the folded pieces failed: {r}");
-                }
-                return Err(e);
+                failed = Some((i + 1, e));
+                break;
             }
+        }
+        if let (None, Some(es)) = (&failed, &span) {
+            if folds.iter().any(|f| f.entry.base().is_some()) {
+                fault_mid_rmw(c);
+            }
+            let mut buf = Vec::with_capacity(es.len() * ENTRY_BYTES as usize);
+            es.iter().for_each(|e| buf.extend_from_slice(&e.encode()));
+            for f in &folds {
+                let at = ((f.block - lo) * ENTRY_BYTES) as usize;
+                buf[at..at + ENTRY_BYTES as usize].copy_from_slice(&encode_entry(f.crc));
+            }
+            if let Err(e) = obj.crcs.write_at(&buf, lo * ENTRY_BYTES) {
+                let e = c.io(
+                    &format!("writing the checksums of {} folded blocks", folds.len()),
+                    &e,
+                );
+                failed = Some((folds.len(), e));
+            }
+        }
+        if let Some((n, e)) = failed {
+            // A compaction changes no byte anyone reads, so a failed one must not either:
+            // each block it may have changed gets its base back (a written one), with
+            // its entry, and keeps its pieces (if that fails too, it is a checksum error
+            // until its log repairs it, never other bytes). A hole with pieces reads as
+            // zeros and its pieces whatever the data file holds.
+            for (i, f) in folds[..n].iter().enumerate() {
+                let restored = match f.entry.base() {
+                    Some(crc) => obj
+                        .data
+                        .write_at(nth(bases, i), f.block * BLOCK)
+                        .map_err(|e| c.io(&format!("restoring block {}", f.block), &e))
+                        .and_then(|()| write_entry(c, obj, f.block, Entry::Pieces(Some(crc)))),
+                    None => write_entry(c, obj, f.block, Entry::Pieces(None)),
+                };
+                if let Err(r) = restored {
+                    tracing::error!("{e}; then restoring block {} failed: {r}", f.block);
+                }
+            }
+            return Err(e);
+        }
+        for f in &folds {
             obj.intents.mark_written(f.block, f.block + 1);
         }
         obj.pieces

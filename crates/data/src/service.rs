@@ -719,6 +719,14 @@ impl DataService {
             ranges.push((end - 1, end, m));
         }
         let _g = self.locks.lock_all(fid.0, t as u32, &ranges);
+        // The entries again, now under the locks, for every part below (one read where
+        // each part would read its own, and the object length besides).
+        let held = if head || tail {
+            Some(object::read_entries(&c, obj, first, end - first)?)
+        } else {
+            None
+        };
+        let held_of = |block: u64| held.as_ref().map(|h| h[(block - first) as usize]);
         // Partial blocks locked exclusive (holes when looked at) are written in place
         // with the whole blocks, as one run (`object::write`: a hole has nothing to read;
         // one that became written meanwhile is read and merged, logged as any rewrite).
@@ -731,14 +739,20 @@ impl DataService {
         let hi = bytes.len() - if tail_piece { tail_len } else { 0 };
         if lo < hi {
             let crcs = &sums[head_piece as usize..sums.len() - tail_piece as usize];
-            object::write(&c, obj, local + lo as u64, &bytes[lo..hi], crcs)?;
+            let at = local + lo as u64;
+            let (b0, b1) = (at / BLOCK, (local + hi as u64).div_ceil(BLOCK));
+            let given = held
+                .as_deref()
+                .map(|h| &h[(b0 - first) as usize..(b1 - first) as usize]);
+            object::write_with(&c, obj, at, &bytes[lo..hi], crcs, given)?;
         }
         if head_piece {
-            object::write_piece(&c, obj, local, &bytes[..head_len], sums[0])?;
+            object::write_piece(&c, obj, local, &bytes[..head_len], sums[0], held_of(first))?;
         }
         if tail_piece {
             let (off, part) = (local + mid.1 as u64, &bytes[mid.1..]);
-            object::write_piece(&c, obj, off, part, sums[sums.len() - 1])?;
+            let crc = sums[sums.len() - 1];
+            object::write_piece(&c, obj, off, part, crc, held_of(end - 1))?;
         }
         Ok(())
     }

@@ -362,3 +362,59 @@ fn pieces_a_replay_could_not_cover_stay_dead_under_a_later_write() {
         );
     }
 }
+
+/// An fsync whose fold of two blocks' pieces has each of its disk writes in turn fail
+/// (EIO, whole or cut short): every byte reads as acknowledged, before and after a
+/// restart, and a later fsync folds the pieces for good. The fold writes the blocks,
+/// then their entries in one write over the span between them (which holds a block
+/// without pieces, whose entry must come out unchanged); a failure at any point puts
+/// the bases back under entries that name the pieces still in the log.
+#[test]
+fn a_failed_fold_changes_no_byte() {
+    let mut failed = 0;
+    for cut_short in [false, true] {
+        for pass in 0.. {
+            let store = Arc::new(MemStore::new());
+            let svc = server(&store);
+            let mut expect = pattern(5 * B, 11);
+            write(&svc, FID, UNIT, 0, &expect).unwrap();
+            fsync(&svc);
+            for (block, at, len, seed) in [(1, 100, 50, 12), (3, 4000, 96, 13)] {
+                let piece = pattern(len, seed);
+                let off = block * B + at;
+                write(&svc, FID, UNIT, off as u64, &piece).unwrap();
+                expect[off..off + len].copy_from_slice(&piece);
+            }
+            assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
+            assert!(matches!(entry(&store, &svc, 2), Entry::Written(_)));
+            store.fail_writes(pass, 1, libc::EIO, cut_short);
+            let result = simple(&svc, Request::Fsync { fid: InodeId(FID) });
+            store.fail_writes(0, 0, libc::EIO, false);
+            let ctx = format!("disk write {pass} failed (cut short: {cut_short})");
+            assert!(read(&svc, FID, UNIT, 0, 5 * B) == expect, "{ctx}");
+            drop(svc);
+            let svc = server(&store);
+            assert!(
+                read(&svc, FID, UNIT, 0, 5 * B) == expect,
+                "{ctx}: after a restart"
+            );
+            fsync(&svc);
+            assert!(read(&svc, FID, UNIT, 0, 5 * B) == expect, "{ctx}: folded");
+            for block in 0..5 {
+                let e = entry(&store, &svc, block);
+                assert!(
+                    matches!(e, Entry::Written(_)),
+                    "{ctx}: block {block}: {e:?}"
+                );
+            }
+            if result.is_ok() {
+                break;
+            }
+            failed += 1;
+        }
+    }
+    assert!(
+        failed > 4,
+        "the faults hit the fold ({failed} fsyncs failed)"
+    );
+}

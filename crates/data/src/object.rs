@@ -328,11 +328,12 @@ pub fn write_with(
     }
     // Read and verify both partial blocks before anything changes (their entries in
     // one read of the sidecar).
-    let pair = match held {
-        Some(h) => Some(h.to_vec()),
+    let pair: Option<std::borrow::Cow<[Entry]>> = match held {
+        Some(h) => Some(h.into()),
         None => (head_partial && tail_partial)
             .then(|| read_entries(c, obj, first, last - first + 1))
-            .transpose()?,
+            .transpose()?
+            .map(Into::into),
     };
     let load = |block: u64, end: usize| match &pair {
         Some(entries) => Partial::load_with(c, obj, block, entries[end * (entries.len() - 1)]),
@@ -1257,7 +1258,7 @@ pub fn compact(c: &Ctx, obj: &Object, blocks: &[u64]) -> Result<usize, WireError
         let guarded: Vec<(u64, &[u8], u32)> = folds
             .iter()
             .enumerate()
-            .filter(|(_, f)| f.entry.base().is_some())
+            .filter(|(_, f)| written(f))
             .map(|(i, f)| (f.block, nth(merged, i), f.crc))
             .collect();
         obj.intents
@@ -1288,7 +1289,7 @@ pub fn compact(c: &Ctx, obj: &Object, blocks: &[u64]) -> Result<usize, WireError
             }
         }
         if let (None, Some(es)) = (&failed, &span) {
-            if folds.iter().any(|f| f.entry.base().is_some()) {
+            if folds.iter().any(|f| written(&f)) {
                 fault_mid_rmw(c);
             }
             let mut buf = Vec::with_capacity(es.len() * ENTRY_BYTES as usize);

@@ -302,3 +302,45 @@ fn data_server_dying_mid_read_modify_write_keeps_the_fsynced_neighbour() {
         Err(e) => assert_eq!(e.code, stripefs_client::ErrorCode::Checksum, "{e:?}"),
     }
 }
+
+/// The same fault in a write into known zeros (docs/objects.md): record 1 fills the
+/// rest of record 0's last block without an fsync between them, in place, and the data
+/// server dies after the new bytes and before the new checksum. Its intent, in the
+/// object's log, names the new checksum: after a restart both records read back whole
+/// (the page cache outlived the process), and an fsync then keeps them.
+#[test]
+fn data_server_dying_mid_write_into_known_zeros_keeps_both_records() {
+    let c = Cluster::up_with_env(
+        "stripefs-test-",
+        1,
+        1,
+        &[],
+        &[("STRIPEFS_FAULT_ABORT_MID_RMW", "1")],
+    );
+    let rec0: Vec<u8> = (0..5000).map(|i| record_byte(0, i)).collect();
+    let cl = client(&c);
+    let g = cl.open("/g", &OpenOptions::create_new(0o644)).unwrap();
+    // Each flush sends what the client holds: the records go out one by one.
+    g.write_at(0, &rec0).unwrap();
+    g.flush().unwrap();
+    let rec1: Vec<u8> = (0..4000).map(|i| record_byte(1, i)).collect();
+    let r = g.write_at(5000, &rec1).and_then(|_| g.flush());
+    assert!(r.is_err(), "the data server was to abort in that write");
+    let _ = g.close();
+    drop(cl);
+    c.restart();
+
+    let cl = client(&c);
+    let g = cl.open("/g", &OpenOptions::new().write(true)).unwrap();
+    let mut got = vec![0u8; 9000];
+    assert_eq!(g.read_at(0, &mut got).unwrap(), 9000);
+    assert!(got[..5000] == rec0[..], "record 0 changed after the crash");
+    assert!(
+        got[5000..] == rec1[..],
+        "record 1's bytes were healed by its intent"
+    );
+    g.fsync().unwrap();
+    let mut again = vec![0u8; 9000];
+    assert_eq!(g.read_at(0, &mut again).unwrap(), 9000);
+    assert!(again == got);
+}

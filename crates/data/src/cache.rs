@@ -20,6 +20,8 @@ pub struct Object {
     pub intents: IntentLog,
     /// Partial-block writes in the log on top of their blocks (`pieces.rs`).
     pub pieces: crate::pieces::Pieces,
+    /// Partial blocks whose unwritten bytes are known zeros (`zeros.rs`).
+    pub zeros: crate::zeros::KnownZeros,
 }
 
 /// Target index and file id.
@@ -127,6 +129,7 @@ mod tests {
             crcs: f(".crc"),
             intents: IntentLog::new(PathBuf::from(format!("/o/{n}.log")), store.clone(), None),
             pieces: Default::default(),
+            zeros: Default::default(),
         }
     }
 

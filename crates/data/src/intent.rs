@@ -421,6 +421,15 @@ impl IntentLog {
         self.protect_many(&[(block, image, crc)], block_bytes)
     }
 
+    /// Before rewriting `block`, written since the object's last fsync began (the
+    /// caller checked [`IntentLog::written_since_sync`] under the block's lock, which
+    /// keeps the epoch), in place to bytes whose CRC is `crc`: an intent, unsynced.
+    pub fn intend(&self, block: u64, crc: u32, block_bytes: u64) -> io::Result<()> {
+        let seq = self.epoch.load(Ordering::Acquire);
+        self.append(&encode(&Record::Intent { seq, block, crc }, block_bytes))
+            .map(|_| ())
+    }
+
     /// [`IntentLog::protect`] for many blocks at once (a compaction): their records in
     /// one append, and one sync for all the images among them.
     pub fn protect_many(&self, blocks: &[(u64, &[u8], u32)], block_bytes: u64) -> io::Result<()> {

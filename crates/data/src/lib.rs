@@ -31,6 +31,7 @@ mod service;
 mod store;
 mod throttle;
 pub mod tokens;
+mod zeros;
 
 #[cfg(test)]
 mod tests;

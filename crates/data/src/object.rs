@@ -182,6 +182,8 @@ struct Partial {
     dirty: (usize, usize),
     /// The block's CRC after `apply`.
     crc: u32,
+    /// Its entry when loaded.
+    stored: Entry,
 }
 
 impl Partial {
@@ -210,7 +212,24 @@ impl Partial {
             pieces: matches!(stored, Entry::Pieces(_)),
             dirty: (0, 0),
             crc: 0,
+            stored,
         })
+    }
+
+    /// After `[at, end)` of the block was written in place: what is known of its zeros
+    /// (`zeros.rs`). A hole now holds zeros but there; a written block keeps what was
+    /// known if its record is current; a block with pieces was rewritten whole.
+    fn remember(&self, obj: &Object, at: usize, end: usize) {
+        match self.stored {
+            Entry::Hole => obj
+                .zeros
+                .wrote(self.block, None, self.crc, at, end, BLOCK_USIZE),
+            Entry::Written(base) => {
+                obj.zeros
+                    .wrote(self.block, Some(base), self.crc, at, end, BLOCK_USIZE)
+            }
+            Entry::Pieces(_) => obj.zeros.forget(self.block),
+        }
     }
 
     /// Puts `bytes` at `at` in the block (in memory) and returns the block's new CRC.
@@ -405,6 +424,82 @@ pub fn write_with(
         }
     })?;
     obj.intents.mark_written(first, end);
+    if let Some(p) = &head {
+        let at = (off % BLOCK) as usize;
+        p.remember(obj, at, at + head_len);
+    }
+    if let Some(p) = &tail {
+        p.remember(obj, 0, tail_len);
+    }
+    Ok(())
+}
+
+/// Whether a partial write of `data.len()` bytes at object offset `off` may go in place
+/// into bytes known to be zeros ([`write_into_zeros`]), the block's entry being
+/// `entry`: the block is written (without pieces) under the CRC what is known of it
+/// was recorded with, the write's bytes are all known zeros, and the block was written
+/// since the object's last fsync began (so an intent protects the rewrite; the caller
+/// holds the block's lock, which keeps the epoch).
+pub fn into_zeros(c: &Ctx, obj: &Object, off: u64, len: usize, entry: Entry) -> bool {
+    let block = off / BLOCK;
+    let at = (off % BLOCK) as usize;
+    match entry {
+        Entry::Written(crc) => {
+            c.canary.is_none()
+                && obj.zeros.zeros_in(block, crc, at, at + len)
+                && obj.intents.written_since_sync(block)
+        }
+        _ => false,
+    }
+}
+
+/// Writes `data` (inside one block, shorter than it) at object offset `off` in place,
+/// over bytes known to be zeros, the caller holding the block's exclusive lock and
+/// having checked [`into_zeros`] under it with the block's entry, `Written(base)`. The
+/// block's new CRC comes from `base` and the new bytes (`zeros.rs`): nothing is read.
+/// An intent with the new CRC goes to the object's log first, as for any rewrite of a
+/// block written since the last fsync began, so that a server dying between the bytes
+/// and the entry leaves a block that reads. A failure after the intent sets the
+/// block's entry to the bytes it holds.
+pub fn write_into_zeros(
+    c: &Ctx,
+    obj: &Object,
+    off: u64,
+    data: &[u8],
+    base: u32,
+) -> Result<(), WireError> {
+    let block = off / BLOCK;
+    let at = (off % BLOCK) as usize;
+    assert!(
+        !data.is_empty() && at + data.len() <= BLOCK_USIZE,
+        "inside one block"
+    );
+    let crc = crate::zeros::crc_after_filling(base, BLOCK_USIZE, at, data);
+    obj.intents
+        .intend(block, crc, BLOCK)
+        .map_err(|e| c.io(&format!("logging the rewrite of block {block}"), &e))?;
+    let done = obj
+        .data
+        .write_at(data, off)
+        .map_err(|e| {
+            c.io(
+                &format!("writing {} bytes at object offset {off}", data.len()),
+                &e,
+            )
+        })
+        .and_then(|()| {
+            fault_mid_rmw(c);
+            write_entry(c, obj, block, Entry::Written(crc))
+        });
+    if let Err(e) = done {
+        obj.zeros.forget(block);
+        if let Err(r) = repair(c, obj, block, &encode_entry(crc)) {
+            tracing::error!("{e}; then repairing the checksums failed: {r}");
+        }
+        return Err(e);
+    }
+    obj.zeros
+        .wrote(block, Some(base), crc, at, at + data.len(), BLOCK_USIZE);
     Ok(())
 }
 

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stripefs_layout::Stripe;
 use stripefs_rpc::{ConnInfo, Part, Payload, Reply, Service};
+use stripefs_wire::sidecar::Entry;
 use stripefs_wire::{
     padded_block_crc, pieces, Counters, Damage, ErrorCode, InodeId, Request, Response, Role,
     ServerId, TargetStatus, WireError, BLOCK_BYTES, MAX_DATA_BYTES, SCRUB_REQUEST_BYTES,
@@ -415,6 +416,7 @@ impl DataService {
             crcs,
             intents: IntentLog::new(path, self.store.clone(), existing.clone()),
             pieces: Default::default(),
+            zeros: Default::default(),
         };
         if let Some(f) = existing.filter(|_| obj.intents.needs_sync_work()) {
             let mut bytes = vec![0u8; f.size_bytes()? as usize];
@@ -690,20 +692,25 @@ impl DataService {
             bytes.len() - if tail { tail_len } else { 0 },
         );
         // The mode of a partial block is chosen from a look at its entry without the
-        // lock (a hole: exclusive, to be written in place; else shared, for a piece) and
-        // checked under it. All the write's ranges are locked at once.
+        // lock and checked under it: a hole, or written with the write's bytes known to
+        // be zeros (`zeros.rs`), is locked exclusive, to be written in place; else the
+        // block is locked shared, for a piece. All the write's ranges are locked at once.
         // One read of the sidecar looks at both partial blocks.
         let looked = if head || tail {
             object::read_entries(&c, obj, first, end - first).unwrap_or_default()
         } else {
             Vec::new()
         };
-        let mode_of = |block: u64| match looked.get((block - first) as usize) {
-            Some(stripefs_wire::sidecar::Entry::Hole) => Mode::Exclusive,
-            _ => Mode::Shared,
-        };
+        let head_span = (local, head_len);
+        let tail_span = (local + mid.1 as u64, tail_len);
+        let mode_of =
+            |block: u64, (off, n): (u64, usize)| match looked.get((block - first) as usize) {
+                Some(Entry::Hole) => Mode::Exclusive,
+                Some(&e) if object::into_zeros(&c, obj, off, n, e) => Mode::Exclusive,
+                _ => Mode::Shared,
+            };
         let mut ranges = Vec::with_capacity(3);
-        let head_mode = head.then(|| mode_of(first));
+        let head_mode = head.then(|| mode_of(first, head_span));
         if let Some(m) = head_mode {
             ranges.push((first, first + 1, m));
         }
@@ -714,7 +721,7 @@ impl DataService {
         if mid.0 < mid.1 {
             ranges.push((mfirst, mend, Mode::Exclusive));
         }
-        let tail_mode = tail.then(|| mode_of(end - 1));
+        let tail_mode = tail.then(|| mode_of(end - 1, tail_span));
         if let Some(m) = tail_mode {
             ranges.push((end - 1, end, m));
         }
@@ -727,18 +734,29 @@ impl DataService {
             None
         };
         let held_of = |block: u64| held.as_ref().map(|h| h[(block - first) as usize]);
-        // Partial blocks locked exclusive (holes when looked at) are written in place
-        // with the whole blocks, as one run (`object::write`: a hole has nothing to read;
-        // one that became written meanwhile is read and merged, logged as any rewrite).
-        // That part goes first: it reserves its space before anything changes, so that
-        // a full disk fails the write with nothing written. Partial blocks locked shared
-        // take their bytes as pieces.
-        let head_piece = head_mode == Some(Mode::Shared);
-        let tail_piece = tail_mode == Some(Mode::Shared);
-        let lo = if head_piece { head_len } else { 0 };
-        let hi = bytes.len() - if tail_piece { tail_len } else { 0 };
+        // Each partial block's part, decided under the lock: a piece (locked shared),
+        // in place into known zeros (locked exclusive and still so), or else in place
+        // with the whole blocks, as one run (`object::write`: a hole has nothing to
+        // read; one that became written meanwhile is read and merged, logged as any
+        // rewrite). The run goes first: it reserves its space before anything changes,
+        // so that a full disk fails the write with nothing written.
+        let part_of =
+            |mode: Option<Mode>, block: u64, (off, n): (u64, usize)| match (mode, held_of(block)) {
+                (None, _) => Edge::Run,
+                (Some(Mode::Shared), e) => Edge::Piece(e),
+                (Some(Mode::Exclusive), Some(e @ Entry::Written(base)))
+                    if object::into_zeros(&c, obj, off, n, e) =>
+                {
+                    Edge::Zeros(base)
+                }
+                (Some(Mode::Exclusive), _) => Edge::Run,
+            };
+        let head_part = part_of(head_mode, first, head_span);
+        let tail_part = part_of(tail_mode, end - 1, tail_span);
+        let lo = if head_part == Edge::Run { 0 } else { head_len };
+        let hi = bytes.len() - if tail_part == Edge::Run { 0 } else { tail_len };
         if lo < hi {
-            let crcs = &sums[head_piece as usize..sums.len() - tail_piece as usize];
+            let crcs = &sums[(lo != 0) as usize..sums.len() - (hi != bytes.len()) as usize];
             let at = local + lo as u64;
             let (b0, b1) = (at / BLOCK, (local + hi as u64).div_ceil(BLOCK));
             let given = held
@@ -746,13 +764,16 @@ impl DataService {
                 .map(|h| &h[(b0 - first) as usize..(b1 - first) as usize]);
             object::write_with(&c, obj, at, &bytes[lo..hi], crcs, given)?;
         }
-        if head_piece {
-            object::write_piece(&c, obj, local, &bytes[..head_len], sums[0], held_of(first))?;
-        }
-        if tail_piece {
-            let (off, part) = (local + mid.1 as u64, &bytes[mid.1..]);
-            let crc = sums[sums.len() - 1];
-            object::write_piece(&c, obj, off, part, crc, held_of(end - 1))?;
+        let edges = [
+            (head_part, head_span, &bytes[..head_len], sums[0]),
+            (tail_part, tail_span, &bytes[mid.1..], sums[sums.len() - 1]),
+        ];
+        for (part, (off, _), data, crc) in edges {
+            match part {
+                Edge::Run => {}
+                Edge::Piece(held) => object::write_piece(&c, obj, off, data, crc, held)?,
+                Edge::Zeros(base) => object::write_into_zeros(&c, obj, off, data, base)?,
+            }
         }
         Ok(())
     }
@@ -1264,6 +1285,7 @@ impl DataService {
                 crcs,
                 intents: IntentLog::new(self.log_path(t, fid), self.store.clone(), None),
                 pieces: Default::default(),
+                zeros: Default::default(),
             })
         };
         let blocks = obj
@@ -1694,4 +1716,15 @@ fn begin_log_sync(c: &Ctx, obj: &Object) -> Result<u64, WireError> {
     obj.intents
         .begin_sync()
         .map_err(|e| c.io("reading the object's log length", &e))
+}
+
+/// How `write_unit` writes a partial edge block of a write.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Edge {
+    /// In place, with the write's whole blocks (also: no such edge).
+    Run,
+    /// As a piece in the object's log (the block's entry as read under the lock).
+    Piece(Option<Entry>),
+    /// In place into bytes known to be zeros; the block's CRC before.
+    Zeros(u32),
 }

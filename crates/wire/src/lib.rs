@@ -41,6 +41,11 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// CRC32C of the bytes whose CRC is `crc` followed by `bytes`.
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}
+
 /// The per-block CRC list of `data`, which starts at a block boundary. A short last block
 /// is checksummed as if padded with zeros to a full block, the form in which the data
 /// server stores it.

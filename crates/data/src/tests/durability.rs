@@ -443,6 +443,9 @@ fn an_intent_does_not_bless_damaged_bytes() {
     let svc = mem_server_with(store.clone(), Options::default());
     let fid = 9;
     write(&svc, fid, UNIT, 0, &pattern(5000, 1)).unwrap();
+    // After an fsync the next write into block 1 is a piece (in place it would need a
+    // durable image).
+    simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
     write(&svc, fid, UNIT, 5000, &pattern(100, 2)).unwrap();
     let (data_path, _) = svc.object_paths(0, InodeId(fid));
     assert!(store.corrupt(&data_path, 4500, |b| b ^ 0x40));

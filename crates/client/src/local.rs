@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use stripefs_layout::Stripe;
@@ -31,6 +31,11 @@ const MAX_CACHED_OBJECTS: usize = 256;
 const BLOCK: u64 = BLOCK_BYTES as u64;
 /// A pipe must carry at least this many blocks per round to be worth its round trips.
 const MIN_PIPE_ROUND_BLOCKS: usize = 32;
+/// Connections (and pipes) a client keeps per server for writes.
+const WRITE_LINKS: usize = 4;
+/// List writes failing in a row after which a client sends them over TCP.
+const MAX_LIST_FAILURES: usize = 8;
+const PAGE: usize = 4096;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -42,6 +47,13 @@ pub(crate) struct ShortCircuit {
     secret: Secret,
     timeout: Duration,
     conn: Mutex<Option<Link>>,
+    /// Connections (each with its pipe) for writes, so that a client's writes to one
+    /// server (a mount daemon serves many processes) do not wait for each other.
+    writers: Vec<Mutex<Option<Link>>>,
+    next_writer: AtomicUsize,
+    /// List writes that failed in a row; past [`MAX_LIST_FAILURES`] they go over TCP
+    /// (a server that does not take them answers every one with a failure).
+    list_failures: AtomicUsize,
     /// Descriptors of objects that exist on every target, by file id.
     cache: Mutex<HashMap<u64, Arc<ObjectFiles>>>,
     /// The client wants short-circuit reads (`Client::set_short_circuit`).
@@ -65,6 +77,9 @@ impl ShortCircuit {
             secret,
             timeout,
             conn: Mutex::new(None),
+            writers: (0..WRITE_LINKS).map(|_| Mutex::new(None)).collect(),
+            next_writer: AtomicUsize::new(0),
+            list_failures: AtomicUsize::new(0),
             cache: Mutex::new(HashMap::new()),
             enabled: AtomicBool::new(enabled),
             refused: AtomicBool::new(false),
@@ -159,7 +174,7 @@ impl ShortCircuit {
         {
             return None;
         }
-        let mut conn = lock(&self.conn);
+        let mut conn = self.writer();
         let link = self.connected(&mut conn)?;
         let r = link.write(fid, unit, local, data, crcs, self.timeout);
         match r {
@@ -182,6 +197,72 @@ impl ShortCircuit {
             Err(e) => {
                 tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
                 // The pipe may hold part of the write: this connection is done.
+                *conn = None;
+                None
+            }
+        }
+    }
+
+    /// A write connection: an idle one, else one in turn.
+    fn writer(&self) -> MutexGuard<'_, Option<Link>> {
+        for w in &self.writers {
+            if let Ok(g) = w.try_lock() {
+                return g;
+            }
+        }
+        let i = self.next_writer.fetch_add(1, Ordering::Relaxed) % self.writers.len();
+        lock(&self.writers[i])
+    }
+
+    /// Writes a gather of `fid`'s extents (`offsets[i]` and `parts[i]`: any offset and
+    /// length; `crcs` one per block-bounded piece of each, in order) through the server's
+    /// pipe: the bytes go in by reference, the server reads them out and writes them as a
+    /// list write from TCP, so the TCP stack and the copy into a socket are saved. The
+    /// server's boot id, or `None` when the caller must send the list through TCP instead
+    /// (refused, too large for the pipe, or anything failed: the TCP path then reports
+    /// real errors; rounds already written are written again, the same bytes).
+    pub fn write_list(
+        &self,
+        fid: u64,
+        unit: u32,
+        offsets: &[u64],
+        parts: &[&[u8]],
+        crcs: &[u32],
+    ) -> Option<u64> {
+        assert_eq!(offsets.len(), parts.len());
+        if parts.is_empty()
+            || !self.usable()
+            || self.write_refused.load(Ordering::Relaxed)
+            || self.list_failures.load(Ordering::Relaxed) >= MAX_LIST_FAILURES
+        {
+            return None;
+        }
+        let mut conn = self.writer();
+        let link = self.connected(&mut conn)?;
+        let r = link.write_list(fid, unit, offsets, parts, crcs, self.timeout);
+        match r {
+            Ok(local::Written::Done { boot_id }) => {
+                let n: usize = parts.iter().map(|p| p.len()).sum();
+                self.written.fetch_add(n as u64, Ordering::Relaxed);
+                self.list_failures.store(0, Ordering::Relaxed);
+                Some(boot_id)
+            }
+            Ok(local::Written::Refused(why)) => {
+                tracing::info!(
+                    "short-circuit writes refused by {}: {why}; writing through the server",
+                    self.socket.display()
+                );
+                self.write_refused.store(true, Ordering::Relaxed);
+                None
+            }
+            Ok(local::Written::Failed(why)) => {
+                tracing::debug!("short-circuit list write to {fid:#x}: {why}");
+                self.list_failures.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(e) => {
+                tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                self.list_failures.fetch_add(1, Ordering::Relaxed);
                 *conn = None;
                 None
             }
@@ -247,14 +328,8 @@ impl Link {
         crcs: &[u32],
         timeout: Duration,
     ) -> std::io::Result<local::Written> {
-        if self.pipe.is_none() {
-            let (r, w, cap) = local::write_pipe()?;
-            self.sock.send(&local::pipe_request(), &[r.as_raw_fd()])?;
-            let (m, _) = self.sock.recv()?;
-            match m.first() {
-                Some(&local::OK) => self.pipe = Some((r, w, cap)),
-                _ => return local::parse_written(&m),
-            }
+        if let Some(refused) = self.ensure_pipe()? {
+            return Ok(refused);
         }
         let (_, w, cap) = self.pipe.as_ref().expect("made above");
         // A pipe holds a page per buffer, and the bytes of a buffer not aligned to a page
@@ -290,6 +365,100 @@ impl Link {
                 local::Written::Done { boot_id } => boot = Some(boot_id),
                 other => return Ok(other),
             }
+        }
+        Ok(local::Written::Done {
+            boot_id: boot.expect("at least one round"),
+        })
+    }
+}
+
+impl Link {
+    /// Makes the connection's pipe if it has none and hands its read end to the server;
+    /// `Some` is the server's refusal.
+    fn ensure_pipe(&mut self) -> std::io::Result<Option<local::Written>> {
+        if self.pipe.is_none() {
+            let (r, w, cap) = local::write_pipe()?;
+            self.sock.send(&local::pipe_request(), &[r.as_raw_fd()])?;
+            let (m, _) = self.sock.recv()?;
+            match m.first() {
+                Some(&local::OK) => self.pipe = Some((r, w, cap)),
+                _ => return local::parse_written(&m).map(Some),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sends the extents in rounds that each fit the pipe (a buffer takes one pipe slot
+    /// per page it touches) and one message.
+    fn write_list(
+        &mut self,
+        fid: u64,
+        unit: u32,
+        offsets: &[u64],
+        parts: &[&[u8]],
+        crcs: &[u32],
+        timeout: Duration,
+    ) -> std::io::Result<local::Written> {
+        if let Some(refused) = self.ensure_pipe()? {
+            return Ok(refused);
+        }
+        let (_, w, cap) = self.pipe.as_ref().expect("made above");
+        let slots = cap / PAGE - 1;
+        let pages = |p: &[u8]| {
+            let a = p.as_ptr() as usize;
+            (a + p.len()).div_ceil(PAGE) - a / PAGE
+        };
+        let pieces: Vec<usize> = offsets
+            .iter()
+            .zip(parts)
+            .map(|(&o, p)| local::pieces_of(o, p.len() as u64) as usize)
+            .collect();
+        assert_eq!(
+            pieces.iter().sum::<usize>(),
+            crcs.len(),
+            "one CRC per piece"
+        );
+        let mut boot = None;
+        let (mut i, mut c) = (0, 0);
+        while i < parts.len() {
+            // The round: as many extents as the pipe, the message and a write hold.
+            let (mut j, mut used, mut bytes, mut n) = (i, 0, 0, 0);
+            while j < parts.len() {
+                let (u, b, k) = (pages(parts[j]), parts[j].len(), pieces[j]);
+                let fits = used + u <= slots
+                    && bytes + b <= local::MAX_LOCAL_WRITE
+                    && local::write_list_bytes(j + 1 - i, n + k) <= local::MAX_MESSAGE;
+                if !fits {
+                    break;
+                }
+                (used, bytes, n) = (used + u, bytes + b, n + k);
+                j += 1;
+            }
+            if j == i {
+                return Ok(local::Written::Failed(format!(
+                    "an extent of {} bytes does not fit the pipe ({cap} bytes)",
+                    parts[i].len()
+                )));
+            }
+            let req = local::LocalWriteList {
+                fid,
+                unit,
+                extents: (i..j)
+                    .map(|x| (offsets[x], parts[x].len() as u32))
+                    .collect(),
+                crcs: crcs[c..c + n].to_vec(),
+            };
+            // The bytes first, then the message: the server finds them all in the pipe.
+            for p in &parts[i..j] {
+                local::vmsplice_all(w, p, timeout)?;
+            }
+            self.sock.send(&local::write_list_request(&req), &[])?;
+            let (m, _) = self.sock.recv()?;
+            match local::parse_written(&m)? {
+                local::Written::Done { boot_id } => boot = Some(boot_id),
+                other => return Ok(other),
+            }
+            (i, c) = (j, c + n);
         }
         Ok(local::Written::Done {
             boot_id: boot.expect("at least one round"),

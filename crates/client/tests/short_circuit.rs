@@ -358,3 +358,110 @@ fn a_damaged_short_circuit_write_changes_nothing() {
     assert_eq!(entry(32)[..4], crcs(&fresh)[0].to_le_bytes());
     assert!(stored[131072..131072 + 8192] == fresh[..]);
 }
+
+/// Strided unaligned records (the interleaved 47,008-byte pattern, two writers on one
+/// file) gathered by the client go to a server on its host as lists through its pipe,
+/// not over TCP, and read back exactly through the server.
+#[test]
+fn same_host_gathered_unaligned_writes_go_through_the_pipe_as_lists() {
+    let cl = Cluster::with(2, 2, 1 << 20);
+    let (cfg, _socks) = on_one_host(&cl);
+    let rec = 47_008usize;
+    let recs = 60;
+    let writers: Vec<_> = (0..2).map(|_| client(&cfg)).collect();
+    let mut expect = vec![0u8; rec * recs];
+    let opts = OpenOptions::create_truncate().layout(hint(1 << 20, 2));
+    writers[0].open("/il", &opts).unwrap().close().unwrap();
+    let handles: Vec<_> = writers
+        .iter()
+        .map(|c| c.open("/il", &OpenOptions::write_only()).unwrap())
+        .collect();
+    let before: Vec<_> = writers.iter().map(|c| c.traffic()).collect();
+    for k in 0..recs {
+        let p = pattern(40 + k as u64, rec);
+        expect[k * rec..(k + 1) * rec].copy_from_slice(&p);
+        handles[k % 2].write_at((k * rec) as u64, &p).unwrap();
+    }
+    for h in handles {
+        h.fsync().unwrap();
+        h.close().unwrap();
+    }
+    for (c, b) in writers.iter().zip(&before) {
+        let t = c.traffic().since(b);
+        assert!(t.direct_written >= (recs / 2 * rec) as u64, "{t:?}");
+        assert_eq!(t.total_written(), 0, "list writes went over TCP: {t:?}");
+    }
+    let reader = client(&cfg);
+    reader.set_short_circuit(false);
+    assert!(
+        reader.read_file("/il").unwrap() == expect,
+        "read back wrong"
+    );
+}
+
+/// A short-circuit list write whose bytes do not match their CRCs changes nothing and
+/// leaves the pipe clean for the next one; a malformed list ends the connection.
+#[test]
+fn a_damaged_short_circuit_list_write_changes_nothing() {
+    use stripefs_rpc::local::{self, LocalWriteList, Seqpacket, Written};
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    let old = pattern(51, 20_000);
+    c.write_file("/l", &old, 0o644).unwrap();
+    let ino = c.stat("/l").unwrap().ino;
+    let sock_path = cfg.data[0].local_socket.clone().unwrap();
+    let s = Seqpacket::connect(&sock_path, std::time::Duration::from_secs(5)).unwrap();
+    local::client_handshake(&s, &cfg.secret).unwrap();
+    let (r, pw, _) = local::write_pipe().unwrap();
+    use std::os::fd::AsRawFd;
+    s.send(&local::pipe_request(), &[r.as_raw_fd()]).unwrap();
+    assert_eq!(s.recv().unwrap().0, [local::OK]);
+    let a = pattern(52, 5000);
+    let b = pattern(53, 300);
+    let extents = vec![(100u64, 5000u32), (15_000, 300)];
+    let mut crcs = stripefs_wire::piece_crcs(100, &a);
+    crcs.extend(stripefs_wire::piece_crcs(15_000, &b));
+    let send = |crcs: Vec<u32>| {
+        for p in [&a[..], &b[..]] {
+            local::vmsplice_all(&pw, p, std::time::Duration::from_secs(5)).unwrap();
+        }
+        let req = LocalWriteList {
+            fid: ino.0,
+            unit: 64 << 10,
+            extents: extents.clone(),
+            crcs,
+        };
+        s.send(&local::write_list_request(&req), &[]).unwrap();
+        local::parse_written(&s.recv().unwrap().0).unwrap()
+    };
+    let mut wrong = crcs.clone();
+    *wrong.last_mut().unwrap() ^= 1;
+    assert!(matches!(send(wrong), Written::Failed(_)));
+    assert!(
+        c.read_file("/l").unwrap() == old,
+        "a refused list changed bytes"
+    );
+    assert!(matches!(send(crcs), Written::Done { .. }));
+    let mut expect = old.clone();
+    expect[100..5100].copy_from_slice(&a);
+    expect[15_000..15_300].copy_from_slice(&b);
+    assert!(
+        c.read_file("/l").unwrap() == expect,
+        "the list landed wrong"
+    );
+    // A list whose CRC count does not match its extents: refused, connection closed.
+    let mut m = local::write_list_request(&LocalWriteList {
+        fid: ino.0,
+        unit: 64 << 10,
+        extents: vec![(0, 10)],
+        crcs: vec![1],
+    });
+    m.truncate(m.len() - 4);
+    s.send(&m, &[]).unwrap();
+    assert!(matches!(
+        local::parse_written(&s.recv().unwrap().0).unwrap(),
+        Written::Failed(_)
+    ));
+    assert!(s.recv().is_err(), "the connection ended");
+}

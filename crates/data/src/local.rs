@@ -29,6 +29,12 @@ const ACCEPT_POLL: Duration = Duration::from_millis(200);
 /// A short-circuit write's bytes must keep arriving in the pipe within this.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A short-circuit write message of either kind.
+enum Write {
+    One(local::LocalWrite),
+    List(local::LocalWriteList),
+}
+
 /// The descriptors of one object, or why there are none.
 pub enum LocalFiles {
     /// Flags per target (`local::HAS_DATA`, `local::HAS_SIDECAR`) and the files, in order.
@@ -190,8 +196,15 @@ fn serve_conn(
                 c.send(&local::verdict(local::OK, ""), &[])?;
                 continue;
             }
-            Some(&local::OP_WRITE) => {
-                let w = match local::parse_write(&m) {
+            Some(&op @ (local::OP_WRITE | local::OP_WRITE_LIST)) => {
+                // A malformed message leaves the pipe's contents unknown: the connection
+                // ends (the client starts a new one, with a new pipe).
+                let parsed = if op == local::OP_WRITE {
+                    local::parse_write(&m).map(Write::One)
+                } else {
+                    local::parse_write_list(&m).map(Write::List)
+                };
+                let w = match parsed {
                     Ok(w) => w,
                     Err(e) => {
                         let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
@@ -208,7 +221,11 @@ fn serve_conn(
                         "write without a pipe",
                     ));
                 };
-                match service.local_write(&w, p, WRITE_TIMEOUT) {
+                let done = match &w {
+                    Write::One(w) => service.local_write(w, p, WRITE_TIMEOUT),
+                    Write::List(w) => service.local_write_list(w, p, WRITE_TIMEOUT),
+                };
+                match done {
                     Ok(boot) => c.send(&local::written_answer(boot), &[])?,
                     Err(LocalWriteError::Refused) => c.send(
                         &local::verdict(

@@ -529,7 +529,7 @@ impl DataService {
     /// as failed: old or new bytes in it, as for a failed Write).
     fn write_list(
         &self,
-        conn: &ConnInfo,
+        from: &dyn std::fmt::Display,
         fid: InodeId,
         unit: u32,
         extents: &[(u64, u32)],
@@ -542,7 +542,7 @@ impl DataService {
         for &(offset, len) in extents {
             let n = pieces(offset, len as usize).count();
             let (bytes, sums) = (&data[at..at + len as usize], &crcs[c..c + n]);
-            verify_transit(&conn.peer, fid, offset, sums, bytes)?;
+            verify_transit(from, fid, offset, sums, bytes)?;
             spans.push((offset, bytes, sums));
             at += len as usize;
             c += n;
@@ -584,6 +584,38 @@ impl DataService {
         self.stats
             .same_host_received
             .fetch_add(w.len as u64, Ordering::Relaxed);
+        Ok(self.boot_id)
+    }
+
+    /// A short-circuit write list: the extents' bytes wait in `pipe`, in order. They are
+    /// read out (all of them, whatever happens, or the pipe is `Broken`) and written as a
+    /// `WriteList` from TCP is: every CRC checked first.
+    pub(crate) fn local_write_list(
+        &self,
+        w: &stripefs_rpc::local::LocalWriteList,
+        pipe: &std::os::fd::OwnedFd,
+        timeout: std::time::Duration,
+    ) -> Result<u64, LocalWriteError> {
+        let total: usize = w.extents.iter().map(|&(_, len)| len as usize).sum();
+        let mut bytes = vec![0u8; total];
+        stripefs_rpc::local::read_pipe(pipe, &mut bytes, timeout)
+            .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
+        if self.targets.iter().any(|t| t.throttle.is_some()) {
+            return Err(LocalWriteError::Refused);
+        }
+        let fid = InodeId(w.fid);
+        self.write_list(
+            &"the short-circuit pipe",
+            fid,
+            w.unit,
+            &w.extents,
+            &w.crcs,
+            &bytes,
+        )?;
+        self.stats.write_requests.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .same_host_received
+            .fetch_add(total as u64, Ordering::Relaxed);
         Ok(self.boot_id)
     }
 
@@ -1494,7 +1526,7 @@ impl DataService {
                 unit,
                 extents,
                 crcs,
-            } => self.write_list(conn, fid, unit, &extents, &crcs, data),
+            } => self.write_list(&conn.peer, fid, unit, &extents, &crcs, data),
             Request::Read {
                 fid,
                 unit,

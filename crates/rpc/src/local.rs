@@ -18,12 +18,21 @@
 //! | server | verdict | status u8, then a UTF-8 reason |
 //! | client | write | op u8 = 3, file id u64, unit u32, local offset u64, length u32, CRC count u16, one CRC32C u32 per 4 KiB block; sent once the client has put the `length` bytes into the pipe (`vmsplice`) |
 //! | server | written | status u8, then for status 0 the server's boot id u64; otherwise a UTF-8 reason |
+//! | client | write list | op u8 = 4, file id u64, unit u32, extent count u16, per extent its local offset u64 and length u32, CRC count u16, one CRC32C u32 per block-bounded piece of each extent in order; sent once the client has put all the extents' bytes into the pipe, in order |
+//! | server | written | as for write |
 //!
 //! A write is of whole blocks (offset and length multiples of 4 KiB, at most
 //! [`MAX_LOCAL_WRITE`] bytes). The server moves the bytes from the pipe into the object's
 //! files with `splice` (no copy through its memory), checks them against the CRCs, and
 //! answers; whatever happens it first takes exactly `length` bytes out of the pipe, so the
 //! next write starts clean.
+//!
+//! A write list carries a client's gathered writes to one server (any offsets and
+//! lengths, at most [`MAX_LOCAL_WRITE`] bytes in all, its message at most
+//! [`MAX_MESSAGE`] bytes): the server reads the bytes out of the pipe and writes them as
+//! it writes a `WriteList` that came over TCP (every CRC checked before anything is
+//! written), so only the TCP stack and the client's copy into a socket are saved. It
+//! too takes exactly the list's bytes out of the pipe whatever happens.
 //!
 //! The proofs are those of the TCP handshake (`auth.rs`): both sides prove they know the
 //! cluster secret. Status 1 (`REFUSED`) means the server will not hand out descriptors at
@@ -50,6 +59,7 @@ pub const REFUSED: u8 = 1;
 pub const FAILED: u8 = 2;
 pub const OP_PIPE: u8 = 2;
 pub const OP_WRITE: u8 = 3;
+pub const OP_WRITE_LIST: u8 = 4;
 /// Most bytes one short-circuit write carries (its CRCs fit in one message).
 pub const MAX_LOCAL_WRITE: usize = 2 << 20;
 const BLOCK: usize = 4096;
@@ -514,6 +524,93 @@ pub fn parse_write(m: &[u8]) -> io::Result<LocalWrite> {
     })
 }
 
+/// One short-circuit write list: extents `(local offset, length)` of file `fid`, their
+/// bytes in the pipe in order, `crcs` one per block-bounded piece of each extent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalWriteList {
+    pub fid: u64,
+    pub unit: u32,
+    pub extents: Vec<(u64, u32)>,
+    pub crcs: Vec<u32>,
+}
+
+/// Bytes of a `write list` message with `extents` extents and `crcs` CRCs.
+pub fn write_list_bytes(extents: usize, crcs: usize) -> usize {
+    17 + 12 * extents + 4 * crcs
+}
+
+/// Block-bounded pieces of `len` bytes at `offset`: the CRCs an extent carries.
+pub fn pieces_of(offset: u64, len: u64) -> u64 {
+    let b = BLOCK as u64;
+    (offset + len).div_ceil(b) - offset / b
+}
+
+/// A `write list` message.
+pub fn write_list_request(w: &LocalWriteList) -> Vec<u8> {
+    let mut v = Vec::with_capacity(write_list_bytes(w.extents.len(), w.crcs.len()));
+    v.push(OP_WRITE_LIST);
+    v.extend_from_slice(&w.fid.to_le_bytes());
+    v.extend_from_slice(&w.unit.to_le_bytes());
+    v.extend_from_slice(&(w.extents.len() as u16).to_le_bytes());
+    for &(offset, len) in &w.extents {
+        v.extend_from_slice(&offset.to_le_bytes());
+        v.extend_from_slice(&len.to_le_bytes());
+    }
+    v.extend_from_slice(&(w.crcs.len() as u16).to_le_bytes());
+    for c in &w.crcs {
+        v.extend_from_slice(&c.to_le_bytes());
+    }
+    assert!(v.len() <= MAX_MESSAGE);
+    v
+}
+
+/// Reads a `write list` message, checking its shape: at least one extent, none empty
+/// or ending past 2^64, at most [`MAX_LOCAL_WRITE`] bytes in all, one CRC per
+/// block-bounded piece of each extent, nothing left over.
+pub fn parse_write_list(m: &[u8]) -> io::Result<LocalWriteList> {
+    if m.first() != Some(&OP_WRITE_LIST) || m.len() < 17 {
+        return Err(bad("not a short-circuit write list"));
+    }
+    let fid = u64::from_le_bytes(take(m, 1)?);
+    let unit = u32::from_le_bytes(take(m, 9)?);
+    let n = u16::from_le_bytes(take(m, 13)?) as usize;
+    let at = 15 + 12 * n;
+    if n == 0 || m.len() < at + 2 {
+        return Err(bad("short-circuit write list: no extents, or cut short"));
+    }
+    let mut extents = Vec::with_capacity(n);
+    let (mut total, mut pieces) = (0u64, 0u64);
+    for i in 0..n {
+        let offset = u64::from_le_bytes(take(m, 15 + 12 * i)?);
+        let len = u32::from_le_bytes(take(m, 23 + 12 * i)?);
+        if len == 0 || offset.checked_add(len as u64).is_none() {
+            return Err(bad(&format!(
+                "short-circuit write list: extent {i} of {len} bytes at {offset}"
+            )));
+        }
+        total += len as u64;
+        pieces += pieces_of(offset, len as u64);
+        extents.push((offset, len));
+    }
+    let c = u16::from_le_bytes(take(m, at)?) as usize;
+    if total > MAX_LOCAL_WRITE as u64 || c as u64 != pieces || m.len() != at + 2 + 4 * c {
+        return Err(bad(&format!(
+            "short-circuit write list of {total} bytes in {n} extents with {c} CRCs: \
+             at most {MAX_LOCAL_WRITE} bytes, one CRC per block-bounded piece"
+        )));
+    }
+    let crcs = m[at + 2..]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("chunks of 4")))
+        .collect();
+    Ok(LocalWriteList {
+        fid,
+        unit,
+        extents,
+        crcs,
+    })
+}
+
 /// A `written` answer: success with the server's boot id.
 pub fn written_answer(boot_id: u64) -> Vec<u8> {
     let mut v = vec![OK];
@@ -871,6 +968,69 @@ mod tests {
             Written::Done { boot_id: 9 }
         ));
         assert!(parse_written(&[OK, 1]).is_err());
+    }
+
+    #[test]
+    fn write_list_messages_round_trip_and_bad_shapes_are_refused() {
+        // 47,008 bytes at 100 (12 pieces) and 10 bytes inside one block (1 piece).
+        let w = LocalWriteList {
+            fid: 7,
+            unit: 1 << 20,
+            extents: vec![(100, 47_008), (200_000, 10)],
+            crcs: (0..13).collect(),
+        };
+        assert_eq!(pieces_of(100, 47_008), 12);
+        assert_eq!(pieces_of(4096, 4096), 1);
+        let m = write_list_request(&w);
+        assert_eq!(m.len(), write_list_bytes(2, 13));
+        assert_eq!(parse_write_list(&m).unwrap(), w);
+        for bad in [
+            LocalWriteList {
+                extents: vec![],
+                crcs: vec![],
+                ..w.clone()
+            },
+            LocalWriteList {
+                extents: vec![(100, 0), (200_000, 10)],
+                ..w.clone()
+            },
+            LocalWriteList {
+                crcs: (0..12).collect(),
+                ..w.clone()
+            },
+            LocalWriteList {
+                extents: vec![(u64::MAX - 5, 10)],
+                crcs: vec![1],
+                ..w.clone()
+            },
+            LocalWriteList {
+                extents: vec![
+                    (0, MAX_LOCAL_WRITE as u32 / 2 + 1),
+                    (1 << 30, MAX_LOCAL_WRITE as u32 / 2),
+                ],
+                crcs: vec![0; 2 * (MAX_LOCAL_WRITE / 2 / BLOCK) + 1],
+                ..w.clone()
+            },
+        ] {
+            assert!(
+                parse_write_list(&write_list_request(&bad)).is_err(),
+                "{bad:?}"
+            );
+        }
+        let mut m = write_list_request(&w);
+        m.pop();
+        assert!(parse_write_list(&m).is_err());
+        m.extend_from_slice(&[0, 0, 0, 0, 0]);
+        assert!(parse_write_list(&m).is_err());
+        assert!(parse_write_list(&[OP_WRITE_LIST]).is_err());
+        assert!(parse_write_list(&write_request(&LocalWrite {
+            fid: 1,
+            unit: 4096,
+            offset: 0,
+            len: 4096,
+            crcs: vec![1],
+        }))
+        .is_err());
     }
 
     #[test]

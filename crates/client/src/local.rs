@@ -31,8 +31,6 @@ const MAX_CACHED_OBJECTS: usize = 256;
 const BLOCK: u64 = BLOCK_BYTES as u64;
 /// A pipe must carry at least this many blocks per round to be worth its round trips.
 const MIN_PIPE_ROUND_BLOCKS: usize = 32;
-/// Connections (and pipes) a client keeps per server for writes.
-const WRITE_LINKS: usize = 4;
 /// List writes failing in a row after which a client sends them over TCP.
 const MAX_LIST_FAILURES: usize = 8;
 const PAGE: usize = 4096;
@@ -47,10 +45,11 @@ pub(crate) struct ShortCircuit {
     secret: Secret,
     timeout: Duration,
     conn: Mutex<Option<Link>>,
-    /// Connections (each with its pipe) for writes, so that a client's writes to one
-    /// server (a mount daemon serves many processes) do not wait for each other.
-    writers: Vec<Mutex<Option<Link>>>,
-    next_writer: AtomicUsize,
+    /// The connection (with its pipe) for writes, apart from `conn` so that opens for
+    /// reads do not wait behind writes. One per server: more let a client's writes run
+    /// at once on the server, where they contend for the object file's lock (measured:
+    /// more server CPU per GiB with four, docs/benchmarks.md, seventh session).
+    writer: Mutex<Option<Link>>,
     /// List writes that failed in a row; past [`MAX_LIST_FAILURES`] they go over TCP
     /// (a server that does not take them answers every one with a failure).
     list_failures: AtomicUsize,
@@ -77,8 +76,7 @@ impl ShortCircuit {
             secret,
             timeout,
             conn: Mutex::new(None),
-            writers: (0..WRITE_LINKS).map(|_| Mutex::new(None)).collect(),
-            next_writer: AtomicUsize::new(0),
+            writer: Mutex::new(None),
             list_failures: AtomicUsize::new(0),
             cache: Mutex::new(HashMap::new()),
             enabled: AtomicBool::new(enabled),
@@ -174,7 +172,7 @@ impl ShortCircuit {
         {
             return None;
         }
-        let mut conn = self.writer();
+        let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
         let r = link.write(fid, unit, local, data, crcs, self.timeout);
         match r {
@@ -203,17 +201,6 @@ impl ShortCircuit {
         }
     }
 
-    /// A write connection: an idle one, else one in turn.
-    fn writer(&self) -> MutexGuard<'_, Option<Link>> {
-        for w in &self.writers {
-            if let Ok(g) = w.try_lock() {
-                return g;
-            }
-        }
-        let i = self.next_writer.fetch_add(1, Ordering::Relaxed) % self.writers.len();
-        lock(&self.writers[i])
-    }
-
     /// Writes a gather of `fid`'s extents (`offsets[i]` and `parts[i]`: any offset and
     /// length; `crcs` one per block-bounded piece of each, in order) through the server's
     /// pipe: the bytes go in by reference, the server reads them out and writes them as a
@@ -237,7 +224,7 @@ impl ShortCircuit {
         {
             return None;
         }
-        let mut conn = self.writer();
+        let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
         let r = link.write_list(fid, unit, offsets, parts, crcs, self.timeout);
         match r {

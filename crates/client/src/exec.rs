@@ -13,6 +13,7 @@ use crate::{IO_WORKERS, MAX_CONNS_PER_SERVER};
 use crate::{MAX_QUEUED_JOBS, WORKER_STACK_BYTES};
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use stripefs_wire::{ErrorCode, WireError};
 
@@ -21,6 +22,9 @@ type Outcome<T> = Result<T, WireError>;
 struct Slot<T> {
     value: Mutex<Option<Outcome<T>>>,
     cv: Condvar,
+    /// Set once `value` holds the result: a look without the lock (write-behind looks at
+    /// every pending write of a handle at each write it takes).
+    ready: AtomicBool,
 }
 
 /// The receiving end of one job's result. Cheap to clone; every clone sees the result.
@@ -39,6 +43,7 @@ pub(crate) fn promise<T: Clone>() -> (Promise<T>, Completion<T>) {
     let slot = Arc::new(Slot {
         value: Mutex::new(None),
         cv: Condvar::new(),
+        ready: AtomicBool::new(false),
     });
     (Promise(Some(slot.clone())), Completion(slot))
 }
@@ -53,6 +58,7 @@ impl<T: Clone> Promise<T> {
     pub fn fulfil(mut self, value: Outcome<T>) {
         if let Some(slot) = self.0.take() {
             *lock(&slot.value) = Some(value);
+            slot.ready.store(true, Ordering::Release);
             slot.cv.notify_all();
         }
     }
@@ -63,6 +69,7 @@ impl<T: Clone> Drop for Promise<T> {
         if let Some(slot) = self.0.take() {
             let err = WireError::new(ErrorCode::Internal, "client I/O job ended without a result");
             *lock(&slot.value) = Some(Err(err));
+            slot.ready.store(true, Ordering::Release);
             slot.cv.notify_all();
         }
     }
@@ -83,6 +90,9 @@ impl<T: Clone> Completion<T> {
 
     /// The result if the job has finished.
     pub fn try_get(&self) -> Option<Outcome<T>> {
+        if !self.0.ready.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.0.value).clone()
     }
 }

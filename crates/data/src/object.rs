@@ -184,6 +184,9 @@ struct Partial {
     crc: u32,
     /// Its entry when loaded.
     stored: Entry,
+    /// Made by `onto_zeros`: only `dirty` of `buf` holds the block's bytes (the new
+    /// ones), and `crc` was computed from the stored one.
+    onto_zeros: bool,
 }
 
 impl Partial {
@@ -213,7 +216,30 @@ impl Partial {
             dirty: (0, 0),
             crc: 0,
             stored,
+            onto_zeros: false,
         })
+    }
+
+    /// A partial write of `bytes` at `at` of a written block (CRC `base`) whose bytes
+    /// there are known zeros ([`into_zeros`], checked by the caller under the block's
+    /// exclusive lock): nothing is read; the new CRC comes from `base` and the bytes
+    /// (`zeros.rs`), and only the new bytes are written.
+    fn onto_zeros(block: u64, base: u32, at: usize, bytes: &[u8]) -> Partial {
+        let end = at + bytes.len();
+        assert!(!bytes.is_empty() && end <= BLOCK_USIZE, "inside one block");
+        let mut buf = [0u8; BLOCK_USIZE];
+        buf[at..end].copy_from_slice(bytes);
+        Partial {
+            block,
+            buf,
+            on_disk: BLOCK_USIZE,
+            written: true,
+            pieces: false,
+            dirty: (at, end),
+            crc: crate::zeros::crc_after_filling(base, BLOCK_USIZE, at, bytes),
+            stored: Entry::Written(base),
+            onto_zeros: true,
+        }
     }
 
     /// After `[at, end)` of the block was written in place: what is known of its zeros
@@ -254,9 +280,20 @@ impl Partial {
     /// durable, or an intent; `intent.rs`), so that a server dying or a power cut
     /// between the data and the checksum leaves a block that reads (`replay_log`). A
     /// hole has nothing to lose: it stays a hole.
+    ///
+    /// A write onto known zeros logs an intent whatever the set of written blocks says
+    /// now: its caller found the block written since the last fsync began under the
+    /// block's lock (a fact the set may forget, never the other way), and `buf` is not
+    /// the block's content, so it must never become an image.
     fn protect(&self, c: &Ctx, obj: &Object) -> Result<(), WireError> {
         if !self.written || c.canary == Some(Canary::ChecksumBeforeData) {
             return Ok(());
+        }
+        if self.onto_zeros {
+            return obj
+                .intents
+                .intend(self.block, self.crc, BLOCK)
+                .map_err(|e| c.io(&format!("logging the rewrite of block {}", self.block), &e));
         }
         obj.intents
             .protect(self.block, &self.buf, self.crc, BLOCK)
@@ -306,6 +343,22 @@ pub fn write_with(
     data: &[u8],
     crcs: &[u32],
     held: Option<&[Entry]>,
+) -> Result<(), WireError> {
+    write_onto(c, obj, off, data, crcs, held, [None, None])
+}
+
+/// [`write_with`], where a partial first or last block may go onto bytes known to be
+/// zeros (`zeros`: the block's stored CRC, for the first and the last block; the caller
+/// checked [`into_zeros`] under the block's exclusive lock): that block is not read,
+/// its bytes go out with the rest of the write in one run, under an intent.
+pub fn write_onto(
+    c: &Ctx,
+    obj: &Object,
+    off: u64,
+    data: &[u8],
+    crcs: &[u32],
+    held: Option<&[Entry]>,
+    zeros: [Option<u32>; 2],
 ) -> Result<(), WireError> {
     let len = data.len() as u64;
     assert!(len > 0);
@@ -358,18 +411,35 @@ pub fn write_with(
         Some(entries) => Partial::load_with(c, obj, block, entries[end * (entries.len() - 1)]),
         None => Partial::load(c, obj, block),
     };
-    let mut head = head_partial.then(|| load(first, 0)).transpose()?;
-    let mut tail = tail_partial.then(|| load(last, 1)).transpose()?;
+    let head_at = (off % BLOCK) as usize;
+    let mut head = match (head_partial, zeros[0]) {
+        (false, _) => None,
+        (true, Some(base)) => Some(Partial::onto_zeros(first, base, head_at, &data[..head_len])),
+        (true, None) => Some(load(first, 0)?),
+    };
+    // Only a tail that is a partial block of its own (`tail_len` is less than the write).
+    let tail_bytes = &data[data.len() - if tail_partial { tail_len } else { 0 }..];
+    let mut tail = match (tail_partial, zeros[1]) {
+        (false, _) => None,
+        (true, Some(base)) => Some(Partial::onto_zeros(last, base, 0, tail_bytes)),
+        (true, None) => Some(load(last, 1)?),
+    };
 
     let mut entries = Vec::with_capacity(nblocks * ENTRY_BYTES as usize);
     crcs.iter()
         .for_each(|crc| entries.extend_from_slice(&encode_entry(*crc)));
     if let Some(p) = head.as_mut() {
-        let crc = p.apply((off % BLOCK) as usize, &data[..head_len]);
+        let crc = match p.onto_zeros {
+            true => p.crc,
+            false => p.apply(head_at, &data[..head_len]),
+        };
         entries[..ENTRY_BYTES as usize].copy_from_slice(&encode_entry(crc));
     }
     if let Some(p) = tail.as_mut() {
-        let crc = p.apply(0, &data[data.len() - tail_len..]);
+        let crc = match p.onto_zeros {
+            true => p.crc,
+            false => p.apply(0, tail_bytes),
+        };
         let at = entries.len() - ENTRY_BYTES as usize;
         entries[at..].copy_from_slice(&encode_entry(crc));
     }
@@ -388,11 +458,18 @@ pub fn write_with(
                 .size_bytes()
                 .map_err(|e| c.io("reading the object length", &e))?;
     if inside {
+        // A block written onto its known zeros needs no space: it holds written
+        // bytes already, so its disk block is there.
+        let rewrites = |entries: &[Entry]| {
+            entries.iter().enumerate().any(|(i, e)| {
+                let onto = (i == 0 && zeros[0].is_some() && head_partial)
+                    || (i == nblocks - 1 && zeros[1].is_some() && tail_partial);
+                e.base().is_some() && !onto
+            })
+        };
         let changes_written = match &pair {
-            Some(entries) => entries.iter().any(|e| e.base().is_some()),
-            None => read_entries(c, obj, first, nblocks as u64)?
-                .iter()
-                .any(|e| e.base().is_some()),
+            Some(entries) => rewrites(entries),
+            None => rewrites(&read_entries(c, obj, first, nblocks as u64)?),
         };
         if changes_written {
             reserve(c, obj, first, off + len, nblocks as u64)?;
@@ -425,8 +502,7 @@ pub fn write_with(
     })?;
     obj.intents.mark_written(first, end);
     if let Some(p) = &head {
-        let at = (off % BLOCK) as usize;
-        p.remember(obj, at, at + head_len);
+        p.remember(obj, head_at, head_at + head_len);
     }
     if let Some(p) = &tail {
         p.remember(obj, 0, tail_len);
@@ -435,7 +511,7 @@ pub fn write_with(
 }
 
 /// Whether a partial write of `data.len()` bytes at object offset `off` may go in place
-/// into bytes known to be zeros ([`write_into_zeros`]), the block's entry being
+/// into bytes known to be zeros ([`write_onto`]), the block's entry being
 /// `entry`: the block is written (without pieces) under the CRC what is known of it
 /// was recorded with, the write's bytes are all known zeros, and the block was written
 /// since the object's last fsync began (so an intent protects the rewrite; the caller
@@ -451,56 +527,6 @@ pub fn into_zeros(c: &Ctx, obj: &Object, off: u64, len: usize, entry: Entry) -> 
         }
         _ => false,
     }
-}
-
-/// Writes `data` (inside one block, shorter than it) at object offset `off` in place,
-/// over bytes known to be zeros, the caller holding the block's exclusive lock and
-/// having checked [`into_zeros`] under it with the block's entry, `Written(base)`. The
-/// block's new CRC comes from `base` and the new bytes (`zeros.rs`): nothing is read.
-/// An intent with the new CRC goes to the object's log first, as for any rewrite of a
-/// block written since the last fsync began, so that a server dying between the bytes
-/// and the entry leaves a block that reads. A failure after the intent sets the
-/// block's entry to the bytes it holds.
-pub fn write_into_zeros(
-    c: &Ctx,
-    obj: &Object,
-    off: u64,
-    data: &[u8],
-    base: u32,
-) -> Result<(), WireError> {
-    let block = off / BLOCK;
-    let at = (off % BLOCK) as usize;
-    assert!(
-        !data.is_empty() && at + data.len() <= BLOCK_USIZE,
-        "inside one block"
-    );
-    let crc = crate::zeros::crc_after_filling(base, BLOCK_USIZE, at, data);
-    obj.intents
-        .intend(block, crc, BLOCK)
-        .map_err(|e| c.io(&format!("logging the rewrite of block {block}"), &e))?;
-    let done = obj
-        .data
-        .write_at(data, off)
-        .map_err(|e| {
-            c.io(
-                &format!("writing {} bytes at object offset {off}", data.len()),
-                &e,
-            )
-        })
-        .and_then(|()| {
-            fault_mid_rmw(c);
-            write_entry(c, obj, block, Entry::Written(crc))
-        });
-    if let Err(e) = done {
-        obj.zeros.forget(block);
-        if let Err(r) = repair(c, obj, block, &encode_entry(crc)) {
-            tracing::error!("{e}; then repairing the checksums failed: {r}");
-        }
-        return Err(e);
-    }
-    obj.zeros
-        .wrote(block, Some(base), crc, at, at + data.len(), BLOCK_USIZE);
-    Ok(())
 }
 
 /// Writes `data` (inside one block, shorter than it) at object offset `off` as a piece

@@ -785,8 +785,9 @@ impl DataService {
             };
         let head_part = part_of(head_mode, first, head_span);
         let tail_part = part_of(tail_mode, end - 1, tail_span);
-        let lo = if head_part == Edge::Run { 0 } else { head_len };
-        let hi = bytes.len() - if tail_part == Edge::Run { 0 } else { tail_len };
+        let piece = |e: Edge| matches!(e, Edge::Piece(_));
+        let lo = if piece(head_part) { head_len } else { 0 };
+        let hi = bytes.len() - if piece(tail_part) { tail_len } else { 0 };
         if lo < hi {
             let crcs = &sums[(lo != 0) as usize..sums.len() - (hi != bytes.len()) as usize];
             let at = local + lo as u64;
@@ -794,17 +795,24 @@ impl DataService {
             let given = held
                 .as_deref()
                 .map(|h| &h[(b0 - first) as usize..(b1 - first) as usize]);
-            object::write_with(&c, obj, at, &bytes[lo..hi], crcs, given)?;
+            let base = |e: Edge| match e {
+                Edge::Zeros(base) => Some(base),
+                _ => None,
+            };
+            // Edges onto known zeros go out with the run (one write of the bytes).
+            let zeros = [
+                base(head_part).filter(|_| lo == 0),
+                base(tail_part).filter(|_| hi == bytes.len()),
+            ];
+            object::write_onto(&c, obj, at, &bytes[lo..hi], crcs, given, zeros)?;
         }
         let edges = [
             (head_part, head_span, &bytes[..head_len], sums[0]),
             (tail_part, tail_span, &bytes[mid.1..], sums[sums.len() - 1]),
         ];
         for (part, (off, _), data, crc) in edges {
-            match part {
-                Edge::Run => {}
-                Edge::Piece(held) => object::write_piece(&c, obj, off, data, crc, held)?,
-                Edge::Zeros(base) => object::write_into_zeros(&c, obj, off, data, base)?,
+            if let Edge::Piece(held) = part {
+                object::write_piece(&c, obj, off, data, crc, held)?;
             }
         }
         Ok(())

@@ -175,9 +175,31 @@ impl ShortCircuit {
         let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
         let r = link.write(fid, unit, local, data, crcs, self.timeout);
+        self.outcome(r, &mut conn, fid, data.len(), false)
+    }
+
+    /// What a write through the pipe came to: the server's boot id, or `None` for the
+    /// caller to write over TCP. `list`: a list write, whose failures in a row are
+    /// counted (a server that does not know them fails every one).
+    fn outcome(
+        &self,
+        r: std::io::Result<local::Written>,
+        conn: &mut Option<Link>,
+        fid: u64,
+        bytes: usize,
+        list: bool,
+    ) -> Option<u64> {
+        let failed = || {
+            if list {
+                self.list_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        };
         match r {
             Ok(local::Written::Done { boot_id }) => {
-                self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.written.fetch_add(bytes as u64, Ordering::Relaxed);
+                if list {
+                    self.list_failures.store(0, Ordering::Relaxed);
+                }
                 Some(boot_id)
             }
             Ok(local::Written::Refused(why)) => {
@@ -190,12 +212,14 @@ impl ShortCircuit {
             }
             Ok(local::Written::Failed(why)) => {
                 tracing::debug!("short-circuit write to {fid:#x}: {why}");
+                failed();
                 None
             }
             Err(e) => {
                 tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
                 // The pipe may hold part of the write: this connection is done.
                 *conn = None;
+                failed();
                 None
             }
         }
@@ -227,33 +251,8 @@ impl ShortCircuit {
         let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
         let r = link.write_list(fid, unit, offsets, parts, crcs, self.timeout);
-        match r {
-            Ok(local::Written::Done { boot_id }) => {
-                let n: usize = parts.iter().map(|p| p.len()).sum();
-                self.written.fetch_add(n as u64, Ordering::Relaxed);
-                self.list_failures.store(0, Ordering::Relaxed);
-                Some(boot_id)
-            }
-            Ok(local::Written::Refused(why)) => {
-                tracing::info!(
-                    "short-circuit writes refused by {}: {why}; writing through the server",
-                    self.socket.display()
-                );
-                self.write_refused.store(true, Ordering::Relaxed);
-                None
-            }
-            Ok(local::Written::Failed(why)) => {
-                tracing::debug!("short-circuit list write to {fid:#x}: {why}");
-                self.list_failures.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-            Err(e) => {
-                tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
-                self.list_failures.fetch_add(1, Ordering::Relaxed);
-                *conn = None;
-                None
-            }
-        }
+        let bytes = parts.iter().map(|p| p.len()).sum();
+        self.outcome(r, &mut conn, fid, bytes, true)
     }
 
     /// Reads `buf.len()` bytes of `fid`'s object at local offset `local` (both block

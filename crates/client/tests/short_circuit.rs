@@ -28,6 +28,26 @@ fn on_one_host(cl: &Cluster) -> (stripefs_rpc::ClusterConfig, Vec<LocalServer>) 
     (cfg, socks)
 }
 
+/// A raw connection to data server 0's short-circuit socket, its handshake done and its
+/// pipe handed over: the socket, the pipe's read end (kept open) and its write end.
+fn piped_connection(
+    cfg: &stripefs_rpc::ClusterConfig,
+) -> (
+    stripefs_rpc::local::Seqpacket,
+    std::os::fd::OwnedFd,
+    std::os::fd::OwnedFd,
+) {
+    use std::os::fd::AsRawFd;
+    use stripefs_rpc::local;
+    let sock_path = cfg.data[0].local_socket.clone().unwrap();
+    let s = local::Seqpacket::connect(&sock_path, std::time::Duration::from_secs(5)).unwrap();
+    local::client_handshake(&s, &cfg.secret).unwrap();
+    let (r, pw, _) = local::write_pipe().unwrap();
+    s.send(&local::pipe_request(), &[r.as_raw_fd()]).unwrap();
+    assert_eq!(s.recv().unwrap().0, [local::OK]);
+    (s, r, pw)
+}
+
 fn client(cfg: &stripefs_rpc::ClusterConfig) -> Client {
     Client::connect(cfg).unwrap().with_cred(Cred::root())
 }
@@ -298,19 +318,13 @@ fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
 /// blocks keep their bytes, and the connection's next write lands right.
 #[test]
 fn a_damaged_short_circuit_write_changes_nothing() {
-    use stripefs_rpc::local::{self, LocalWrite, Seqpacket, Written};
+    use stripefs_rpc::local::{self, LocalWrite, Written};
     let cl = Cluster::with(1, 1, 64 << 10);
     let (cfg, _socks) = on_one_host(&cl);
     let c = client(&cfg);
     c.write_file("/d", &pattern(31, 8192), 0o644).unwrap();
     let ino = c.stat("/d").unwrap().ino;
-    let sock_path = cfg.data[0].local_socket.clone().unwrap();
-    let s = Seqpacket::connect(&sock_path, std::time::Duration::from_secs(5)).unwrap();
-    local::client_handshake(&s, &cfg.secret).unwrap();
-    let (r, pw, _) = local::write_pipe().unwrap();
-    use std::os::fd::AsRawFd;
-    s.send(&local::pipe_request(), &[r.as_raw_fd()]).unwrap();
-    assert_eq!(s.recv().unwrap().0, [local::OK]);
+    let (s, _r, pw) = piped_connection(&cfg);
     let write = |offset: u64, bytes: &[u8], crcs: Vec<u32>| {
         let req = LocalWrite {
             fid: ino.0,
@@ -403,20 +417,14 @@ fn same_host_gathered_unaligned_writes_go_through_the_pipe_as_lists() {
 /// leaves the pipe clean for the next one; a malformed list ends the connection.
 #[test]
 fn a_damaged_short_circuit_list_write_changes_nothing() {
-    use stripefs_rpc::local::{self, LocalWriteList, Seqpacket, Written};
+    use stripefs_rpc::local::{self, LocalWriteList, Written};
     let cl = Cluster::with(1, 1, 64 << 10);
     let (cfg, _socks) = on_one_host(&cl);
     let c = client(&cfg);
     let old = pattern(51, 20_000);
     c.write_file("/l", &old, 0o644).unwrap();
     let ino = c.stat("/l").unwrap().ino;
-    let sock_path = cfg.data[0].local_socket.clone().unwrap();
-    let s = Seqpacket::connect(&sock_path, std::time::Duration::from_secs(5)).unwrap();
-    local::client_handshake(&s, &cfg.secret).unwrap();
-    let (r, pw, _) = local::write_pipe().unwrap();
-    use std::os::fd::AsRawFd;
-    s.send(&local::pipe_request(), &[r.as_raw_fd()]).unwrap();
-    assert_eq!(s.recv().unwrap().0, [local::OK]);
+    let (s, _r, pw) = piped_connection(&cfg);
     let a = pattern(52, 5000);
     let b = pattern(53, 300);
     let extents = vec![(100u64, 5000u32), (15_000, 300)];

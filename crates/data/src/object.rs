@@ -330,27 +330,16 @@ impl Partial {
 /// checksums are set to the bytes they hold, so that every byte reads: old bytes
 /// outside the range, old or new inside it.
 pub fn write(c: &Ctx, obj: &Object, off: u64, data: &[u8], crcs: &[u32]) -> Result<(), WireError> {
-    write_with(c, obj, off, data, crcs, None)
+    write_onto(c, obj, off, data, crcs, None, [None, None])
 }
 
 /// [`write`], given the entries of the write's blocks if the caller read them under
-/// its locks (`held`, one per block from the first the write touches): saves reading
-/// them again, and the object length, which only spared that read.
-pub fn write_with(
-    c: &Ctx,
-    obj: &Object,
-    off: u64,
-    data: &[u8],
-    crcs: &[u32],
-    held: Option<&[Entry]>,
-) -> Result<(), WireError> {
-    write_onto(c, obj, off, data, crcs, held, [None, None])
-}
-
-/// [`write_with`], where a partial first or last block may go onto bytes known to be
-/// zeros (`zeros`: the block's stored CRC, for the first and the last block; the caller
-/// checked [`into_zeros`] under the block's exclusive lock): that block is not read,
-/// its bytes go out with the rest of the write in one run, under an intent.
+/// its locks (`held`, one per block from the first the write touches: saves reading
+/// them again, and the object length, which only spared that read), and where a partial
+/// first or last block may go onto bytes known to be zeros (`zeros`: the block's stored
+/// CRC, for the first and the last block; the caller checked [`into_zeros`] under the
+/// block's exclusive lock): that block is not read, its bytes go out with the rest of
+/// the write in one run, under an intent.
 pub fn write_onto(
     c: &Ctx,
     obj: &Object,

@@ -42,6 +42,18 @@ fn records(store: &MemStore, svc: &DataService) -> Vec<Record> {
     d.records
 }
 
+/// Writes record `k` of `rec` bytes, notes it in `expect`, and checks that the object
+/// reads back as `expect` says.
+fn write_record(svc: &DataService, expect: &mut [u8], rec: usize, k: usize) {
+    let p = pattern(rec, k as u64 + 1);
+    write(svc, FID, UNIT, (k * rec) as u64, &p).unwrap();
+    expect[k * rec..(k + 1) * rec].copy_from_slice(&p);
+    assert!(
+        read(svc, FID, UNIT, 0, expect.len()) == expect,
+        "after record {k}"
+    );
+}
+
 fn fsync(svc: &DataService) {
     simple(svc, Request::Fsync { fid: InodeId(FID) }).unwrap();
 }
@@ -64,13 +76,7 @@ fn pieces_of_written_blocks_go_to_the_log_and_fsync_folds_them_in() {
         if k == 1 {
             fsync(&svc);
         }
-        let p = pattern(rec, k as u64 + 1);
-        write(&svc, FID, UNIT, (k * rec) as u64, &p).unwrap();
-        expect[k * rec..(k + 1) * rec].copy_from_slice(&p);
-        assert!(
-            read(&svc, FID, UNIT, 0, expect.len()) == expect,
-            "after record {k}"
-        );
+        write_record(&svc, &mut expect, rec, k);
     }
     let (data_path, _) = svc.object_paths(0, InodeId(FID));
     let pieces: Vec<u64> = records(&store, &svc)
@@ -143,13 +149,7 @@ fn interleaved_writes_of_one_epoch_go_in_place_into_known_zeros() {
         .chain((1..recs / 2).step_by(2))
         .collect();
     for &k in &order {
-        let p = pattern(rec, k as u64 + 1);
-        write(&svc, FID, UNIT, (k * rec) as u64, &p).unwrap();
-        expect[k * rec..(k + 1) * rec].copy_from_slice(&p);
-        assert!(
-            read(&svc, FID, UNIT, 0, expect.len()) == expect,
-            "after record {k}"
-        );
+        write_record(&svc, &mut expect, rec, k);
     }
     let (data_path, _) = svc.object_paths(0, InodeId(FID));
     let recs_now = records(&store, &svc);

@@ -614,13 +614,20 @@ impl InodeIo {
                 };
                 // A server on this host takes the list through its pipe (no TCP stack, no
                 // copy into a socket); anything but success there goes over TCP.
+                // One extent of whole blocks takes the whole-block pipe (spliced into the
+                // files where they are holes).
                 let piped = pool.local.as_ref().and_then(|sc| {
                     let offsets: Vec<u64> = extents.iter().map(|(at, _)| *at).collect();
                     let crcs = match &req {
                         Request::Write { crcs, .. } | Request::WriteList { crcs, .. } => crcs,
                         _ => unreachable!("made above"),
                     };
-                    sc.write_list(fid.0, unit, &offsets, &parts, crcs)
+                    let block = BLOCK_BYTES as u64;
+                    let whole = |at: u64, len: usize| at % block == 0 && len as u64 % block == 0;
+                    match n == 1 && whole(first, parts[0].len()) {
+                        true => sc.write(fid.0, unit, first, parts[0], crcs),
+                        false => sc.write_list(fid.0, unit, &offsets, &parts, crcs),
+                    }
                 });
                 let r = match piped {
                     Some(boot_id) => note_boot(&boots, place, boot_id, &pool),

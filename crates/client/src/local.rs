@@ -250,7 +250,9 @@ impl ShortCircuit {
         }
         let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
+        // An extent too large for the pipe is no failure of the server's: not counted.
         let r = link.write_list(fid, unit, offsets, parts, crcs, self.timeout);
+        let r = r.transpose()?;
         let bytes = parts.iter().map(|p| p.len()).sum();
         self.outcome(r, &mut conn, fid, bytes, true)
     }
@@ -375,7 +377,8 @@ impl Link {
     }
 
     /// Sends the extents in rounds that each fit the pipe (a buffer takes one pipe slot
-    /// per page it touches) and one message.
+    /// per page it touches) and one message; `None` (nothing sent) when an extent alone
+    /// does not.
     fn write_list(
         &mut self,
         fid: u64,
@@ -384,9 +387,9 @@ impl Link {
         parts: &[&[u8]],
         crcs: &[u32],
         timeout: Duration,
-    ) -> std::io::Result<local::Written> {
+    ) -> std::io::Result<Option<local::Written>> {
         if let Some(refused) = self.ensure_pipe()? {
-            return Ok(refused);
+            return Ok(Some(refused));
         }
         let (_, w, cap) = self.pipe.as_ref().expect("made above");
         let slots = cap / PAGE - 1;
@@ -404,28 +407,22 @@ impl Link {
             crcs.len(),
             "one CRC per piece"
         );
+        let sizes: Vec<Extent> = parts
+            .iter()
+            .zip(&pieces)
+            .map(|(p, &crcs)| Extent {
+                pages: pages(p),
+                bytes: p.len(),
+                crcs,
+            })
+            .collect();
+        let Some(rounds) = rounds(&sizes, slots) else {
+            return Ok(None);
+        };
         let mut boot = None;
-        let (mut i, mut c) = (0, 0);
-        while i < parts.len() {
-            // The round: as many extents as the pipe, the message and a write hold.
-            let (mut j, mut used, mut bytes, mut n) = (i, 0, 0, 0);
-            while j < parts.len() {
-                let (u, b, k) = (pages(parts[j]), parts[j].len(), pieces[j]);
-                let fits = used + u <= slots
-                    && bytes + b <= local::MAX_LOCAL_WRITE
-                    && local::write_list_bytes(j + 1 - i, n + k) <= local::MAX_MESSAGE;
-                if !fits {
-                    break;
-                }
-                (used, bytes, n) = (used + u, bytes + b, n + k);
-                j += 1;
-            }
-            if j == i {
-                return Ok(local::Written::Failed(format!(
-                    "an extent of {} bytes does not fit the pipe ({cap} bytes)",
-                    parts[i].len()
-                )));
-            }
+        let mut c = 0;
+        for (i, j) in rounds {
+            let n: usize = pieces[i..j].iter().sum();
             let req = local::LocalWriteList {
                 fid,
                 unit,
@@ -442,14 +439,51 @@ impl Link {
             let (m, _) = self.sock.recv()?;
             match local::parse_written(&m)? {
                 local::Written::Done { boot_id } => boot = Some(boot_id),
-                other => return Ok(other),
+                other => return Ok(Some(other)),
             }
-            (i, c) = (j, c + n);
+            c += n;
         }
-        Ok(local::Written::Done {
+        Ok(Some(local::Written::Done {
             boot_id: boot.expect("at least one round"),
-        })
+        }))
     }
+}
+
+/// What an extent of a list write takes: pipe slots (a page each it touches), bytes and
+/// CRCs.
+#[derive(Clone, Copy, Debug)]
+struct Extent {
+    pages: usize,
+    bytes: usize,
+    crcs: usize,
+}
+
+/// Splits a list write's extents, in order, into rounds `[i, j)` through a pipe of
+/// `slots` slots: each round's extents take at most `slots` pages and
+/// [`local::MAX_LOCAL_WRITE`] bytes, and its message fits one packet. `None` when an
+/// extent alone does not fit.
+fn rounds(extents: &[Extent], slots: usize) -> Option<Vec<(usize, usize)>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < extents.len() {
+        let (mut j, mut pages, mut bytes, mut crcs) = (i, 0, 0, 0);
+        while let Some(e) = extents.get(j) {
+            let fits = pages + e.pages <= slots
+                && bytes + e.bytes <= local::MAX_LOCAL_WRITE
+                && local::write_list_bytes(j + 1 - i, crcs + e.crcs) <= local::MAX_MESSAGE;
+            if !fits {
+                break;
+            }
+            (pages, bytes, crcs) = (pages + e.pages, bytes + e.bytes, crcs + e.crcs);
+            j += 1;
+        }
+        if j == i {
+            return None;
+        }
+        out.push((i, j));
+        i = j;
+    }
+    Some(out)
 }
 
 /// Reads and verifies `out.len()` bytes at target offset `off` (block aligned).
@@ -510,4 +544,44 @@ fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ext(pages: usize, bytes: usize, crcs: usize) -> Extent {
+        Extent { pages, bytes, crcs }
+    }
+
+    /// Rounds keep the order, cover every extent once, and respect the pipe's slots, the
+    /// byte limit and the message size; an extent that fits nowhere alone gives `None`
+    /// (the caller then writes over TCP, which is no failure of the server's).
+    #[test]
+    fn rounds_fit_the_pipe_and_refuse_what_never_can() {
+        // 47,008-byte records, unaligned: 13 pages and 12 CRCs each; 255 slots.
+        let recs = vec![ext(13, 47_008, 12); 50];
+        let r = rounds(&recs, 255).unwrap();
+        assert_eq!(
+            r.first(),
+            Some(&(0, 19)),
+            "19 x 13 = 247 slots, 20 x 13 = 260"
+        );
+        assert_eq!(r.iter().map(|(i, j)| j - i).sum::<usize>(), 50);
+        assert!(r.windows(2).all(|w| w[0].1 == w[1].0), "in order, no gap");
+        // Bytes: two extents of 1.5 MiB never share a round of at most 2 MiB.
+        let big = vec![ext(1, 3 << 19, 1); 3];
+        assert_eq!(rounds(&big, 10_000).unwrap(), vec![(0, 1), (1, 2), (2, 3)]);
+        // The message: many CRCs split the rounds.
+        let many = vec![ext(1, 10, 600); 3];
+        assert_eq!(rounds(&many, 255).unwrap().len(), 3);
+        // An extent of 257 pages through 255 slots (1 MiB, unaligned, in a 1 MiB pipe).
+        let wide = vec![ext(13, 47_008, 12), ext(257, 1 << 20, 257)];
+        assert_eq!(rounds(&wide, 255), None);
+        assert_eq!(
+            rounds(&[ext(1, local::MAX_LOCAL_WRITE + 1, 1)], 10_000),
+            None
+        );
+        assert_eq!(rounds(&[], 255), Some(vec![]));
+    }
 }

@@ -358,9 +358,7 @@ impl Link {
             boot_id: boot.expect("at least one round"),
         })
     }
-}
 
-impl Link {
     /// Makes the connection's pipe if it has none and hands its read end to the server;
     /// `Some` is the server's refusal.
     fn ensure_pipe(&mut self) -> std::io::Result<Option<local::Written>> {

@@ -594,51 +594,46 @@ impl InodeIo {
                 // vectored write), never copied together.
                 let n = extents.len();
                 let parts: Vec<&[u8]> = extents.iter().map(|(_, b)| b.as_slice()).collect();
-                let req = if n == 1 {
-                    Request::Write {
-                        fid,
-                        unit,
-                        offset: first,
-                        crcs,
-                    }
-                } else {
-                    Request::WriteList {
-                        fid,
-                        unit,
-                        extents: extents
-                            .iter()
-                            .map(|(at, b)| (*at, b.len() as u32))
-                            .collect(),
-                        crcs,
-                    }
-                };
                 // A server on this host takes the list through its pipe (no TCP stack, no
-                // copy into a socket); anything but success there goes over TCP.
-                // One extent of whole blocks takes the whole-block pipe (spliced into the
-                // files where they are holes).
-                let piped = pool.local.as_ref().and_then(|sc| {
-                    let offsets: Vec<u64> = extents.iter().map(|(at, _)| *at).collect();
-                    let crcs = match &req {
-                        Request::Write { crcs, .. } | Request::WriteList { crcs, .. } => crcs,
-                        _ => unreachable!("made above"),
-                    };
-                    let block = BLOCK_BYTES as u64;
-                    let whole = |at: u64, len: usize| at % block == 0 && len as u64 % block == 0;
-                    match n == 1 && whole(first, parts[0].len()) {
-                        true => sc.write(fid.0, unit, first, parts[0], crcs),
-                        false => sc.write_list(fid.0, unit, &offsets, &parts, crcs),
+                // copy into a socket), and one extent of whole blocks the whole-block pipe
+                // (spliced into the files where they are holes); anything but success
+                // there goes over TCP.
+                let block = BLOCK_BYTES as u64;
+                let whole = n == 1 && first % block == 0 && parts[0].len() as u64 % block == 0;
+                let piped = pool.local.as_ref().and_then(|sc| match whole {
+                    true => sc.write(fid.0, unit, first, parts[0], &crcs),
+                    false => {
+                        let offsets: Vec<u64> = extents.iter().map(|(at, _)| *at).collect();
+                        sc.write_list(fid.0, unit, &offsets, &parts, &crcs)
                     }
                 });
+                let tcp = || {
+                    let req = if n == 1 {
+                        Request::Write {
+                            fid,
+                            unit,
+                            offset: first,
+                            crcs,
+                        }
+                    } else {
+                        Request::WriteList {
+                            fid,
+                            unit,
+                            extents: extents
+                                .iter()
+                                .map(|(at, b)| (*at, b.len() as u32))
+                                .collect(),
+                            crcs,
+                        }
+                    };
+                    pool.call_parts(&cred, req, &parts, &mut [])
+                };
                 let r = match piped {
                     Some(boot_id) => note_boot(&boots, place, boot_id, &pool),
-                    None => pool
-                        .call_parts(&cred, req, &parts, &mut [])
-                        .and_then(|(resp, _)| match resp {
-                            Response::Written { boot_id } => {
-                                note_boot(&boots, place, boot_id, &pool)
-                            }
-                            other => Err(unexpected(&pool, "Write", &other)),
-                        }),
+                    None => tcp().and_then(|(resp, _)| match resp {
+                        Response::Written { boot_id } => note_boot(&boots, place, boot_id, &pool),
+                        other => Err(unexpected(&pool, "Write", &other)),
+                    }),
                 };
                 promise.fulfil(r.map_err(|e| {
                     context(

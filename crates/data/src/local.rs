@@ -48,7 +48,7 @@ impl DataService {
     /// client. A target without the object gets no descriptors (it reads as holes now;
     /// the client does not keep such an answer).
     pub fn local_files(&self, fid: InodeId) -> LocalFiles {
-        if self.targets.iter().any(|t| t.throttle.is_some()) {
+        if self.throttled() {
             return LocalFiles::Refused(format!(
                 "data server {}: its targets are throttled (emulated disks), so reads go through the server",
                 self.id.0
@@ -178,6 +178,9 @@ fn serve_conn(
     local::server_handshake(c, secret)?;
     c.set_timeout(IDLE_TIMEOUT)?;
     let mut pipe: Option<std::os::fd::OwnedFd> = None;
+    // Write lists are read out of the pipe into this, reused for the connection's life
+    // (at most `MAX_LOCAL_WRITE`, 2 MiB, and only on connections that send lists).
+    let mut buf = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let (m, mut fds) = c.recv()?;
         match m.first() {
@@ -223,7 +226,7 @@ fn serve_conn(
                 };
                 let done = match &w {
                     Write::One(w) => service.local_write(w, p, WRITE_TIMEOUT),
-                    Write::List(w) => service.local_write_list(w, p, WRITE_TIMEOUT),
+                    Write::List(w) => service.local_write_list(w, p, WRITE_TIMEOUT, &mut buf),
                 };
                 match done {
                     Ok(boot) => c.send(&local::written_answer(boot), &[])?,

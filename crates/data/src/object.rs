@@ -258,6 +258,15 @@ impl Partial {
         }
     }
 
+    /// The block's new CRC with `bytes` at `at`: put in by `apply`, or, for a block
+    /// made by `onto_zeros` (which holds them already), as computed there.
+    fn put(&mut self, at: usize, bytes: &[u8]) -> u32 {
+        match self.onto_zeros {
+            true => self.crc,
+            false => self.apply(at, bytes),
+        }
+    }
+
     /// Puts `bytes` at `at` in the block (in memory) and returns the block's new CRC.
     fn apply(&mut self, at: usize, bytes: &[u8]) -> u32 {
         let end = at + bytes.len();
@@ -418,17 +427,11 @@ pub fn write_onto(
     crcs.iter()
         .for_each(|crc| entries.extend_from_slice(&encode_entry(*crc)));
     if let Some(p) = head.as_mut() {
-        let crc = match p.onto_zeros {
-            true => p.crc,
-            false => p.apply(head_at, &data[..head_len]),
-        };
+        let crc = p.put(head_at, &data[..head_len]);
         entries[..ENTRY_BYTES as usize].copy_from_slice(&encode_entry(crc));
     }
     if let Some(p) = tail.as_mut() {
-        let crc = match p.onto_zeros {
-            true => p.crc,
-            false => p.apply(0, tail_bytes),
-        };
+        let crc = p.put(0, tail_bytes);
         let at = entries.len() - ENTRY_BYTES as usize;
         entries[at..].copy_from_slice(&encode_entry(crc));
     }

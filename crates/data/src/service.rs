@@ -557,6 +557,12 @@ impl DataService {
         })
     }
 
+    /// Whether any target emulates a disk rate: the server then takes no short-circuit
+    /// I/O (the rate can only be kept where the bytes pass).
+    pub(crate) fn throttled(&self) -> bool {
+        self.targets.iter().any(|t| t.throttle.is_some())
+    }
+
     /// A short-circuit write (docs/protocol.md "Short-circuit socket"): `w.len` bytes of
     /// whole blocks wait in `pipe`. Blocks that are holes take the bytes straight from the
     /// pipe (`object::write_spliced`, checked after, never blessed unchecked); a unit
@@ -590,17 +596,22 @@ impl DataService {
     /// A short-circuit write list: the extents' bytes wait in `pipe`, in order. They are
     /// read out (all of them, whatever happens, or the pipe is `Broken`) and written as a
     /// `WriteList` from TCP is: every CRC checked first.
+    /// `buf`: the connection's buffer, reused (no zeroing or page faults per list).
     pub(crate) fn local_write_list(
         &self,
         w: &stripefs_rpc::local::LocalWriteList,
         pipe: &std::os::fd::OwnedFd,
         timeout: std::time::Duration,
+        buf: &mut Vec<u8>,
     ) -> Result<u64, LocalWriteError> {
         let total: usize = w.extents.iter().map(|&(_, len)| len as usize).sum();
-        let mut bytes = vec![0u8; total];
-        stripefs_rpc::local::read_pipe(pipe, &mut bytes, timeout)
+        if buf.len() < total {
+            buf.resize(total, 0);
+        }
+        let bytes = &mut buf[..total];
+        stripefs_rpc::local::read_pipe(pipe, bytes, timeout)
             .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
-        if self.targets.iter().any(|t| t.throttle.is_some()) {
+        if self.throttled() {
             return Err(LocalWriteError::Refused);
         }
         let fid = InodeId(w.fid);
@@ -610,7 +621,7 @@ impl DataService {
             w.unit,
             &w.extents,
             &w.crcs,
-            &bytes,
+            bytes,
         )?;
         self.stats.write_requests.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -626,7 +637,7 @@ impl DataService {
         timeout: std::time::Duration,
         taken: &mut usize,
     ) -> Result<(), LocalWriteError> {
-        if self.targets.iter().any(|t| t.throttle.is_some()) {
+        if self.throttled() {
             return Err(LocalWriteError::Refused);
         }
         if w.unit as u64 % BLOCK != 0 {

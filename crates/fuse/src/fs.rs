@@ -1061,6 +1061,15 @@ impl fuser::Filesystem for StripeFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        // With the writeback cache, written bytes may still be only in the kernel's
+        // dirty pages (it does not write them back before an LSEEK), and the file's end
+        // only in its inode: the servers' extents would report data as holes, and `cp`
+        // or `tar -S` would copy zeros. ENOSYS makes the kernel answer every later
+        // SEEK_DATA and SEEK_HOLE on this mount itself (the whole file is data), which
+        // is always right (test `writeback_cache_mount` in tests/fuse_fsx.rs).
+        if self.shared.writeback() {
+            return reply.error(libc::ENOSYS);
+        }
         // The kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself.
         let hole = match whence {
             libc::SEEK_DATA => false,

@@ -1,0 +1,113 @@
+//! A file-system exerciser through real mounts: `tests/posix/fsx.py` applies random
+//! operations (unaligned pwrite/pwritev/pread/preadv, O_APPEND writes, ftruncate up and
+//! down, fallocate allocate/punch/zero-range, shared mappings, fsync) to one file and
+//! checks every read, the size and, at each change of client, the whole file against a
+//! model of its bytes. The two sides are two mounts of one cluster (two clients), and
+//! the runner moves between them by closing and reopening (close-to-open).
+//!
+//! Each run prints its seed; `STRIPEFS_FSX_SEED=N` repeats a run, `STRIPEFS_FSX_OPS=N`
+//! sets its length. The same exerciser on /dev/shm (`reference_on_tmpfs`) checks the
+//! model itself. The mount tests skip, saying why, where FUSE is unavailable.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+const FSX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/posix/fsx.py");
+const PYTHON: &str = "/usr/bin/python3";
+
+macro_rules! need_fuse {
+    () => {
+        if let Some(why) = fuse_unavailable() {
+            eprintln!("skipping: {why}");
+            return;
+        }
+    };
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+/// Runs the exerciser on `a` and `b` for files up to `max_size` bytes; fails the test
+/// with its report (seed, failing operation, the operations before it).
+fn fsx(a: &Path, b: &Path, max_size: u64) {
+    let seed = env_u64("STRIPEFS_FSX_SEED").unwrap_or_else(|| rand::random::<u32>() as u64 >> 1);
+    let ops = env_u64("STRIPEFS_FSX_OPS").unwrap_or(1500);
+    eprintln!("fsx seed {seed} (STRIPEFS_FSX_SEED={seed} repeats this run)");
+    let out = Command::new(PYTHON)
+        .arg(FSX)
+        .arg("--a")
+        .arg(a)
+        .arg("--b")
+        .arg(b)
+        .args(["--seed", &seed.to_string()])
+        .args(["--ops", &ops.to_string()])
+        .args(["--max-size", &max_size.to_string()])
+        .output()
+        .expect("python3 runs");
+    let report = text(&out);
+    eprintln!("{report}");
+    assert!(out.status.success(), "fsx failed (seed {seed}):\n{report}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("fsx: passed"),
+        "fsx did not say it passed:\n{report}"
+    );
+}
+
+/// A cluster of two data servers, two mounts of it, and `dir` in it with `setstripe`
+/// arguments `layout`.
+fn two_mounts(dir: &str, layout: &[&str]) -> (Cluster, FuseMount, FuseMount) {
+    let c = Cluster::up(2, 1, &[]);
+    let a = FuseMount::new(&c.cluster_file());
+    let b = FuseMount::new(&c.cluster_file());
+    std::fs::create_dir(a.p(dir)).unwrap();
+    let cluster_path = format!("/{dir}");
+    let mut args = vec!["setstripe", cluster_path.as_str()];
+    args.extend_from_slice(layout);
+    c.ok(&args);
+    (c, a, b)
+}
+
+#[test]
+fn reference_on_tmpfs() {
+    let dir = tempfile::Builder::new()
+        .prefix("stripefs-fsx-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    fsx(dir.path(), dir.path(), 1 << 20);
+}
+
+/// Unaligned operations across 16 KiB stripes on two servers, between two clients.
+#[test]
+fn two_clients_on_a_striped_file() {
+    need_fuse!();
+    let (_c, a, b) = two_mounts("striped", &["--size", "16K", "--count", "2"]);
+    fsx(&a.p("striped"), &b.p("striped"), 600_000);
+}
+
+/// Files that cross the inline threshold (4 KiB here) both ways, over and over: bytes
+/// kept with the inode, moved to the data servers, truncated back.
+#[test]
+fn two_clients_around_the_inline_threshold() {
+    need_fuse!();
+    let (_c, a, b) = two_mounts(
+        "inline",
+        &["--inline-bytes", "4096", "--size", "4K", "--count", "2"],
+    );
+    fsx(&a.p("inline"), &b.p("inline"), 12_000);
+}
+
+/// One client with the kernel's writeback cache (`--writeback-cache`, for files no other
+/// client changes meanwhile): small writes gathered in the page cache, mappings,
+/// truncation and fallocate.
+#[test]
+fn writeback_cache_mount() {
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let m = FuseMount::with_args(&c.cluster_file(), &["--writeback-cache"]);
+    std::fs::create_dir(m.p("wb")).unwrap();
+    c.ok(&["setstripe", "/wb", "--size", "16K", "--count", "2"]);
+    fsx(&m.p("wb"), &m.p("wb"), 600_000);
+}

@@ -40,8 +40,10 @@ pub struct MountArgs {
     /// Use the kernel's writeback cache: small writes (4 KiB from dd, cp, stdio) gather
     /// in the page cache and go out as large ones, several times faster. The kernel then
     /// trusts its own size and times of the files it caches, so a file another client
-    /// grows or truncates meanwhile shows a stale size here: only for files no other
-    /// client changes while this mount uses them (one job's own output, for example).
+    /// grows or truncates meanwhile shows a stale size here, and it writes back whole
+    /// 4 KiB pages, overwriting bytes another client wrote into the same page: only for
+    /// files no other client touches while this mount writes them (one job's own
+    /// output, for example), never for a file several nodes write at once.
     #[arg(long)]
     writeback_cache: bool,
     /// Internal: the pipe on which a daemon reports that the mount is up.

@@ -580,6 +580,11 @@ impl fuser::Filesystem for StripeFs {
                 tracing::warn!(
                     "--writeback-cache: this kernel does not offer it; writes go through"
                 );
+            } else {
+                tracing::info!(
+                    "writeback cache on: small writes gather in the kernel's pages, which are \
+                     written back whole; files other clients write meanwhile may lose their bytes"
+                );
             }
             self.shared.writeback.store(granted, Ordering::Relaxed);
         }

@@ -1,13 +1,22 @@
-//! A file-system exerciser through real mounts: `tests/posix/fsx.py` applies random
+//! Exercisers through real mounts, checked against models.
+//!
+//! `tests/posix/fsx.py` applies random
 //! operations (unaligned pwrite/pwritev/pread/preadv, O_APPEND writes, ftruncate up and
 //! down, fallocate allocate/punch/zero-range, shared mappings, fsync) to one file and
 //! checks every read, the size and, at each change of client, the whole file against a
 //! model of its bytes. The two sides are two mounts of one cluster (two clients), and
 //! the runner moves between them by closing and reopening (close-to-open).
 //!
+//! `tests/posix/nsx.py` does the same for the namespace: random creates, mkdirs,
+//! unlinks, rmdirs, renames (over files and directories, into their own subtrees, with
+//! RENAME_NOREPLACE and RENAME_EXCHANGE), hard links, symlinks, rewrites and unlinks of
+//! open files, checking every errno, link count, size and directory listing, and the
+//! whole tree through the second mount once its caches have expired.
+//!
 //! Each run prints its seed; `STRIPEFS_FSX_SEED=N` repeats a run, `STRIPEFS_FSX_OPS=N`
-//! sets its length. The same exerciser on /dev/shm (`reference_on_tmpfs`) checks the
-//! model itself. The mount tests skip, saying why, where FUSE is unavailable.
+//! sets its length (both exercisers). The same exercisers on /dev/shm (`reference_*`)
+//! check the models themselves. The mount tests skip, saying why, where FUSE is
+//! unavailable.
 
 mod common;
 use common::*;
@@ -15,6 +24,10 @@ use std::path::Path;
 use std::process::Command;
 
 const FSX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/posix/fsx.py");
+const NSX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/posix/nsx.py");
+/// How long a mount caches names and attributes (crates/fuse ENTRY_TTL, ATTR_TTL), and a
+/// margin: the second mount is looked at after this.
+const SETTLE_S: &str = "1.2";
 const PYTHON: &str = "/usr/bin/python3";
 
 macro_rules! need_fuse {
@@ -30,52 +43,85 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
 
-/// Runs the exerciser on `a` and `b` for files up to `max_size` bytes; fails the test
-/// with its report (seed, failing operation, the operations before it).
-fn fsx(a: &Path, b: &Path, max_size: u64) {
+/// Runs `script` on sides `a` and `b` with `args`; fails the test with its report
+/// (seed, failing operation, the operations before it).
+fn exercise(script: &str, a: &Path, b: &Path, args: &[&str]) {
     let seed = env_u64("STRIPEFS_FSX_SEED").unwrap_or_else(|| rand::random::<u32>() as u64 >> 1);
     let ops = env_u64("STRIPEFS_FSX_OPS").unwrap_or(1500);
-    eprintln!("fsx seed {seed} (STRIPEFS_FSX_SEED={seed} repeats this run)");
+    eprintln!("{script} seed {seed} (STRIPEFS_FSX_SEED={seed} repeats this run)");
     let out = Command::new(PYTHON)
-        .arg(FSX)
+        .arg(script)
         .arg("--a")
         .arg(a)
         .arg("--b")
         .arg(b)
         .args(["--seed", &seed.to_string()])
         .args(["--ops", &ops.to_string()])
-        .args(["--max-size", &max_size.to_string()])
+        .args(args)
         .output()
         .expect("python3 runs");
     let report = text(&out);
     eprintln!("{report}");
-    assert!(out.status.success(), "fsx failed (seed {seed}):\n{report}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("fsx: passed"),
-        "fsx did not say it passed:\n{report}"
+        out.status.success(),
+        "{script} failed (seed {seed}):\n{report}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(": passed"),
+        "{script} did not say it passed:\n{report}"
     );
 }
 
+/// The file exerciser, for files up to `max_size` bytes.
+fn fsx(a: &Path, b: &Path, max_size: u64) {
+    exercise(FSX, a, b, &["--max-size", &max_size.to_string()]);
+}
+
 /// A cluster of two data servers, two mounts of it, and `dir` in it with `setstripe`
-/// arguments `layout`.
+/// arguments `layout` (none: the defaults).
 fn two_mounts(dir: &str, layout: &[&str]) -> (Cluster, FuseMount, FuseMount) {
     let c = Cluster::up(2, 1, &[]);
     let a = FuseMount::new(&c.cluster_file());
     let b = FuseMount::new(&c.cluster_file());
     std::fs::create_dir(a.p(dir)).unwrap();
-    let cluster_path = format!("/{dir}");
-    let mut args = vec!["setstripe", cluster_path.as_str()];
-    args.extend_from_slice(layout);
-    c.ok(&args);
+    if !layout.is_empty() {
+        let cluster_path = format!("/{dir}");
+        let mut args = vec!["setstripe", cluster_path.as_str()];
+        args.extend_from_slice(layout);
+        c.ok(&args);
+    }
     (c, a, b)
+}
+
+fn shm_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("stripefs-fsx-")
+        .tempdir_in("/dev/shm")
+        .unwrap()
+}
+
+#[test]
+fn reference_nsx_on_tmpfs() {
+    let dir = shm_dir();
+    exercise(NSX, dir.path(), dir.path(), &["--check-every", "500"]);
+}
+
+/// Namespace operations on one client, the tree checked through another.
+#[test]
+fn namespace_between_two_clients() {
+    need_fuse!();
+    let (_c, a, b) = two_mounts("ns", &[]);
+    exercise(
+        NSX,
+        &a.p("ns"),
+        &b.p("ns"),
+        &["--check-every", "500", "--settle", SETTLE_S],
+    );
 }
 
 #[test]
 fn reference_on_tmpfs() {
-    let dir = tempfile::Builder::new()
-        .prefix("stripefs-fsx-")
-        .tempdir_in("/dev/shm")
-        .unwrap();
+    let dir = shm_dir();
     fsx(dir.path(), dir.path(), 1 << 20);
 }
 

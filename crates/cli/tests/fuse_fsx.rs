@@ -45,7 +45,7 @@ fn env_u64(name: &str) -> Option<u64> {
 
 /// Runs `script` on sides `a` and `b` with `args`; fails the test with its report
 /// (seed, failing operation, the operations before it).
-fn exercise(script: &str, a: &Path, b: &Path, args: &[&str]) {
+fn exercise(script: &str, a: &Path, b: &Path, args: &[&str]) -> String {
     let seed = env_u64("STRIPEFS_FSX_SEED").unwrap_or_else(|| rand::random::<u32>() as u64 >> 1);
     let ops = env_u64("STRIPEFS_FSX_OPS").unwrap_or(1500);
     eprintln!("{script} seed {seed} (STRIPEFS_FSX_SEED={seed} repeats this run)");
@@ -66,10 +66,12 @@ fn exercise(script: &str, a: &Path, b: &Path, args: &[&str]) {
         out.status.success(),
         "{script} failed (seed {seed}):\n{report}"
     );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains(": passed"),
+        stdout.contains(": passed"),
         "{script} did not say it passed:\n{report}"
     );
+    stdout
 }
 
 /// The file exerciser, for files up to `max_size` bytes.
@@ -103,20 +105,23 @@ fn shm_dir() -> tempfile::TempDir {
 #[test]
 fn reference_nsx_on_tmpfs() {
     let dir = shm_dir();
-    exercise(NSX, dir.path(), dir.path(), &["--check-every", "500"]);
+    let out = exercise(NSX, dir.path(), dir.path(), &["--check-every", "500"]);
+    assert!(out.contains("refused renameat2 flags: none"), "{out}");
 }
 
-/// Namespace operations on one client, the tree checked through another.
+/// Namespace operations on one client, the tree checked through another; renameat2's
+/// RENAME_NOREPLACE and RENAME_EXCHANGE must work.
 #[test]
 fn namespace_between_two_clients() {
     need_fuse!();
     let (_c, a, b) = two_mounts("ns", &[]);
-    exercise(
+    let out = exercise(
         NSX,
         &a.p("ns"),
         &b.p("ns"),
         &["--check-every", "500", "--settle", SETTLE_S],
     );
+    assert!(out.contains("refused renameat2 flags: none"), "{out}");
 }
 
 #[test]

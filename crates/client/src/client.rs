@@ -302,6 +302,27 @@ impl Client {
         })
     }
 
+    /// Swaps two existing entries atomically (renameat2 RENAME_EXCHANGE).
+    pub fn exchange_at(
+        &self,
+        a_parent: InodeId,
+        a_name: &str,
+        b_parent: InodeId,
+        b_name: &str,
+    ) -> Result<(), WireError> {
+        name_ok(a_name)?;
+        name_ok(b_name)?;
+        let req = Request::Exchange {
+            a_parent,
+            a_name: a_name.into(),
+            b_parent,
+            b_name: b_name.into(),
+        };
+        ctx(self.done(req), || {
+            format!("exchange {a_name:?} in {a_parent} with {b_name:?} in {b_parent}")
+        })
+    }
+
     /// Adds a hard link `name` in `parent` to `ino`.
     pub fn link_at(&self, ino: InodeId, parent: InodeId, name: &str) -> Result<Attr, WireError> {
         name_ok(name)?;

@@ -850,19 +850,20 @@ impl fuser::Filesystem for StripeFs {
             (Ok(a), Ok(b)) => (a.to_string(), b.to_string()),
             _ => return reply.error(libc::EINVAL),
         };
-        if flags & !libc::RENAME_NOREPLACE != 0 {
-            // RENAME_EXCHANGE and RENAME_WHITEOUT have no metadata operation.
-            return reply.error(libc::EINVAL);
-        }
+        let exchange = match flags {
+            0 | libc::RENAME_NOREPLACE => false,
+            libc::RENAME_EXCHANGE => true,
+            // RENAME_WHITEOUT (overlay file systems' own) has no metadata operation.
+            _ => return reply.error(libc::EINVAL),
+        };
         let noreplace = flags & libc::RENAME_NOREPLACE != 0;
         self.spawn(req, move |sh, c| {
-            let r = c.rename_at(
-                InodeId(parent),
-                &name,
-                InodeId(newparent),
-                &newname,
-                noreplace,
-            );
+            let (p, np) = (InodeId(parent), InodeId(newparent));
+            let r = if exchange {
+                c.exchange_at(p, &name, np, &newname)
+            } else {
+                c.rename_at(p, &name, np, &newname, noreplace)
+            };
             // Both directories and a moved directory itself changed: rare enough to
             // forget every cached directory.
             sh.dirs.lock().clear();

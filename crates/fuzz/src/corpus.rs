@@ -195,6 +195,12 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             after: if rng.gen() { String::new() } else { text(rng) },
             limit: rng.gen_range(0..5000),
         },
+        Opcode::Exchange => Request::Exchange {
+            a_parent: ino(rng),
+            a_name: text(rng),
+            b_parent: ino(rng),
+            b_name: text(rng),
+        },
         Opcode::OpenPath => Request::OpenPath {
             path: format!("/{}/{}", text(rng), text(rng)),
             session: rng.gen(),
@@ -550,6 +556,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Unlink
         | Opcode::Rmdir
         | Opcode::Rename
+        | Opcode::Exchange
         | Opcode::Close
         | Opcode::ExtendSize
         | Opcode::Access

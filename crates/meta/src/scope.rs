@@ -251,6 +251,11 @@ impl Scopes {
                 src_parent,
                 dst_parent,
                 ..
+            }
+            | Request::Exchange {
+                a_parent: src_parent,
+                b_parent: dst_parent,
+                ..
             } => {
                 self.need_dir(t, ns, src_parent.0)?;
                 self.need_dir(t, ns, dst_parent.0)

@@ -219,6 +219,83 @@ fn rename_cases() {
     fs.check();
 }
 
+/// renameat2 RENAME_EXCHANGE: two entries swap, whatever their types; `..` and the
+/// parents' link counts follow a directory that changes parent (the invariant check
+/// counts them); a directory cannot be swapped under itself.
+#[test]
+fn exchange_cases() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let a = fs.mkdir(&r, ROOT, "a", 0o755).unwrap().ino.0;
+    let b = fs.mkdir(&r, ROOT, "b", 0o755).unwrap().ino.0;
+    let f = fs.create(&r, a, "f", 0o644).unwrap().ino;
+    let g = fs.create(&r, b, "g", 0o644).unwrap().ino;
+    let before = fs.getattr(f.0).unwrap().ctime_ns;
+    // Two files in two directories.
+    fs.exchange(&r, a, "f", b, "g").unwrap();
+    assert_eq!(fs.lookup(a, "f").unwrap().ino, g);
+    assert_eq!(fs.lookup(b, "g").unwrap().ino, f);
+    assert!(fs.getattr(f.0).unwrap().ctime_ns >= before);
+    fs.check();
+    // A directory with a file, across parents: `a` loses a subdirectory, `b` gains one.
+    let sub = fs.mkdir(&r, a, "sub", 0o755).unwrap().ino.0;
+    fs.create(&r, sub, "inside", 0o644).unwrap();
+    assert_eq!(fs.getattr(a).unwrap().nlink, 3);
+    fs.exchange(&r, a, "sub", b, "g").unwrap();
+    assert_eq!(fs.lookup(b, "g").unwrap().ino.0, sub);
+    assert_eq!(fs.lookup(a, "sub").unwrap().ino, f);
+    assert_eq!(fs.getattr(a).unwrap().nlink, 2);
+    assert_eq!(fs.getattr(b).unwrap().nlink, 3);
+    assert_eq!(fs.resolve(&r, "/b/g/..", true).unwrap().ino.0, b);
+    assert_eq!(fs.resolve(&r, "/b/g/inside", true).unwrap().nlink, 1);
+    fs.check();
+    // Two directories in one parent: names swap, no link moves.
+    let c = fs.mkdir(&r, b, "c", 0o755).unwrap().ino.0;
+    fs.exchange(&r, b, "g", b, "c").unwrap();
+    assert_eq!(fs.lookup(b, "c").unwrap().ino.0, sub);
+    assert_eq!(fs.lookup(b, "g").unwrap().ino.0, c);
+    assert_eq!(fs.getattr(b).unwrap().nlink, 4);
+    fs.check();
+    // A directory under itself, either way round: EINVAL, nothing changes.
+    fs.create(&r, sub, "deep", 0o644).unwrap();
+    assert_eq!(
+        code(fs.exchange(&r, b, "c", sub, "deep")),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        code(fs.exchange(&r, sub, "deep", b, "c")),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(
+        code(fs.exchange(&r, ROOT, "b", sub, "deep")),
+        ErrorCode::InvalidArgument
+    );
+    // Missing entries.
+    assert_eq!(
+        code(fs.exchange(&r, a, "nope", b, "c")),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        code(fs.exchange(&r, a, "sub", b, "nope")),
+        ErrorCode::NotFound
+    );
+    // One inode twice (the same name, or two hard links): nothing happens.
+    fs.exchange(&r, a, "sub", a, "sub").unwrap();
+    fs.attr(
+        &r,
+        Request::Link {
+            ino: f,
+            parent: InodeId(b),
+            name: "f-link".into(),
+        },
+    )
+    .unwrap();
+    fs.exchange(&r, a, "sub", b, "f-link").unwrap();
+    assert_eq!(fs.lookup(a, "sub").unwrap().ino, f);
+    assert_eq!(fs.getattr(f.0).unwrap().nlink, 2);
+    fs.check();
+}
+
 #[test]
 fn unlink_while_open_then_close_purges() {
     let fs = Fs::new();

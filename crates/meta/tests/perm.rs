@@ -156,6 +156,49 @@ fn sticky_bit() {
     fs.check();
 }
 
+/// An exchange removes both entries from their directories (write permission on both,
+/// the sticky rule for both), and a directory that changes parent needs write
+/// permission on itself, as for rename.
+#[test]
+fn exchange_permissions() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let alice = user(1000, 100);
+    let bob = user(1001, 100);
+    let tmp = fs.mkdir(&r, ROOT, "tmp", 0o1777).unwrap().ino.0;
+    fs.create(&alice, tmp, "a", 0o666).unwrap();
+    fs.create(&bob, tmp, "b", 0o666).unwrap();
+    // Bob owns one of the two entries, not the other: refused in a sticky directory.
+    assert_eq!(
+        code(fs.exchange(&bob, tmp, "a", tmp, "b")),
+        ErrorCode::NotPermitted
+    );
+    fs.exchange(&alice, tmp, "a", tmp, "a").unwrap();
+    // A directory bob may not write into.
+    let base = fs.mkdir(&r, ROOT, "base", 0o777).unwrap().ino.0;
+    let closed = fs.mkdir(&alice, base, "closed", 0o755).unwrap().ino.0;
+    fs.create(&alice, closed, "c", 0o666).unwrap();
+    let mine = fs.mkdir(&bob, base, "mine", 0o755).unwrap().ino.0;
+    fs.create(&bob, mine, "m", 0o666).unwrap();
+    assert_eq!(
+        code(fs.exchange(&bob, mine, "m", closed, "c")),
+        ErrorCode::PermissionDenied
+    );
+    // A directory alice may not write moving to another parent.
+    let open = fs.mkdir(&r, base, "open", 0o777).unwrap().ino.0;
+    fs.mkdir(&bob, open, "bobs", 0o755).unwrap();
+    fs.create(&alice, open, "x", 0o666).unwrap();
+    let other = fs.mkdir(&alice, base, "other", 0o755).unwrap().ino.0;
+    fs.create(&alice, other, "y", 0o666).unwrap();
+    assert_eq!(
+        code(fs.exchange(&alice, open, "bobs", other, "y")),
+        ErrorCode::PermissionDenied
+    );
+    // In one directory its `..` does not change: allowed.
+    fs.exchange(&alice, open, "bobs", open, "x").unwrap();
+    fs.check();
+}
+
 #[test]
 fn set_attr_rules() {
     let fs = Fs::new();

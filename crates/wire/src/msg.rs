@@ -466,6 +466,10 @@ requests! {
     // one round trip: opens the regular file `path` names; answered as Open is (`Attr`,
     // with the inline bytes for a reader).
     41 => OpenPath { path: String, session: u64, read: bool, write: bool },
+    // Metadata: swaps two existing entries atomically (renameat2 RENAME_EXCHANGE): `a_name`
+    // in `a_parent` then names what `b_name` in `b_parent` named, and the other way
+    // round; they may be of different types. Answered with `Done`.
+    42 => Exchange { a_parent: InodeId, a_name: String, b_parent: InodeId, b_name: String },
 }
 
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).
@@ -1064,6 +1068,7 @@ impl Request {
             Request::Rename {
                 src_name, dst_name, ..
             } => name_ok(src_name).and(name_ok(dst_name)),
+            Request::Exchange { a_name, b_name, .. } => name_ok(a_name).and(name_ok(b_name)),
             Request::ReadDir { after, limit, .. } => {
                 if !after.is_empty() {
                     name_ok(after)?;

@@ -795,6 +795,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (39, "SetXattr"),
     (40, "RemoveXattr"),
     (41, "OpenPath"),
+    (42, "Exchange"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -991,6 +992,12 @@ fn ping_like(op: Opcode) -> Request {
             session: 7,
             read: true,
             write: false,
+        },
+        Opcode::Exchange => Request::Exchange {
+            a_parent: ino,
+            a_name: String::new(),
+            b_parent: ino,
+            b_name: name,
         },
     }
 }

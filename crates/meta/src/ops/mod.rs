@@ -89,6 +89,12 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             dst_name,
             *noreplace,
         ),
+        Request::Exchange {
+            a_parent,
+            a_name,
+            b_parent,
+            b_name,
+        } => rename::exchange(ctx, a_parent.0, a_name, b_parent.0, b_name),
         Request::SetAttr { ino, attrs } => attr::set_attr(ctx, ino.0, attrs),
         Request::ExtendSize {
             ino,
@@ -127,6 +133,7 @@ pub fn is_mutation(req: &Request) -> bool {
             | Request::Unlink { .. }
             | Request::Rmdir { .. }
             | Request::Rename { .. }
+            | Request::Exchange { .. }
             | Request::SetAttr { .. }
             | Request::ExtendSize { .. }
             | Request::SetLayout { .. }

@@ -1,6 +1,7 @@
 //! Rename: moves an entry, atomically replacing an existing destination as POSIX
 //! rename(2) does (a directory only over an empty directory, a non-directory only over a
-//! non-directory), refusing to move a directory into its own subtree.
+//! non-directory), refusing to move a directory into its own subtree. Exchange swaps two
+//! entries (renameat2 RENAME_EXCHANGE).
 
 use super::remove::{check_empty, check_remove, delete_inode, drop_link};
 use super::{need_entry, touch_dir, Ctx, MAX_LINKS};
@@ -63,6 +64,83 @@ pub fn rename(
             dst,
         },
     )
+}
+
+/// Swaps entry `a_name` of `a_parent` and entry `b_name` of `b_parent` in one commit
+/// (renameat2 RENAME_EXCHANGE): each name then names the other's inode, whatever their
+/// types. Checks in Linux's order: both exist; a directory is not swapped under itself
+/// (`InvalidArgument`); one inode twice changes nothing; both entries may be removed
+/// from their directories (write and search permission, the sticky rule); a directory
+/// that changes parent needs write permission on itself (its `..` changes), and a
+/// parent that gains a subdirectory room for its link.
+pub fn exchange(
+    ctx: &mut Ctx,
+    a_parent: u64,
+    a_name: &str,
+    b_parent: u64,
+    b_name: &str,
+) -> Result<Response, WireError> {
+    validate_name(a_name)?;
+    validate_name(b_name)?;
+    let adir = need_dir(ctx.w, a_parent)?;
+    let bdir = need_dir(ctx.w, b_parent)?;
+    let (a_ino, a) = need_entry(ctx.w, a_parent, a_name)?;
+    let (b_ino, b) = need_entry(ctx.w, b_parent, b_name)?;
+    let moves = a_parent != b_parent;
+    if moves {
+        if a.is_dir() {
+            check_not_into_itself(ctx, a_ino, b_parent)?;
+        }
+        if b.is_dir() {
+            check_not_into_itself(ctx, b_ino, a_parent)?;
+        }
+    }
+    if a_ino == b_ino {
+        return Ok(Response::Done);
+    }
+    check_remove(ctx, a_parent, &adir, a_name, &a)?;
+    check_remove(ctx, b_parent, &bdir, b_name, &b)?;
+    // A directory swapped with a non-directory across parents moves one link.
+    let a_gains = moves && b.is_dir() && !a.is_dir();
+    let b_gains = moves && a.is_dir() && !b.is_dir();
+    if moves {
+        for (ino, inode) in [(a_ino, &a), (b_ino, &b)] {
+            if inode.is_dir() {
+                perm::check(ctx.cred, inode, ino, perm::W)?;
+            }
+        }
+        for (gains, dir, ino) in [(a_gains, &adir, a_parent), (b_gains, &bdir, b_parent)] {
+            if gains && dir.nlink >= MAX_LINKS {
+                return Err(WireError::new(
+                    ErrorCode::TooManyLinks,
+                    format!("inode {ino} has {MAX_LINKS} subdirectories"),
+                ));
+            }
+        }
+    }
+    let now = ctx.now_ns;
+    ctx.w.put_entry(a_parent, a_name, b_ino, b.ftype)?;
+    ctx.w.put_entry(b_parent, b_name, a_ino, a.ftype)?;
+    for (ino, mut inode, new_parent) in [(a_ino, a, b_parent), (b_ino, b, a_parent)] {
+        inode.ctime_ns = now;
+        if inode.is_dir() {
+            inode.parent = new_parent;
+        }
+        ctx.w.put_inode(ino, &inode)?;
+    }
+    // Parents are re-read: they may be one directory (then no link moves).
+    for (ino, gains, loses) in [(a_parent, a_gains, b_gains), (b_parent, b_gains, a_gains)] {
+        let mut dir = need_dir(ctx.w, ino)?;
+        if gains {
+            dir.nlink += 1;
+        }
+        if loses {
+            dir.nlink = dir.nlink.saturating_sub(1).max(2);
+        }
+        touch_dir(&mut dir, now);
+        ctx.w.put_inode(ino, &dir)?;
+    }
+    Ok(Response::Done)
 }
 
 /// The checks for replacing the existing destination `dino`.

@@ -221,6 +221,26 @@ impl Fs {
         })
     }
 
+    /// renameat2 RENAME_EXCHANGE as `cred`.
+    pub fn exchange(
+        &self,
+        cred: &Cred,
+        ap: u64,
+        an: &str,
+        bp: u64,
+        bn: &str,
+    ) -> Result<Response, WireError> {
+        self.call(
+            cred,
+            Request::Exchange {
+                a_parent: InodeId(ap),
+                a_name: an.into(),
+                b_parent: InodeId(bp),
+                b_name: bn.into(),
+            },
+        )
+    }
+
     pub fn resolve(&self, cred: &Cred, path: &str, follow: bool) -> Result<Attr, WireError> {
         self.attr(
             cred,

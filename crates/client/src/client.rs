@@ -13,6 +13,10 @@ use stripefs_wire::{
     Request, Response, ServerId, SetAttrs, SetTime, TargetStatus, WireError,
 };
 
+/// Attempts of an exchange whose names another client changes between its lookups and
+/// the swap (see [`Client::exchange_at`]).
+pub const EXCHANGE_TRIES: u32 = 3;
+
 /// Space over all data servers (sum of their targets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatFs {
@@ -302,7 +306,11 @@ impl Client {
         })
     }
 
-    /// Swaps two existing entries atomically (renameat2 RENAME_EXCHANGE).
+    /// Swaps two existing entries atomically (renameat2 RENAME_EXCHANGE). The request
+    /// names the inodes found at both names just before (one lookup each), so that the
+    /// server can refuse it if either name changed meanwhile, or if the request reached
+    /// it twice; a change by another client between the lookups and the swap makes it
+    /// look again, up to [`EXCHANGE_TRIES`] times.
     pub fn exchange_at(
         &self,
         a_parent: InodeId,
@@ -312,15 +320,25 @@ impl Client {
     ) -> Result<(), WireError> {
         name_ok(a_name)?;
         name_ok(b_name)?;
-        let req = Request::Exchange {
-            a_parent,
-            a_name: a_name.into(),
-            b_parent,
-            b_name: b_name.into(),
-        };
-        ctx(self.done(req), || {
-            format!("exchange {a_name:?} in {a_parent} with {b_name:?} in {b_parent}")
-        })
+        let what = || format!("exchange {a_name:?} in {a_parent} with {b_name:?} in {b_parent}");
+        let mut tries = 0;
+        loop {
+            let a_ino = ctx(self.lookup(a_parent, a_name), what)?.ino;
+            let b_ino = ctx(self.lookup(b_parent, b_name), what)?.ino;
+            let req = Request::Exchange {
+                a_parent,
+                a_name: a_name.into(),
+                a_ino,
+                b_parent,
+                b_name: b_name.into(),
+                b_ino,
+            };
+            tries += 1;
+            match self.done(req) {
+                Err(e) if e.code == ErrorCode::StaleHandle && tries < EXCHANGE_TRIES => {}
+                r => return ctx(r, what),
+            }
+        }
     }
 
     /// Adds a hard link `name` in `parent` to `ino`.
@@ -542,6 +560,15 @@ impl Client {
         let (ddir, dname) = self.parent_of(to)?;
         ctx(self.rename_at(sdir, &sname, ddir, &dname, false), || {
             format!("rename {from} to {to}")
+        })
+    }
+
+    /// Swaps the names `a` and `b` atomically (renameat2 RENAME_EXCHANGE).
+    pub fn exchange(&self, a: &str, b: &str) -> Result<(), WireError> {
+        let (adir, aname) = self.parent_of(a)?;
+        let (bdir, bname) = self.parent_of(b)?;
+        ctx(self.exchange_at(adir, &aname, bdir, &bname), || {
+            format!("exchange {a} with {b}")
         })
     }
 

@@ -198,8 +198,10 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::Exchange => Request::Exchange {
             a_parent: ino(rng),
             a_name: text(rng),
+            a_ino: ino(rng),
             b_parent: ino(rng),
             b_name: text(rng),
+            b_ino: ino(rng),
         },
         Opcode::OpenPath => Request::OpenPath {
             path: format!("/{}/{}", text(rng), text(rng)),

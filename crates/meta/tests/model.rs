@@ -210,6 +210,42 @@ impl Model {
     }
 }
 
+impl Model {
+    /// renameat2 RENAME_EXCHANGE, in Linux's order of checks.
+    fn exchange(&mut self, ap: u64, an: &str, bp: u64, bn: &str) -> Res {
+        let a = self.entry(ap, an).ok_or(ErrorCode::NotFound)?;
+        let b = self.entry(bp, bn).ok_or(ErrorCode::NotFound)?;
+        let a_dir = self.nodes[&a].ftype == FileType::Dir;
+        let b_dir = self.nodes[&b].ftype == FileType::Dir;
+        if ap != bp && ((a_dir && self.in_subtree(bp, a)) || (b_dir && self.in_subtree(ap, b))) {
+            return Err(ErrorCode::InvalidArgument);
+        }
+        if a == b {
+            return Ok(None);
+        }
+        self.nodes
+            .get_mut(&ap)
+            .unwrap()
+            .children
+            .insert(an.into(), b);
+        self.nodes
+            .get_mut(&bp)
+            .unwrap()
+            .children
+            .insert(bn.into(), a);
+        if ap != bp {
+            for (ino, is_dir, from, to) in [(a, a_dir, ap, bp), (b, b_dir, bp, ap)] {
+                if is_dir {
+                    self.nodes.get_mut(&ino).unwrap().parent = to;
+                    self.nodes.get_mut(&from).unwrap().nlink -= 1;
+                    self.nodes.get_mut(&to).unwrap().nlink += 1;
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
 fn ok_ino(r: Result<Response, WireError>) -> Result<Option<u64>, ErrorCode> {
     match r {
         Ok(Response::Attr(a)) => Ok(Some(a.ino.0)),
@@ -277,7 +313,16 @@ fn step(fs: &Fs, m: &mut Model, rng: &mut StdRng, log: &mut Vec<String>) {
             })),
             m.rmdir(p, n),
         ),
-        52..=74 => {
+        70..=74 => {
+            let bp = dirs[rng.gen_range(0..dirs.len())];
+            let bn = NAMES[rng.gen_range(0..NAMES.len())];
+            (
+                format!("exchange {p}/{n} <-> {bp}/{bn}"),
+                ok_ino(fs.exchange(&r, p, n, bp, bn)),
+                m.exchange(p, n, bp, bn),
+            )
+        }
+        52..=69 => {
             let dp = dirs[rng.gen_range(0..dirs.len())];
             let dn = NAMES[rng.gen_range(0..NAMES.len())];
             let nr = rng.gen_bool(0.1);

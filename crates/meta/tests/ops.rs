@@ -293,6 +293,17 @@ fn exchange_cases() {
     fs.exchange(&r, a, "sub", b, "f-link").unwrap();
     assert_eq!(fs.lookup(a, "sub").unwrap().ino, f);
     assert_eq!(fs.getattr(f.0).unwrap().nlink, 2);
+    // The same request twice (as a duplicated message would be): the second finds the
+    // names changed and is refused, so the swap stands.
+    let c_ino = InodeId(c);
+    let g_ino = fs.lookup(b, "g").unwrap().ino;
+    assert_eq!(g_ino, c_ino);
+    let sub_ino = fs.lookup(b, "c").unwrap().ino;
+    let once = || fs.exchange_seen(&r, (b, "g", g_ino), (b, "c", sub_ino));
+    once().unwrap();
+    assert_eq!(code(once()), ErrorCode::StaleHandle);
+    assert_eq!(fs.lookup(b, "g").unwrap().ino, sub_ino);
+    assert_eq!(fs.lookup(b, "c").unwrap().ino, c_ino);
     fs.check();
 }
 

@@ -63,6 +63,12 @@ pub enum Step {
         dir: u8,
         name: u8,
     },
+    /// Two names swap their files (renameat2 RENAME_EXCHANGE), in one commit.
+    Exchange {
+        client: u8,
+        a: u32,
+        b: u32,
+    },
     Link {
         client: u8,
         pick: u32,
@@ -147,11 +153,16 @@ pub fn plan(seed: u64, opts: &Options) -> Vec<Step> {
                 pick,
                 size: rng.next_u64() as u32,
             },
-            595..=649 => Step::Rename {
+            595..=634 => Step::Rename {
                 client: c,
                 pick,
                 dir,
                 name,
+            },
+            635..=649 => Step::Exchange {
+                client: c,
+                a: pick,
+                b: rng.next_u64() as u32,
             },
             650..=689 => Step::Link {
                 client: c,
@@ -452,6 +463,7 @@ impl Sim<'_> {
                 dir,
                 name,
             } => self.rename(client as usize, pick, path_of(dir, name)),
+            Step::Exchange { client, a, b } => self.exchange(client as usize, a, b),
             Step::Link {
                 client,
                 pick,
@@ -840,6 +852,44 @@ impl Sim<'_> {
                 }
             }
             Err(e) => Err(format!("rename {from} -> {to}: unexpected error {e}")),
+        }
+    }
+
+    /// Swaps two names; after a transport error, both names must show the files either
+    /// as before or swapped, never anything else (the exchange is one commit).
+    fn exchange(&mut self, c: usize, pick_a: u32, pick_b: u32) -> Result<(), String> {
+        let (Some(a), Some(b)) = (self.pick_path(pick_a), self.pick_path(pick_b)) else {
+            return Ok(());
+        };
+        if a == b {
+            return Ok(());
+        }
+        self.ops += 1;
+        let (fa, fb) = (self.names[&a], self.names[&b]);
+        match self.clients[c].exchange(&a, &b) {
+            Ok(()) => {
+                self.names.insert(a, fb);
+                self.names.insert(b, fa);
+                Ok(())
+            }
+            Err(e) if transport_error(&e) => {
+                let (ia, ib) = (self.files[fa].ino, self.files[fb].ino);
+                let x = self.observe_path(&a)?.map(|x| x.ino);
+                let y = self.observe_path(&b)?.map(|y| y.ino);
+                if x == Some(ia) && y == Some(ib) {
+                    Ok(())
+                } else if x == Some(ib) && y == Some(ia) {
+                    self.names.insert(a, fb);
+                    self.names.insert(b, fa);
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "exchange {a} <-> {b} failed ({e}); then {a} is {x:?} and {b} is \
+                         {y:?}: neither before ({ia:?}, {ib:?}) nor after"
+                    ))
+                }
+            }
+            Err(e) => Err(format!("exchange {a} <-> {b}: unexpected error {e}")),
         }
     }
 

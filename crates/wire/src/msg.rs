@@ -468,8 +468,11 @@ requests! {
     41 => OpenPath { path: String, session: u64, read: bool, write: bool },
     // Metadata: swaps two existing entries atomically (renameat2 RENAME_EXCHANGE): `a_name`
     // in `a_parent` then names what `b_name` in `b_parent` named, and the other way
-    // round; they may be of different types. Answered with `Done`.
-    42 => Exchange { a_parent: InodeId, a_name: String, b_parent: InodeId, b_name: String },
+    // round; they may be of different types. `a_ino` and `b_ino` are the inodes the
+    // client found at the names: unless the names still name them, the exchange is
+    // refused with `StaleHandle` (so a repeated request cannot swap them back). Answered
+    // with `Done`.
+    42 => Exchange { a_parent: InodeId, a_name: String, a_ino: InodeId, b_parent: InodeId, b_name: String, b_ino: InodeId },
 }
 
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).

@@ -996,8 +996,10 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::Exchange => Request::Exchange {
             a_parent: ino,
             a_name: String::new(),
+            a_ino: ino,
             b_parent: ino,
             b_name: name,
+            b_ino: ino,
         },
     }
 }

@@ -92,9 +92,15 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
         Request::Exchange {
             a_parent,
             a_name,
+            a_ino,
             b_parent,
             b_name,
-        } => rename::exchange(ctx, a_parent.0, a_name, b_parent.0, b_name),
+            b_ino,
+        } => rename::exchange(
+            ctx,
+            (a_parent.0, a_name, a_ino.0),
+            (b_parent.0, b_name, b_ino.0),
+        ),
         Request::SetAttr { ino, attrs } => attr::set_attr(ctx, ino.0, attrs),
         Request::ExtendSize {
             ino,

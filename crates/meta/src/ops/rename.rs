@@ -73,12 +73,14 @@ pub fn rename(
 /// from their directories (write and search permission, the sticky rule); a directory
 /// that changes parent needs write permission on itself (its `..` changes), and a
 /// parent that gains a subdirectory room for its link.
+///
+/// Each side is `(parent, name, inode the client found there)`: a name that names
+/// another inode now is `StaleHandle`, so that the same request arriving twice cannot
+/// swap the names back.
 pub fn exchange(
     ctx: &mut Ctx,
-    a_parent: u64,
-    a_name: &str,
-    b_parent: u64,
-    b_name: &str,
+    (a_parent, a_name, a_seen): (u64, &str, u64),
+    (b_parent, b_name, b_seen): (u64, &str, u64),
 ) -> Result<Response, WireError> {
     validate_name(a_name)?;
     validate_name(b_name)?;
@@ -86,6 +88,17 @@ pub fn exchange(
     let bdir = need_dir(ctx.w, b_parent)?;
     let (a_ino, a) = need_entry(ctx.w, a_parent, a_name)?;
     let (b_ino, b) = need_entry(ctx.w, b_parent, b_name)?;
+    for (parent, name, seen, now) in [
+        (a_parent, a_name, a_seen, a_ino),
+        (b_parent, b_name, b_seen, b_ino),
+    ] {
+        if seen != now {
+            return Err(WireError::new(
+                ErrorCode::StaleHandle,
+                format!("{name:?} in inode {parent} names inode {now}, not {seen} any more"),
+            ));
+        }
+    }
     let moves = a_parent != b_parent;
     if moves {
         if a.is_dir() {

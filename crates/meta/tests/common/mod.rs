@@ -221,7 +221,8 @@ impl Fs {
         })
     }
 
-    /// renameat2 RENAME_EXCHANGE as `cred`.
+    /// renameat2 RENAME_EXCHANGE as `cred`, with the inodes found at both names now
+    /// (0 where a name has none).
     pub fn exchange(
         &self,
         cred: &Cred,
@@ -230,13 +231,27 @@ impl Fs {
         bp: u64,
         bn: &str,
     ) -> Result<Response, WireError> {
+        let seen = |p: u64, n: &str| self.lookup(p, n).map(|a| a.ino).unwrap_or(InodeId(0));
+        let (a_ino, b_ino) = (seen(ap, an), seen(bp, bn));
+        self.exchange_seen(cred, (ap, an, a_ino), (bp, bn, b_ino))
+    }
+
+    /// An Exchange request naming the inodes the caller believes are at the names.
+    pub fn exchange_seen(
+        &self,
+        cred: &Cred,
+        (ap, an, a_ino): (u64, &str, InodeId),
+        (bp, bn, b_ino): (u64, &str, InodeId),
+    ) -> Result<Response, WireError> {
         self.call(
             cred,
             Request::Exchange {
                 a_parent: InodeId(ap),
                 a_name: an.into(),
+                a_ino,
                 b_parent: InodeId(bp),
                 b_name: bn.into(),
+                b_ino,
             },
         )
     }

@@ -121,15 +121,21 @@ fn group_and_supplementary_groups() {
     );
 }
 
+/// Alice and bob, and a sticky directory open to all with a file of each ("a", "b").
+fn sticky_tmp(fs: &Fs) -> (Cred, Cred, u64) {
+    let alice = user(1000, 100);
+    let bob = user(1001, 100);
+    let tmp = fs.mkdir(&Cred::root(), ROOT, "tmp", 0o1777).unwrap().ino.0;
+    fs.create(&alice, tmp, "a", 0o666).unwrap();
+    fs.create(&bob, tmp, "b", 0o666).unwrap();
+    (alice, bob, tmp)
+}
+
 #[test]
 fn sticky_bit() {
     let fs = Fs::new();
     let r = Cred::root();
-    let alice = user(1000, 100);
-    let bob = user(1001, 100);
-    let tmp = fs.mkdir(&r, ROOT, "tmp", 0o1777).unwrap().ino.0;
-    fs.create(&alice, tmp, "a", 0o666).unwrap();
-    fs.create(&bob, tmp, "b", 0o666).unwrap();
+    let (alice, bob, tmp) = sticky_tmp(&fs);
     assert_eq!(code(fs.unlink(&bob, tmp, "a")), ErrorCode::NotPermitted);
     let mv = |c: &Cred, n: &str, to: &str| {
         fs.call(
@@ -163,11 +169,7 @@ fn sticky_bit() {
 fn exchange_permissions() {
     let fs = Fs::new();
     let r = Cred::root();
-    let alice = user(1000, 100);
-    let bob = user(1001, 100);
-    let tmp = fs.mkdir(&r, ROOT, "tmp", 0o1777).unwrap().ino.0;
-    fs.create(&alice, tmp, "a", 0o666).unwrap();
-    fs.create(&bob, tmp, "b", 0o666).unwrap();
+    let (alice, bob, tmp) = sticky_tmp(&fs);
     // Bob owns one of the two entries, not the other: refused in a sticky directory.
     assert_eq!(
         code(fs.exchange(&bob, tmp, "a", tmp, "b")),

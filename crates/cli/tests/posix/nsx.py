@@ -5,8 +5,10 @@ Operations on a small tree under one directory: create (O_EXCL), mkdir, unlink, 
 rename (over files, over empty and non-empty directories, into its own subtree, between
 hard links of one file), renameat2 RENAME_NOREPLACE and RENAME_EXCHANGE, link, symlink,
 rewriting a file through one of its names, unlinking a file that a descriptor keeps open
-(and reading it through the descriptor), and checks: every call's errno, lstat (type, size,
-link count, the inode shared by hard links), readdir of a directory, a file's bytes
+(and reading it through the descriptor), chmod, utime, user.* extended attributes (set
+with and without XATTR_CREATE/XATTR_REPLACE, removed), and checks: every call's errno,
+lstat (type, size, link count, mode, an mtime set by utime, the inode shared by hard
+links), the user.* attributes and their values, readdir of a directory, a file's bytes
 through a random name. The names are few, so operations collide often.
 
 At the end (and with --check-every N, every N operations) the whole tree is compared with
@@ -47,13 +49,25 @@ class Failure(Exception):
     pass
 
 
-class File:
-    def __init__(self, data):
+class Node:
+    """What files and directories share: permission bits, user.* attributes, and the
+    mtime when it is known (set by utime and not changed since)."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.xattrs = {}
+        self.mtime = None
+
+
+class File(Node):
+    def __init__(self, data, mode=0o644):
+        super().__init__(mode)
         self.data = data
 
 
-class Dir:
-    def __init__(self):
+class Dir(Node):
+    def __init__(self, mode=0o755):
+        super().__init__(mode)
         self.entries = {}
 
 
@@ -126,6 +140,12 @@ class Nsx:
                     found.append((rel + "/" + name).lstrip("/"))
         return self.rng.choice(sorted(found)) if found else None
 
+    def changed(self, *dirs):
+        """Entries of these directories changed: their mtimes are the server's now."""
+        for d in dirs:
+            if d is not None:
+                d.mtime = None
+
     def nlink(self, node):
         if isinstance(node, Dir):
             return 2 + sum(isinstance(n, Dir) for n in node.entries.values())
@@ -176,13 +196,16 @@ class Nsx:
                 os.close(fd)
         if self.call("create %s (%d bytes)" % (rel, len(data)), want, go) == 0:
             parent.entries[name] = File(data)
+            self.changed(parent)
 
     def op_mkdir(self):
         rel = self.random_path()
         parent, name, node = self.lookup(rel)
         want = errno.EEXIST if node is not None else 0
         if self.call("mkdir %s" % rel, want, lambda: os.mkdir(self.real(rel))) == 0:
-            parent.entries[name] = Dir()
+            # A directory made in a set-group-ID directory is set-group-ID too.
+            parent.entries[name] = Dir(0o755 | (parent.mode & 0o2000))
+            self.changed(parent)
 
     def op_symlink(self):
         rel = self.random_path()
@@ -192,6 +215,7 @@ class Nsx:
         if self.call("symlink %s -> %s" % (rel, target), want,
                      lambda: os.symlink(target, self.real(rel))) == 0:
             parent.entries[name] = Link(target)
+            self.changed(parent)
 
     def op_unlink(self):
         rel = self.existing() if self.rng.random() < 0.8 else self.random_path()
@@ -206,6 +230,7 @@ class Nsx:
             want = 0
         if self.call("unlink %s" % rel, want, lambda: os.unlink(self.real(rel))) == 0:
             del parent.entries[name]
+            self.changed(parent)
 
     def op_rmdir(self):
         rel = self.existing(Dir) if self.rng.random() < 0.8 else self.random_path()
@@ -222,6 +247,7 @@ class Nsx:
             want = 0
         if self.call("rmdir %s" % rel, want, lambda: os.rmdir(self.real(rel))) == 0:
             del parent.entries[name]
+            self.changed(parent)
 
     def rename_outcome(self, src, dst, noreplace=False):
         """Linux's answer to rename(src, dst), in the order it checks (do_renameat2,
@@ -255,6 +281,7 @@ class Nsx:
         if snode is not dnode:
             del sp.entries[sn]
             dp.entries[dn] = snode
+            self.changed(sp, dp, snode if isinstance(snode, Dir) else None)
 
     def op_rename(self):
         src = self.existing() if self.rng.random() < 0.85 else self.random_path()
@@ -308,6 +335,7 @@ class Nsx:
                         lambda: renameat2(self.real(a), self.real(b), RENAME_EXCHANGE))
         if not self.renameat2_refused(RENAME_EXCHANGE, got, want) and got == 0:
             ap.entries[an], bp.entries[bn] = bnode, anode
+            self.changed(ap, bp, *[n for n in (anode, bnode) if isinstance(n, Dir)])
 
     def op_link(self):
         src = self.existing() if self.rng.random() < 0.9 else self.random_path()
@@ -328,6 +356,7 @@ class Nsx:
                      lambda: os.link(self.real(src), self.real(dst),
                                      follow_symlinks=False)) == 0:
             dp.entries[dn] = snode
+            self.changed(dp)
 
     def op_rewrite(self):
         rel = self.existing(File)
@@ -344,6 +373,65 @@ class Nsx:
                 os.close(fd)
         self.call("rewrite %s (%d bytes)" % (rel, len(data)), 0, go)
         node.data = data
+        node.mtime = None
+
+    def op_chmod(self):
+        rel = self.existing(Node)
+        if rel is None:
+            return
+        _, _, node = self.lookup(rel)
+        mode = self.rng.choice([0o600, 0o644, 0o755, 0o700, 0o640, 0o711, 0o1777, 0o2755])
+        if isinstance(node, File) and mode & 0o1000:
+            mode &= 0o777
+        self.call("chmod %s %o" % (rel, mode), 0, lambda: os.chmod(self.real(rel), mode))
+        node.mode = mode
+
+    def op_utime(self):
+        rel = self.existing(Node)
+        if rel is None:
+            return
+        _, _, node = self.lookup(rel)
+        mtime = self.rng.randrange(10**9, 2 * 10**9) * 10**9 + self.rng.randrange(10**9)
+        self.call("utime %s mtime %d" % (rel, mtime), 0,
+                  lambda: os.utime(self.real(rel), ns=(mtime, mtime)))
+        node.mtime = mtime
+
+    XATTR_NAMES = ["user.a", "user.b", "user.long." + "x" * 60]
+
+    def op_setxattr(self):
+        rel = self.existing() if self.rng.random() < 0.9 else self.random_path()
+        if rel is None:
+            return
+        _, _, node = self.lookup(rel)
+        name = self.rng.choice(self.XATTR_NAMES)
+        value = self.rng.randbytes(self.rng.choice([0, 5, 200]))
+        flags = self.rng.choice([0, 0, os.XATTR_CREATE, os.XATTR_REPLACE])
+        if node is None:
+            want = errno.ENOENT
+        elif isinstance(node, Link):
+            want = errno.EPERM  # user.* attributes are for files and directories only
+        elif flags == os.XATTR_CREATE and name in node.xattrs:
+            want = errno.EEXIST
+        elif flags == os.XATTR_REPLACE and name not in node.xattrs:
+            want = errno.ENODATA
+        else:
+            want = 0
+        if self.call("setxattr %s %s (%d bytes, flags %d)" % (rel, name, len(value), flags),
+                     want, lambda: os.setxattr(self.real(rel), name, value, flags,
+                                               follow_symlinks=False)) == 0:
+            node.xattrs[name] = value
+
+    def op_removexattr(self):
+        rel = self.existing(Node)
+        if rel is None:
+            return
+        _, _, node = self.lookup(rel)
+        name = self.rng.choice(self.XATTR_NAMES)
+        want = 0 if name in node.xattrs else errno.ENODATA
+        if self.call("removexattr %s %s" % (rel, name), want,
+                     lambda: os.removexattr(self.real(rel), name,
+                                            follow_symlinks=False)) == 0:
+            del node.xattrs[name]
 
     def op_hold(self):
         """Opens a file and keeps the descriptor (its names may go away meanwhile)."""
@@ -405,6 +493,24 @@ class Nsx:
                 raise Failure("%s: symlink to %r, expected %r" % (rel, target, node.target))
         if not isinstance(node, Link) and st.st_nlink != self.nlink(node):
             raise Failure("%s: st_nlink %d, expected %d" % (rel, st.st_nlink, self.nlink(node)))
+        if isinstance(node, Node):
+            if stat.S_IMODE(st.st_mode) != node.mode:
+                raise Failure("%s: mode %o, expected %o" % (rel, stat.S_IMODE(st.st_mode),
+                                                          node.mode))
+            if node.mtime is not None and st.st_mtime_ns != node.mtime:
+                raise Failure("%s: mtime %d, expected %d (set by utime)" % (
+                    rel, st.st_mtime_ns, node.mtime))
+            path = self.real(rel, side)
+            names = sorted(n for n in os.listxattr(path, follow_symlinks=False)
+                           if n.startswith("user."))
+            if names != sorted(node.xattrs):
+                raise Failure("%s: user attributes %s, expected %s" % (rel, names,
+                                                                      sorted(node.xattrs)))
+            for n in names:
+                value = os.getxattr(path, n, follow_symlinks=False)
+                if value != node.xattrs[n]:
+                    raise Failure("%s: %s is %d bytes, not the %d set" % (
+                        rel, n, len(value), len(node.xattrs[n])))
         if read and isinstance(node, File):
             with open(self.real(rel, side), "rb") as f:
                 got = f.read()
@@ -443,13 +549,14 @@ class Nsx:
         ("create", 14), ("mkdir", 7), ("symlink", 3), ("unlink", 9), ("rmdir", 5),
         ("rename", 14), ("rename_noreplace", 3), ("exchange", 3), ("link", 6),
         ("rewrite", 5), ("hold", 3), ("release", 2), ("stat", 10), ("readdir", 6),
-        ("read", 5),
+        ("read", 5), ("chmod", 3), ("utime", 3), ("setxattr", 4), ("removexattr", 2),
     ]
 
     def run(self, ops, check_every):
         names = [n for n, _ in self.OPS]
         weights = [w for _, w in self.OPS]
-        os.mkdir(self.real(""))
+        os.umask(0o022)
+        os.mkdir(self.real(""), 0o755)
         i = 0
         try:
             for i in range(ops):

@@ -10,8 +10,9 @@
 //! `tests/posix/nsx.py` does the same for the namespace: random creates, mkdirs,
 //! unlinks, rmdirs, renames (over files and directories, into their own subtrees, with
 //! RENAME_NOREPLACE and RENAME_EXCHANGE), hard links, symlinks, rewrites and unlinks of
-//! open files, checking every errno, link count, size and directory listing, and the
-//! whole tree through the second mount once its caches have expired.
+//! open files, chmod, utime and user.* extended attributes, checking every errno, link
+//! count, size, mode, attribute and directory listing, and the whole tree through the
+//! second mount once its caches have expired.
 //!
 //! Each run prints its seed; `STRIPEFS_FSX_SEED=N` repeats a run, `STRIPEFS_FSX_OPS=N`
 //! sets its length (both exercisers). The same exercisers on /dev/shm (`reference_*`)

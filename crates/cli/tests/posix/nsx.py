@@ -383,6 +383,12 @@ class Nsx:
         mode = self.rng.choice([0o600, 0o644, 0o755, 0o700, 0o640, 0o711, 0o1777, 0o2755])
         if isinstance(node, File) and mode & 0o1000:
             mode &= 0o777
+        if os.geteuid() != 0:
+            # The model ignores permissions, so its owner must keep reaching everything;
+            # and Linux's rules for who keeps a set-group-ID bit are not modelled.
+            mode &= ~0o2000
+            if isinstance(node, Dir):
+                mode |= 0o700
         self.call("chmod %s %o" % (rel, mode), 0, lambda: os.chmod(self.real(rel), mode))
         node.mode = mode
 

@@ -14,8 +14,8 @@
 //! count, size, mode, attribute and directory listing, and the whole tree through the
 //! second mount once its caches have expired.
 //!
-//! Each run prints its seed; `STRIPEFS_FSX_SEED=N` repeats a run, `STRIPEFS_FSX_OPS=N`
-//! sets its length (both exercisers). The same exercisers on /dev/shm (`reference_*`)
+//! Each run prints its seed; `STRIPEFS_SEED=N` repeats a run (as for the other
+//! randomised tests), `STRIPEFS_FSX_OPS=N` sets its length (both exercisers). The same exercisers on /dev/shm (`reference_*`)
 //! check the models themselves. The mount tests skip, saying why, where FUSE is
 //! unavailable.
 
@@ -40,16 +40,14 @@ macro_rules! need_fuse {
     };
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|s| s.parse().ok())
-}
-
 /// Runs `script` on sides `a` and `b` with `args`; fails the test with its report
 /// (seed, failing operation, the operations before it).
 fn exercise(script: &str, a: &Path, b: &Path, args: &[&str]) -> String {
-    let seed = env_u64("STRIPEFS_FSX_SEED").unwrap_or_else(|| rand::random::<u32>() as u64 >> 1);
-    let ops = env_u64("STRIPEFS_FSX_OPS").unwrap_or(1500);
-    eprintln!("{script} seed {seed} (STRIPEFS_FSX_SEED={seed} repeats this run)");
+    let seed = test_seed(script);
+    let ops = std::env::var("STRIPEFS_FSX_OPS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(1500);
     let out = Command::new(PYTHON)
         .arg(script)
         .arg("--a")
@@ -176,8 +174,7 @@ fn interleaved_records_from_two_clients_all_land() {
     use std::os::unix::fs::FileExt;
     need_fuse!();
     let (_c, a, b) = two_mounts("n1", &[]);
-    let seed = env_u64("STRIPEFS_FSX_SEED").unwrap_or_else(rand::random::<u64>);
-    eprintln!("shuffle seed {seed} (STRIPEFS_FSX_SEED={seed} repeats it)");
+    let seed = test_seed("shuffle");
     for (len, per_client) in [(333usize, 3000u64), (4097, 600)] {
         let record = |k: u64| -> Vec<u8> {
             (0..len)

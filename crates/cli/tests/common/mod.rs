@@ -132,14 +132,21 @@ pub fn text(out: &Output) -> String {
     )
 }
 
-/// Random bytes from a printed seed (STRIPEFS_SEED replays).
-pub fn random_bytes(len: usize) -> Vec<u8> {
-    use rand::{RngCore, SeedableRng};
+/// A randomised test's seed: `STRIPEFS_SEED` if set, else a fresh one; printed, named
+/// by `what`, so that a failing run can be replayed.
+pub fn test_seed(what: &str) -> u64 {
     let seed = std::env::var("STRIPEFS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random::<u64>);
-    eprintln!("random data seed: {seed} (STRIPEFS_SEED={seed} replays)");
+    eprintln!("{what} seed: {seed} (STRIPEFS_SEED={seed} replays)");
+    seed
+}
+
+/// Random bytes from a printed seed (STRIPEFS_SEED replays).
+pub fn random_bytes(len: usize) -> Vec<u8> {
+    use rand::{RngCore, SeedableRng};
+    let seed = test_seed("random data");
     let mut v = vec![0u8; len];
     rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut v);
     v

@@ -343,3 +343,76 @@ fn small_things_a_user_notices() {
         text(&out)
     );
 }
+
+/// Stops the cluster in a directory when dropped, also when the test fails.
+struct DownOnDrop(std::path::PathBuf);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = stripefs_launch::down(&self.0);
+    }
+}
+
+/// A port can be taken between `up` choosing it and the server binding it (another
+/// program, or another `up` at the same moment): the new cluster starts again on ports
+/// chosen anew instead of failing.
+#[test]
+fn a_port_taken_before_its_server_binds_it_is_chosen_again() {
+    let dir = tempfile::Builder::new()
+        .prefix("stripefs-test-ports-")
+        .tempdir()
+        .unwrap();
+    let _down = DownOnDrop(dir.path().to_path_buf());
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap().port();
+    let mut calls = 0;
+    let mut pick = |host: &str, n: usize| {
+        calls += 1;
+        let mut ports = stripefs_launch::free_ports(host, n)?;
+        if calls == 1 {
+            // Data server 1's port, as if someone bound it right after the choice.
+            ports[2] = taken;
+        }
+        Ok(ports)
+    };
+    let opts = stripefs_launch::UpOptions {
+        dir: dir.path().to_path_buf(),
+        servers: 3,
+        targets: 1,
+        throttle_bytes_s: None,
+        hosts: None,
+        host_net_bytes_s: None,
+        defaults: Default::default(),
+        host: "127.0.0.1".into(),
+        exe: exe().into(),
+        no_zero_copy: false,
+        wan: None,
+        tls: false,
+        require_tls: false,
+    };
+    let up = stripefs_launch::up_picking(&opts, &mut pick).expect("up on a taken port");
+    assert_eq!(calls, 2, "the ports were chosen once more");
+    let toml = std::fs::read_to_string(&up.cluster_file).unwrap();
+    assert!(
+        !toml.contains(&format!(":{taken}\"")),
+        "the taken port is still in cluster.toml:\n{toml}"
+    );
+    // The cluster serves on its new ports.
+    let src = dir.path().join("src.bin");
+    let bytes = random_bytes(3 << 20);
+    std::fs::write(&src, &bytes).unwrap();
+    let cf = up.cluster_file.display().to_string();
+    let put = std::process::Command::new(exe())
+        .args(["put", "--cluster", &cf, &src.display().to_string(), "/f"])
+        .output()
+        .unwrap();
+    assert!(put.status.success(), "put: {}", text(&put));
+    let back = dir.path().join("back.bin");
+    let get = std::process::Command::new(exe())
+        .args(["get", "--cluster", &cf, "/f", &back.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(get.status.success(), "get: {}", text(&get));
+    assert!(std::fs::read(&back).unwrap() == bytes, "bytes differ");
+    drop(held);
+}

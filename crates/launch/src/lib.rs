@@ -164,8 +164,22 @@ fn server(dir: &Path, name: &str, role: &'static str) -> ServerProc {
     }
 }
 
+/// Chooses `n` ports on a host; [`free_ports`] unless a test gives its own.
+pub type PortPicker<'a> = &'a mut dyn FnMut(&str, usize) -> Result<Vec<u16>>;
+
+/// How many times a new cluster's servers are started on fresh ports when a port chosen
+/// for them was taken before they bound it (another program, or another `up` at once).
+const PORT_TRIES: usize = 5;
+
 /// Starts a cluster in `opts.dir`, or restarts the one there, and waits until it serves.
 pub fn up(opts: &UpOptions) -> Result<Up> {
+    up_picking(opts, &mut free_ports)
+}
+
+/// [`up`] with the ports chosen by `pick`. A port can be taken between its choice and
+/// the server's bind; a new cluster then starts again on ports chosen anew (at most
+/// [`PORT_TRIES`] times). A restarted cluster keeps its ports: its clients know them.
+pub fn up_picking(opts: &UpOptions, pick: PortPicker) -> Result<Up> {
     let dir = absolute(&opts.dir)?;
     let cluster_file = dir.join("cluster.toml");
     let restarted = cluster_file.exists();
@@ -173,19 +187,79 @@ pub fn up(opts: &UpOptions) -> Result<Up> {
         // A restart keeps the cluster's own shape; the caller compares and may say so.
         load_shape(&dir)?
     } else {
-        create(&dir, opts)?
+        create(&dir, opts, pick)?
     };
-    let cluster = ClusterConfig::load(&cluster_file).map_err(|e| anyhow!(e))?;
     let servers = servers_of(&dir, &shape);
+    let mut tries = 1;
+    let already_running = loop {
+        match start(opts, &dir, &shape, &servers) {
+            Ok(n) => break n,
+            Err(e) if !restarted && tries < PORT_TRIES && port_was_taken(&e) => {
+                tries += 1;
+                repick_ports(&dir, &opts.host, pick)?;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    Ok(Up {
+        cluster_file,
+        data_servers: shape.servers,
+        targets: shape.targets,
+        hosts: shape.hosts,
+        host_net_bytes_s: shape.host_net_bytes_s,
+        wan: shape.wan,
+        servers,
+        restarted,
+        already_running,
+    })
+}
+
+/// Whether a start failed because a server could not bind its port (EADDRINUSE).
+fn port_was_taken(e: &anyhow::Error) -> bool {
+    format!("{e:#}").contains(&format!("(os error {})", libc::EADDRINUSE))
+}
+
+/// Gives the servers of the cluster in `dir`, and its wide-area relays if it has them,
+/// newly chosen ports.
+fn repick_ports(dir: &Path, host: &str, pick: PortPicker) -> Result<()> {
+    let file = dir.join("cluster.toml");
+    let mut cluster = ClusterConfig::load(&file).map_err(|e| anyhow!(e))?;
+    let ports = pick(host, cluster.data.len() + 1)?;
+    let addr = |p: u16| format!("{host}:{p}");
+    cluster.meta_addr = addr(ports[0]);
+    for (d, &p) in cluster.data.iter_mut().zip(&ports[1..]) {
+        d.addr = addr(p);
+    }
+    let wan_file = dir.join(WAN_CLIENT_FILE);
+    if wan_file.exists() {
+        let relay = pick(host, cluster.data.len() + 1)?;
+        for (d, &p) in cluster.data.iter_mut().zip(&relay[1..]) {
+            d.advertise = Some(addr(p));
+        }
+        let mut remote = ClusterConfig::load(&wan_file).map_err(|e| anyhow!(e))?;
+        remote.meta_addr = addr(relay[0]);
+        remote
+            .save(&wan_file)
+            .with_context(|| format!("cannot write {}", wan_file.display()))?;
+    }
+    cluster
+        .save(&file)
+        .with_context(|| format!("cannot write {}", file.display()))
+}
+
+/// Starts the servers of the cluster in `dir` that are not running and waits until they
+/// serve; on failure stops those it started. Returns how many were running already.
+fn start(opts: &UpOptions, dir: &Path, shape: &Shape, servers: &[ServerProc]) -> Result<usize> {
+    let cluster = ClusterConfig::load(&dir.join("cluster.toml")).map_err(|e| anyhow!(e))?;
     let mut started = Vec::new();
     let mut already_running = 0;
-    for s in &servers {
-        if running_pid(s, &dir).is_some() {
+    for s in servers {
+        if running_pid(s, dir).is_some() {
             already_running += 1;
             continue;
         }
         let spawned = if s.role == "wan" {
-            wan_args(&dir, &cluster, &shape).and_then(|args| spawn_cmd(&opts.exe, s, &args))
+            wan_args(dir, &cluster, shape).and_then(|args| spawn_cmd(&opts.exe, s, &args))
         } else {
             spawn(&opts.exe, s, opts.no_zero_copy)
         };
@@ -201,17 +275,7 @@ pub fn up(opts: &UpOptions) -> Result<Up> {
         stop_started(&started);
         return Err(e);
     }
-    Ok(Up {
-        cluster_file,
-        data_servers: shape.servers,
-        targets: shape.targets,
-        hosts: shape.hosts,
-        host_net_bytes_s: shape.host_net_bytes_s,
-        wan: shape.wan,
-        servers,
-        restarted,
-        already_running,
-    })
+    Ok(already_running)
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -241,7 +305,7 @@ fn load_shape(dir: &Path) -> Result<Shape> {
 /// connection of any program takes one between this choice and the server's bind (port
 /// 0 would hand out ephemeral ports, which clients also get); each is checked by
 /// binding it, and held until all are chosen.
-fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
+pub fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|t| t.split_whitespace().next()?.parse::<u16>().ok())
@@ -275,7 +339,7 @@ fn free_ports(host: &str, n: usize) -> Result<Vec<u16>> {
     held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
 }
 
-fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
+fn create(dir: &Path, opts: &UpOptions, pick: PortPicker) -> Result<Shape> {
     if opts.servers == 0 || opts.servers > MAX_SERVERS {
         bail!("--servers must be between 1 and {MAX_SERVERS}");
     }
@@ -321,7 +385,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
             None => here.clone(),
         })
     };
-    let ports = free_ports(&opts.host, opts.servers as usize + 1)?;
+    let ports = pick(&opts.host, opts.servers as usize + 1)?;
     let addr = |p: u16| format!("{}:{p}", opts.host);
     let mut cluster = ClusterConfig {
         secret: Secret::generate(),
@@ -400,7 +464,7 @@ fn create(dir: &Path, opts: &UpOptions) -> Result<Shape> {
         // Each data server advertises its relay port to remote clients, whose file
         // names only the metadata server's relay port (they ask it for the rest), and a
         // host of their own.
-        let relay = free_ports(&opts.host, opts.servers as usize + 1)?;
+        let relay = pick(&opts.host, opts.servers as usize + 1)?;
         for (d, &p) in cluster.data.iter_mut().zip(&relay[1..]) {
             d.advertise = Some(addr(p));
         }

@@ -22,11 +22,6 @@ impl Drop for Relay {
     }
 }
 
-fn free_addr() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// A server that reads every connection to its end and answers with the byte count.
 fn sink() -> String {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -50,19 +45,27 @@ fn sink() -> String {
     addr
 }
 
+/// Starts a relay listening on a port the kernel picks (a port chosen here and freed
+/// could be taken by someone else before the relay binds it, and a readiness check by
+/// connecting would then reach the wrong listener); its address is the one it prints.
 fn relay(to: &str, rtt: &str, rate: &str, window: &str) -> Relay {
-    let addr = free_addr();
-    let child = Command::new(exe())
-        .args(["wan-emu", "--listen", &addr, "--connect", to])
+    let mut child = Command::new(exe())
+        .args(["wan-emu", "--listen", "127.0.0.1:0", "--connect", to])
         .args(["--rtt", rtt, "--rate", rate, "--window", window])
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "wan-emu did not start listening");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    // "wan-emu: 127.0.0.1:PORT -> TO, RTT ..."
+    let addr = line
+        .strip_prefix("wan-emu: ")
+        .and_then(|r| r.split(" -> ").next())
+        .unwrap_or_else(|| panic!("wan-emu printed no address: {line:?}"))
+        .to_string();
+    // Keep reading its stderr so that it never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
     Relay { child, addr }
 }
 

@@ -351,6 +351,7 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
                 "write": ours.write_traffic.map(|t| t.direct_written),
                 "read": ours.read_traffic.map(|t| t.direct_read),
             },
+            "client_written_bytes": ours.write_traffic.map(|t| t.self_written),
             "remote_bytes": {
                 "write": ours.write_traffic.map(|t| t.remote_written),
                 "read": ours.read_traffic.map(|t| t.remote_read),

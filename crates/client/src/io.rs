@@ -9,6 +9,7 @@
 //! the order of the calls. `inflight_bytes` is the sum of the lengths of unreaped
 //! pending chunks. Data returned to a caller has passed its block CRC check.
 
+use crate::abuf::AlignedBuf;
 use crate::chunk::{Chunk, Geometry};
 use crate::exec::{promise, Completion, Promise};
 use crate::pool::ServerPool;
@@ -468,13 +469,17 @@ impl InodeIo {
         }
         let mut queued = 0;
         for (chunk, (lo, hi)) in chunks {
-            let bytes = self.gather(&chunk, offset, data);
             self.wait_room(chunk.len, window);
             if chunk.len < GATHER_BELOW_BYTES {
+                let bytes = self.gather(&chunk, offset, data);
                 self.gather_write(cred, chunk, bytes, lo, hi);
                 queued += chunk.len;
                 continue;
             }
+            // Page-aligned, so that a short-circuit direct write sends it to the disk
+            // as it is.
+            let bytes =
+                AlignedBuf::gathered(chunk.len as usize, self.parts_of(&chunk, offset, data));
             // A large chunk goes out alone; what is gathered for its place goes first,
             // so that the server sees the place's writes in order.
             let place = chunk.place;
@@ -651,15 +656,28 @@ impl InodeIo {
     /// Copies the bytes of `chunk` out of a caller's buffer that starts at `offset`.
     fn gather(&self, chunk: &Chunk, offset: u64, data: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(chunk.len as usize);
-        for s in self.geo.segments(chunk.place, chunk.local, chunk.len) {
-            let at = (s.global - offset) as usize;
-            out.extend_from_slice(&data[at..at + s.len as usize]);
-        }
+        self.parts_of(chunk, offset, data)
+            .for_each(|p| out.extend_from_slice(p));
         assert_eq!(out.len() as u64, chunk.len);
         out
     }
 
-    fn submit_write(&self, cred: &Cred, chunk: Chunk, bytes: Vec<u8>) -> Completion<()> {
+    /// The pieces of a caller's buffer that starts at `offset` that make `chunk`, in order.
+    fn parts_of<'a>(
+        &'a self,
+        chunk: &Chunk,
+        offset: u64,
+        data: &'a [u8],
+    ) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.geo
+            .segments(chunk.place, chunk.local, chunk.len)
+            .map(move |s| {
+                let at = (s.global - offset) as usize;
+                &data[at..at + s.len as usize]
+            })
+    }
+
+    fn submit_write(&self, cred: &Cred, chunk: Chunk, bytes: AlignedBuf) -> Completion<()> {
         let (p, c) = promise();
         let pool = self.pool(chunk.place).clone();
         let (cred, fid, unit) = (cred.clone(), self.ino, self.geo.unit());

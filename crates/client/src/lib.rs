@@ -28,6 +28,7 @@
 //! close-to-open: sizes and data written by another client are seen
 //! after it closes (or flushes) and this client opens (or stats).
 
+mod abuf;
 mod chunk;
 mod client;
 mod exec;
@@ -311,6 +312,7 @@ impl Client {
             if let Some(l) = &p.local {
                 t.direct_read += l.bytes.load(Relaxed);
                 t.direct_written += l.written.load(Relaxed);
+                t.self_written += l.direct.load(Relaxed);
             }
             if p.same_host {
                 t.local_written += sent;
@@ -381,9 +383,12 @@ pub struct Traffic {
     /// Read directly from the files of servers on the client's host (short-circuit);
     /// not part of `local_read`.
     pub direct_read: u64,
-    /// Written through the pipes of servers on the client's host (short-circuit); not
-    /// part of `local_written`.
+    /// Written through the pipes of servers on the client's host, or into their files
+    /// by the client itself (short-circuit); not part of `local_written`.
     pub direct_written: u64,
+    /// Of `direct_written`, the bytes the client wrote into the servers' files itself
+    /// (direct writes, `O_DIRECT`).
+    pub self_written: u64,
 }
 
 impl Traffic {
@@ -406,6 +411,7 @@ impl Traffic {
             remote_read: self.remote_read - earlier.remote_read,
             direct_read: self.direct_read - earlier.direct_read,
             direct_written: self.direct_written - earlier.direct_written,
+            self_written: self.self_written - earlier.self_written,
         }
     }
 
@@ -417,6 +423,7 @@ impl Traffic {
         self.remote_read += o.remote_read;
         self.direct_read += o.direct_read;
         self.direct_written += o.direct_written;
+        self.self_written += o.self_written;
     }
 }
 

@@ -34,6 +34,10 @@ const MIN_PIPE_ROUND_BLOCKS: usize = 32;
 /// List writes failing in a row after which a client sends them over TCP.
 const MAX_LIST_FAILURES: usize = 8;
 const PAGE: usize = 4096;
+/// Whole-block writes at least this large, from a page-aligned buffer, are written by
+/// the client itself (direct writes); smaller ones go through the pipe, where a disk
+/// round trip per write would cost more than the copy it saves.
+const MIN_DIRECT_BYTES: usize = 256 << 10;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -61,10 +65,15 @@ pub(crate) struct ShortCircuit {
     refused: AtomicBool,
     /// The server takes no short-circuit writes (throttled targets).
     write_refused: AtomicBool,
+    /// The server takes no direct writes (throttled targets, or a file system without
+    /// `O_DIRECT`); writes go through its pipe.
+    direct_refused: AtomicBool,
     /// Bytes read directly.
     pub bytes: AtomicU64,
-    /// Bytes written through the pipe.
+    /// Bytes written through the pipe or directly.
     pub written: AtomicU64,
+    /// Of those, bytes the client wrote into the object files itself (direct writes).
+    pub direct: AtomicU64,
     /// Reads that went through the server after all.
     pub fallbacks: AtomicU64,
 }
@@ -82,8 +91,10 @@ impl ShortCircuit {
             enabled: AtomicBool::new(enabled),
             refused: AtomicBool::new(false),
             write_refused: AtomicBool::new(false),
+            direct_refused: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
             written: AtomicU64::new(0),
+            direct: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
         }
     }
@@ -173,6 +184,36 @@ impl ShortCircuit {
             return None;
         }
         let mut conn = lock(&self.writer);
+        let link = self.connected(&mut conn)?;
+        let direct = data.len() >= MIN_DIRECT_BYTES
+            && data.as_ptr() as usize % crate::abuf::ALIGN == 0
+            && !self.direct_refused.load(Ordering::Relaxed);
+        if direct {
+            match direct_write(&link.sock, fid, unit, local, data, crcs) {
+                Ok(local::Written::Done { boot_id }) => {
+                    self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    self.direct.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    return Some(boot_id);
+                }
+                Ok(local::Written::Refused(why)) => {
+                    tracing::info!(
+                        "short-circuit direct writes refused by {}: {why}; writing through its pipe",
+                        self.socket.display()
+                    );
+                    self.direct_refused.store(true, Ordering::Relaxed);
+                }
+                // Blocks that hold bytes, a failed write: the pipe's path (whose checks
+                // a rewrite needs) reports real errors.
+                Ok(local::Written::Failed(why)) => {
+                    tracing::debug!("short-circuit direct write to {fid:#x}: {why}");
+                }
+                Err(e) => {
+                    tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                    *conn = None;
+                    return None;
+                }
+            }
+        }
         let link = self.connected(&mut conn)?;
         let r = link.write(fid, unit, local, data, crcs, self.timeout);
         self.outcome(r, &mut conn, fid, data.len(), false)
@@ -542,6 +583,51 @@ fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()>
         }
     }
     Ok(())
+}
+
+/// One direct write (docs/protocol.md "Short-circuit socket"): asks for the range's
+/// places, writes each piece with `pwrite` on its `O_DIRECT` descriptor straight from
+/// `data` (page-aligned), and sends the CRCs (or, if a piece could not be written whole,
+/// none, so that the blocks stay holes and the caller writes them another way).
+fn direct_write(
+    sock: &Seqpacket,
+    fid: u64,
+    unit: u32,
+    offset: u64,
+    data: &[u8],
+    crcs: &[u32],
+) -> std::io::Result<local::Written> {
+    let w = local::DirectWrite {
+        fid,
+        unit,
+        offset,
+        len: data.len() as u32,
+    };
+    sock.send(&local::direct_request(&w), &[])?;
+    let (m, fds) = sock.recv()?;
+    let (pieces, files) = match local::parse_grant(&m, fds, w.len)? {
+        local::Granted::Go(pieces, files) => (pieces, files),
+        local::Granted::Refused(why) => return Ok(local::Written::Refused(why)),
+        local::Granted::Failed(why) => return Ok(local::Written::Failed(why)),
+    };
+    let mut at = 0;
+    let mut whole = true;
+    for p in &pieces {
+        let part = &data[at..at + p.len as usize];
+        if let Err(e) = files[p.fd as usize].write_all_at(part, p.offset) {
+            tracing::debug!(
+                "short-circuit direct write of {} bytes at object offset {}: {e}",
+                p.len,
+                p.offset
+            );
+            whole = false;
+            break;
+        }
+        at += p.len as usize;
+    }
+    sock.send(&local::direct_done(whole.then_some(crcs)), &[])?;
+    let (m, _) = sock.recv()?;
+    local::parse_written(&m)
 }
 
 #[cfg(test)]

@@ -263,9 +263,10 @@ fn reads_racing_rewrites_see_whole_blocks() {
     );
 }
 
-/// Writes from a client on a data server's host go through the server's pipe (whole
-/// blocks; the rest over TCP), new blocks and rewrites of written ones alike, and read
-/// back exactly through the server.
+/// Writes from a client on a data server's host go through the server (whole blocks;
+/// the rest over TCP): large writes of new blocks written by the client into the files
+/// itself, rewrites of written ones through the pipe; all read back exactly through the
+/// server.
 #[test]
 fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
     let cl = Cluster::with(2, 2, 64 << 10);
@@ -289,14 +290,17 @@ fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
         t.local_written + t.remote_written < 64 << 10,
         "whole blocks went over TCP: {t:?}"
     );
-    // Rewrites of written blocks (the server reads them from the pipe and checks them
-    // before they replace anything).
+    // New blocks in large writes: written by the client itself (direct writes).
+    assert!(t.self_written >= 3 << 20, "{t:?}");
+    // Rewrites of written blocks go through the pipe (the server reads them and checks
+    // them before they replace anything).
     let new = pattern(22, 1 << 20);
     data[4096..4096 + new.len()].copy_from_slice(&new);
     f.write_at(4096, &new).unwrap();
     f.close().unwrap();
-    let t = w.traffic().since(&before);
-    assert!(t.direct_written >= 4 << 20, "{t:?}");
+    let t2 = w.traffic().since(&before);
+    assert!(t2.direct_written >= 4 << 20, "{t2:?}");
+    assert_eq!(t2.self_written, t.self_written, "a rewrite went direct");
 
     let reader = client(&cfg);
     reader.set_short_circuit(false);
@@ -472,4 +476,141 @@ fn a_damaged_short_circuit_list_write_changes_nothing() {
         Written::Failed(_)
     ));
     assert!(s.recv().is_err(), "the connection ended");
+}
+
+/// `len` bytes of `fill` at a page-aligned address (direct writes need one), kept alive
+/// by the returned vector.
+fn aligned(fill: &[u8]) -> (Vec<u8>, usize) {
+    let mut v = vec![0u8; fill.len() + 4096];
+    let at = (4096 - v.as_ptr() as usize % 4096) % 4096;
+    v[at..at + fill.len()].copy_from_slice(fill);
+    (v, at)
+}
+
+/// A direct write (the client writes hole blocks into the data file itself, the server
+/// stores the CRCs it sends) changes what readers see only once the client says it wrote
+/// every piece: blocks that hold bytes are refused, a write the client gives up or dies
+/// in stays holes whatever it put in the file, and the range is free again afterwards.
+/// CRCs that do not match the bytes are stored as sent, and every read of the block is
+/// then a checksum error, never the wrong bytes.
+#[test]
+fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
+    use stripefs_rpc::local::{self, DirectWrite, Granted, Written};
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    c.write_file("/d", &pattern(51, 8192), 0o644).unwrap();
+    let ino = c.stat("/d").unwrap().ino;
+    let connect = || {
+        let sock = cfg.data[0].local_socket.clone().unwrap();
+        let s = local::Seqpacket::connect(&sock, std::time::Duration::from_secs(5)).unwrap();
+        local::client_handshake(&s, &cfg.secret).unwrap();
+        s
+    };
+    let grant = |s: &local::Seqpacket, offset: u64| {
+        let w = DirectWrite {
+            fid: ino.0,
+            unit: 64 << 10,
+            offset,
+            len: 8192,
+        };
+        s.send(&local::direct_request(&w), &[]).unwrap();
+        let (m, fds) = s.recv().unwrap();
+        local::parse_grant(&m, fds, 8192).unwrap()
+    };
+    let put = |g: Granted, bytes: &[u8]| match g {
+        Granted::Go(pieces, files) => {
+            let (buf, at) = aligned(bytes);
+            let mut done = 0;
+            for p in pieces {
+                let part = &buf[at + done..at + done + p.len as usize];
+                files[p.fd as usize].write_all_at(part, p.offset).unwrap();
+                done += p.len as usize;
+            }
+            assert_eq!(done, bytes.len());
+        }
+        _ => panic!("no grant"),
+    };
+    let finish = |s: &local::Seqpacket, crcs: Option<&[u32]>| {
+        s.send(&local::direct_done(crcs), &[]).unwrap();
+        local::parse_written(&s.recv().unwrap().0).unwrap()
+    };
+    let crcs = |b: &[u8]| {
+        b.chunks(4096)
+            .map(stripefs_wire::crc32c)
+            .collect::<Vec<_>>()
+    };
+    let obj = cl.data[0].object_paths(0, ino);
+    let entry = |b: usize| {
+        let sidecar = std::fs::read(&obj.1).unwrap();
+        sidecar
+            .get(8 * b..8 * b + 8)
+            .map(|e| e.to_vec())
+            .unwrap_or(vec![0; 8])
+    };
+    let s = connect();
+    // Over written blocks: refused, nothing granted.
+    assert!(matches!(grant(&s, 0), Granted::Failed(_)));
+    // Bytes put into holes but not confirmed: the blocks stay holes.
+    let fresh = pattern(52, 8192);
+    put(grant(&s, 65536), &fresh);
+    assert!(matches!(finish(&s, None), Written::Failed(_)));
+    assert!(
+        entry(16) == [0; 8] && entry(17) == [0; 8],
+        "unconfirmed blocks blessed"
+    );
+    // Confirmed: stored, and read back exactly through the server.
+    put(grant(&s, 131072), &fresh);
+    assert!(matches!(
+        finish(&s, Some(&crcs(&fresh))),
+        Written::Done { .. }
+    ));
+    assert_eq!(entry(32)[..4], crcs(&fresh)[0].to_le_bytes());
+    // A client that dies holding a grant: its blocks stay holes, and the range is free
+    // for the next writer.
+    put(grant(&s, 196608), &fresh);
+    drop(s);
+    let s = connect();
+    assert!(entry(48) == [0; 8], "a dead client's blocks blessed");
+    let other = pattern(53, 8192);
+    put(grant(&s, 196608), &other);
+    assert!(matches!(
+        finish(&s, Some(&crcs(&other))),
+        Written::Done { .. }
+    ));
+    // CRCs that do not match the bytes: stored as sent, and a checksum error to read.
+    let mut wrong = crcs(&fresh);
+    wrong[0] ^= 1;
+    put(grant(&s, 262144), &fresh);
+    assert!(matches!(finish(&s, Some(&wrong)), Written::Done { .. }));
+    // A malformed request ends the connection with an answer.
+    let mut bad = local::direct_request(&DirectWrite {
+        fid: ino.0,
+        unit: 64 << 10,
+        offset: 100,
+        len: 8192,
+    });
+    bad[0] = local::OP_DIRECT;
+    s.send(&bad, &[]).unwrap();
+    assert_eq!(s.recv().unwrap().0[0], local::FAILED);
+    assert!(s.recv().is_err() || s.send(&[local::OP_OPEN], &[]).is_err());
+
+    // The raw writes told the metadata server nothing: the file's size comes from here.
+    let h = c.open("/d", &OpenOptions::write_only()).unwrap();
+    h.set_len(270_336).unwrap();
+    h.close().unwrap();
+    let reader = client(&cfg);
+    reader.set_short_circuit(false);
+    let f = reader.open("/d", &OpenOptions::read_only()).unwrap();
+    let mut got = vec![0u8; 8192];
+    for (at, want) in [(131072u64, &fresh), (196608, &other)] {
+        f.read_at(at, &mut got).unwrap();
+        assert!(got == *want, "direct write at {at} read back wrong");
+    }
+    f.read_at(65536, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0), "unconfirmed bytes visible");
+    let e = f
+        .read_at(262144, &mut got)
+        .expect_err("a block under a wrong CRC read");
+    assert_eq!(e.code, ErrorCode::Checksum, "{e}");
 }

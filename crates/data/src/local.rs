@@ -250,6 +250,10 @@ fn serve_conn(
                 }
                 continue;
             }
+            Some(&local::OP_DIRECT) => {
+                direct(c, service, &m)?;
+                continue;
+            }
             _ => {}
         }
         let fid = match local::parse_open(&m) {
@@ -269,4 +273,53 @@ fn serve_conn(
         }
     }
     Ok(())
+}
+
+/// Serves one direct write (docs/protocol.md "Short-circuit socket"): grants the range,
+/// waits (at most [`WRITE_TIMEOUT`]) for the client to write it and send its CRCs, and
+/// stores them. A malformed message, a silent client or a broken connection ends the
+/// connection; the grant's blocks then stay holes.
+fn direct(c: &Seqpacket, service: &DataService, m: &[u8]) -> std::io::Result<()> {
+    let w = match local::parse_direct(m) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
+            return Err(e);
+        }
+    };
+    let grant = match service.direct_begin(&w) {
+        Ok(g) => g,
+        Err(e) => return c.send(&refusal(service, e, "writes"), &[]),
+    };
+    let fds: Vec<_> = grant.files.iter().map(|f| f.as_raw_fd()).collect();
+    c.send(&local::grant_answer(&grant.pieces()), &fds)?;
+    c.set_timeout(WRITE_TIMEOUT)?;
+    let (done, _) = c.recv()?;
+    c.set_timeout(IDLE_TIMEOUT)?;
+    let crcs = match local::parse_direct_done(&done, grant.blocks()) {
+        Ok(crcs) => crcs,
+        Err(e) => {
+            let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
+            return Err(e);
+        }
+    };
+    match service.direct_done(grant, crcs.as_deref()) {
+        Ok(boot) => c.send(&local::written_answer(boot), &[]),
+        Err(e) => c.send(&refusal(service, e, "writes"), &[]),
+    }
+}
+
+/// The answer to a short-circuit write the server did not do.
+fn refusal(service: &DataService, e: LocalWriteError, what: &str) -> Vec<u8> {
+    match e {
+        LocalWriteError::Refused => local::verdict(
+            local::REFUSED,
+            &format!(
+                "data server {}: its targets are throttled (emulated disks) or take no direct I/O, so {what} go through the server",
+                service.id.0
+            ),
+        ),
+        LocalWriteError::Failed(e) => local::verdict(local::FAILED, &e.to_string()),
+        LocalWriteError::Broken(why) => local::verdict(local::FAILED, &why),
+    }
 }

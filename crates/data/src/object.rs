@@ -609,24 +609,7 @@ pub fn write_spliced(
     let first = off / BLOCK;
     let n = (len / BLOCK) as usize;
     assert_eq!(crcs.len(), n, "one CRC per block");
-    let mut entries = vec![0u8; n * ENTRY_BYTES as usize];
-    let got = obj
-        .crcs
-        .read_at(&mut entries, first * ENTRY_BYTES)
-        .map_err(|e| {
-            (
-                0,
-                c.io(&format!("reading checksums from block {first}"), &e),
-            )
-        })?;
-    entries[got..].fill(0);
-    let data_or_unknown =
-        |(i, e): (usize, &[u8])| entry_of(c, first + i as u64, e).map_or(true, Entry::is_data);
-    if entries
-        .chunks(ENTRY_BYTES as usize)
-        .enumerate()
-        .any(data_or_unknown)
-    {
+    if !all_holes(c, obj, off, len).map_err(|e| (0, e))? {
         return Ok(Spliced::NotHoles);
     }
     let Some(fd) = obj.data.raw_fd() else {
@@ -667,20 +650,76 @@ pub fn write_spliced(
             ),
         ));
     }
-    let mut stored = Vec::with_capacity(entries.len());
+    store_written(c, obj, off, crcs).map_err(|e| (consumed, e))?;
+    start_writeback_behind(obj, off, len);
+    Ok(Spliced::Done)
+}
+
+/// Whether every block of `[off, off + len)` (whole blocks) is a hole: the range may
+/// then take bytes before its entries say so (a splice, a client's direct write), since
+/// a hole reads as zeros whatever bytes lie under it. The caller holds the range's
+/// exclusive lock.
+pub fn all_holes(c: &Ctx, obj: &Object, off: u64, len: u64) -> Result<bool, WireError> {
+    let first = off / BLOCK;
+    let mut entries = vec![0u8; (len / BLOCK) as usize * ENTRY_BYTES as usize];
+    let got = obj
+        .crcs
+        .read_at(&mut entries, first * ENTRY_BYTES)
+        .map_err(|e| c.io(&format!("reading checksums from block {first}"), &e))?;
+    entries[got..].fill(0);
+    let data_or_unknown =
+        |(i, e): (usize, &[u8])| entry_of(c, first + i as u64, e).map_or(true, Entry::is_data);
+    Ok(!entries
+        .chunks(ENTRY_BYTES as usize)
+        .enumerate()
+        .any(data_or_unknown))
+}
+
+/// Stores `crcs` as the entries of the whole blocks at `off`, which were holes and now
+/// hold their bytes (checked, or written by a trusted short-circuit client), and notes
+/// them as written since the object's last fsync.
+pub fn store_written(c: &Ctx, obj: &Object, off: u64, crcs: &[u32]) -> Result<(), WireError> {
+    let first = off / BLOCK;
+    let mut stored = Vec::with_capacity(crcs.len() * ENTRY_BYTES as usize);
     crcs.iter()
         .for_each(|crc| stored.extend_from_slice(&encode_entry(*crc)));
     obj.crcs
         .write_at(&stored, first * ENTRY_BYTES)
         .map_err(|e| {
-            (
-                consumed,
-                c.io(&format!("writing checksums of {n} blocks from {first}"), &e),
+            c.io(
+                &format!("writing checksums of {} blocks from {first}", crcs.len()),
+                &e,
             )
         })?;
-    obj.intents.mark_written(first, first + n as u64);
-    start_writeback_behind(obj, off, len);
-    Ok(Spliced::Done)
+    obj.intents.mark_written(first, first + crcs.len() as u64);
+    Ok(())
+}
+
+/// A descriptor of the object's data file for a short-circuit client's direct writes:
+/// write-only, `O_DIRECT` (the client's buffer goes to the disk without a copy or the
+/// page cache). `Unsupported` for a store without files or a file system that does not
+/// take `O_DIRECT` (tmpfs).
+pub fn direct_writer(obj: &Object) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(fd) = obj.data.raw_fd() else {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a store without files takes no direct writes",
+        ));
+    };
+    // A new open of the same file (not a dup): O_DIRECT belongs to the open, and the
+    // server's own descriptor must stay buffered.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{fd}"))
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) => io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the target's file system does not take O_DIRECT ({e})"),
+            ),
+            _ => e,
+        })
 }
 
 /// The CRC32C of each 4 KiB block of `[off, off + len)` of the file, read through a

@@ -682,6 +682,122 @@ impl DataService {
         )
     }
 
+    /// Grants a short-circuit direct write (docs/protocol.md "Short-circuit socket"):
+    /// locks the range's blocks exclusive, unit by unit in the range's order, checks
+    /// that they are all holes, and opens an `O_DIRECT` write descriptor of each target's
+    /// data file. The client then writes the bytes itself; [`DataService::direct_done`]
+    /// stores its CRCs. Until then the blocks stay holes, which read as zeros whatever
+    /// the data file holds, so a client that dies or fails mid-way changes nothing anyone
+    /// reads. `Failed` when a block holds bytes (the client then writes through the pipe,
+    /// whose checks a rewrite needs).
+    pub(crate) fn direct_begin(
+        &self,
+        w: &stripefs_rpc::local::DirectWrite,
+    ) -> Result<DirectGrant, LocalWriteError> {
+        if self.throttled() {
+            return Err(LocalWriteError::Refused);
+        }
+        if w.unit as u64 % BLOCK != 0 {
+            return Err(LocalWriteError::Failed(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("stripe unit {} is not whole blocks", w.unit),
+            )));
+        }
+        let stripe = self.stripe(w.unit)?;
+        let fid = InodeId(w.fid);
+        let mut grant = DirectGrant {
+            fid,
+            blocks: (w.len as u64 / BLOCK) as usize,
+            units: Vec::new(),
+            files: Vec::new(),
+        };
+        let mut fd_of_target: Vec<Option<u16>> = vec![None; self.targets.len()];
+        for p in stripe.split(w.offset, w.len as u64) {
+            if grant.units.len() == stripefs_rpc::local::MAX_GRANT_PIECES {
+                return Err(LocalWriteError::Failed(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    "a direct write of more pieces than one grant names",
+                )));
+            }
+            let t = p.place as usize;
+            let (first, end) = (p.local / BLOCK, (p.local + p.len) / BLOCK);
+            let guard = self.locks.lock(fid.0, p.place, first, end, Mode::Exclusive);
+            let obj = self
+                .object(t, fid, true)?
+                .ok_or_else(|| self.vanished(t, fid))?;
+            let c = self.ctx(t, fid);
+            if !object::all_holes(&c, &obj, p.local, p.len)? {
+                return Err(LocalWriteError::Failed(WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!(
+                        "data server {}: {fid} on target {}: blocks {first}..{end} hold bytes; a direct write takes holes only",
+                        self.id.0,
+                        self.targets[t].root.display()
+                    ),
+                )));
+            }
+            let fd = match fd_of_target[t] {
+                Some(i) => i,
+                None => {
+                    let f = object::direct_writer(&obj).map_err(|e| {
+                        if e.kind() == io::ErrorKind::Unsupported {
+                            LocalWriteError::Refused
+                        } else {
+                            LocalWriteError::Failed(
+                                c.io("opening the data file for direct writes", &e),
+                            )
+                        }
+                    })?;
+                    grant.files.push(f);
+                    let i = (grant.files.len() - 1) as u16;
+                    fd_of_target[t] = Some(i);
+                    i
+                }
+            };
+            grant.units.push(DirectUnit {
+                t,
+                obj,
+                local: p.local,
+                len: p.len,
+                fd,
+                _guard: guard,
+            });
+        }
+        Ok(grant)
+    }
+
+    /// Ends a granted direct write: with `crcs` (the client wrote every piece whole),
+    /// stores them as the blocks' entries; without, stores nothing (the blocks stay
+    /// holes). The locks go with the grant.
+    pub(crate) fn direct_done(
+        &self,
+        grant: DirectGrant,
+        crcs: Option<&[u32]>,
+    ) -> Result<u64, LocalWriteError> {
+        let Some(crcs) = crcs else {
+            return Err(LocalWriteError::Failed(WireError::new(
+                ErrorCode::Io,
+                "the client did not write the range; its blocks stay holes",
+            )));
+        };
+        assert_eq!(crcs.len(), grant.blocks, "checked when parsed");
+        let mut at = 0;
+        let mut bytes = 0;
+        for u in &grant.units {
+            let n = (u.len / BLOCK) as usize;
+            let c = self.ctx(u.t, grant.fid);
+            object::store_written(&c, &u.obj, u.local, &crcs[at..at + n])?;
+            at += n;
+            bytes += u.len;
+        }
+        self.stats.bytes_written.fetch_add(bytes, Ordering::Relaxed);
+        self.stats.write_requests.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .same_host_received
+            .fetch_add(bytes, Ordering::Relaxed);
+        Ok(self.boot_id)
+    }
+
     /// Writes checked bytes at `offset` of the local byte space, unit by unit.
     fn write_verified(
         &self,
@@ -1669,6 +1785,44 @@ fn parse_object_name(name: &str) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(hex, 16).ok()
+}
+
+/// A granted direct write: its ranges stay locked exclusive until it is dropped.
+pub(crate) struct DirectGrant {
+    fid: InodeId,
+    /// Blocks of the whole range.
+    blocks: usize,
+    units: Vec<DirectUnit>,
+    /// The write descriptors handed out, one per target of the range.
+    pub files: Vec<std::fs::File>,
+}
+
+impl DirectGrant {
+    /// The pieces of the grant, in the range's order, for the client.
+    pub fn pieces(&self) -> Vec<stripefs_rpc::local::GrantPiece> {
+        self.units
+            .iter()
+            .map(|u| stripefs_rpc::local::GrantPiece {
+                fd: u.fd,
+                offset: u.local,
+                len: u.len as u32,
+            })
+            .collect()
+    }
+
+    pub fn blocks(&self) -> usize {
+        self.blocks
+    }
+}
+
+struct DirectUnit {
+    t: usize,
+    obj: Arc<Object>,
+    local: u64,
+    len: u64,
+    /// Index of its target's descriptor in `files`.
+    fd: u16,
+    _guard: RangeGuard,
 }
 
 /// Why a short-circuit write did not happen.

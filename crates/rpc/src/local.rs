@@ -20,6 +20,17 @@
 //! | server | written | status u8, then for status 0 the server's boot id u64; otherwise a UTF-8 reason |
 //! | client | write list | op u8 = 4, file id u64, unit u32, extent count u16, per extent its local offset u64 and length u32, CRC count u16, one CRC32C u32 per block-bounded piece of each extent in order; sent once the client has put all the extents' bytes into the pipe, in order |
 //! | server | written | as for write |
+//! | client | direct | op u8 = 5, file id u64, unit u32, local offset u64, length u32 (whole blocks) |
+//! | server | grant | status u8, then for status 0: piece count u16, per piece a descriptor index u16, object offset u64 and length u32, the range's pieces in order, with the pieces' write descriptors attached; otherwise a UTF-8 reason |
+//! | client | direct done | op u8 = 6, written u8 (1 every piece written whole, 0 not), CRC count u16, one CRC32C u32 per block of the range (none for 0) |
+//! | server | written | as for write |
+//!
+//! A direct write is a client writing a range of hole blocks into the object files
+//! itself, with `O_DIRECT` from its own buffer (no copy by either side, no page cache):
+//! the server locks the range, checks that its blocks are holes and hands out write
+//! descriptors of the files; the client writes, then sends the CRCs it computed, which
+//! the server stores as the blocks' entries before it unlocks. Until then the blocks are
+//! holes, which read as zeros whatever the data file holds.
 //!
 //! A write is of whole blocks (offset and length multiples of 4 KiB, at most
 //! [`MAX_LOCAL_WRITE`] bytes). The server moves the bytes from the pipe into the object's
@@ -60,6 +71,12 @@ pub const FAILED: u8 = 2;
 pub const OP_PIPE: u8 = 2;
 pub const OP_WRITE: u8 = 3;
 pub const OP_WRITE_LIST: u8 = 4;
+/// A direct write: the client asks for the places of a range of whole blocks, writes
+/// them itself with `O_DIRECT`, then says it is done.
+pub const OP_DIRECT: u8 = 5;
+pub const OP_DIRECT_DONE: u8 = 6;
+/// Most pieces one direct-write grant names (its answer fits one message).
+pub const MAX_GRANT_PIECES: usize = 256;
 /// Most bytes one short-circuit write carries (its CRCs fit in one message).
 pub const MAX_LOCAL_WRITE: usize = 2 << 20;
 const BLOCK: usize = 4096;
@@ -791,6 +808,159 @@ pub fn drain(pipe_r: &OwnedFd, mut len: usize, timeout: Duration) -> io::Result<
     Ok(())
 }
 
+/// A direct write's request: `len` bytes of whole blocks of file `fid` (stripe unit
+/// `unit`) at local `offset`, which the client will write into the object files itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectWrite {
+    pub fid: u64,
+    pub unit: u32,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// A `direct` message.
+pub fn direct_request(w: &DirectWrite) -> Vec<u8> {
+    let mut v = Vec::with_capacity(25);
+    v.push(OP_DIRECT);
+    v.extend_from_slice(&w.fid.to_le_bytes());
+    v.extend_from_slice(&w.unit.to_le_bytes());
+    v.extend_from_slice(&w.offset.to_le_bytes());
+    v.extend_from_slice(&w.len.to_le_bytes());
+    v
+}
+
+/// Reads a `direct` message, checking its shape as [`parse_write`] does.
+pub fn parse_direct(m: &[u8]) -> io::Result<DirectWrite> {
+    if m.first() != Some(&OP_DIRECT) || m.len() != 25 {
+        return Err(bad("not a short-circuit direct write"));
+    }
+    let w = DirectWrite {
+        fid: u64::from_le_bytes(take(m, 1)?),
+        unit: u32::from_le_bytes(take(m, 9)?),
+        offset: u64::from_le_bytes(take(m, 13)?),
+        len: u32::from_le_bytes(take(m, 21)?),
+    };
+    let whole = w.offset % BLOCK as u64 == 0 && w.len as usize % BLOCK == 0 && w.len > 0;
+    if !whole || w.len as usize > MAX_LOCAL_WRITE || w.offset.checked_add(w.len as u64).is_none() {
+        return Err(bad(&format!(
+            "short-circuit direct write of {} bytes at {}: not whole blocks of at most {MAX_LOCAL_WRITE} bytes",
+            w.len, w.offset
+        )));
+    }
+    Ok(w)
+}
+
+/// Where one piece of a granted range goes: descriptor `fd` (an index into the
+/// descriptors of the answer) at object offset `offset`, `len` bytes; the pieces follow
+/// the range in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrantPiece {
+    pub fd: u16,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// A `grant` answer (the write descriptors go with it).
+pub fn grant_answer(pieces: &[GrantPiece]) -> Vec<u8> {
+    assert!(pieces.len() <= MAX_GRANT_PIECES);
+    let mut v = Vec::with_capacity(3 + 14 * pieces.len());
+    v.push(OK);
+    v.extend_from_slice(&(pieces.len() as u16).to_le_bytes());
+    for p in pieces {
+        v.extend_from_slice(&p.fd.to_le_bytes());
+        v.extend_from_slice(&p.offset.to_le_bytes());
+        v.extend_from_slice(&p.len.to_le_bytes());
+    }
+    v
+}
+
+/// What a `direct` request came to.
+pub enum Granted {
+    /// Write each piece with `pwrite` on its descriptor, then send `direct done`.
+    Go(Vec<GrantPiece>, Vec<std::fs::File>),
+    /// The server takes no direct writes; do not ask it again.
+    Refused(String),
+    /// Not this range (blocks that hold bytes, an error): write it another way.
+    Failed(String),
+}
+
+/// Reads a `grant` answer for a request of `len` bytes: the pieces must cover exactly
+/// `len` bytes of whole blocks and name only descriptors that came with it.
+pub fn parse_grant(m: &[u8], fds: Vec<OwnedFd>, len: u32) -> io::Result<Granted> {
+    let status = *m.first().ok_or_else(|| bad("empty short-circuit answer"))?;
+    let why = || String::from_utf8_lossy(&m[1..]).into_owned();
+    match status {
+        OK => {}
+        REFUSED => return Ok(Granted::Refused(why())),
+        FAILED => return Ok(Granted::Failed(why())),
+        s => return Err(bad(&format!("unknown short-circuit status {s}"))),
+    }
+    let n = u16::from_le_bytes(take(m, 1)?) as usize;
+    if n == 0 || n > MAX_GRANT_PIECES || m.len() != 3 + 14 * n {
+        return Err(bad("malformed short-circuit grant"));
+    }
+    let pieces: Vec<GrantPiece> = m[3..]
+        .chunks_exact(14)
+        .map(|c| GrantPiece {
+            fd: u16::from_le_bytes(c[0..2].try_into().expect("2 bytes")),
+            offset: u64::from_le_bytes(c[2..10].try_into().expect("8 bytes")),
+            len: u32::from_le_bytes(c[10..14].try_into().expect("4 bytes")),
+        })
+        .collect();
+    let total: u64 = pieces.iter().map(|p| p.len as u64).sum();
+    let shaped = pieces.iter().all(|p| {
+        (p.fd as usize) < fds.len()
+            && p.len > 0
+            && p.offset % BLOCK as u64 == 0
+            && p.len as usize % BLOCK == 0
+            && p.offset.checked_add(p.len as u64).is_some()
+    });
+    if !shaped || total != len as u64 {
+        return Err(bad(&format!(
+            "short-circuit grant of {total} bytes in {n} pieces for {len} bytes, or a piece that is not whole blocks of a descriptor sent"
+        )));
+    }
+    Ok(Granted::Go(
+        pieces,
+        fds.into_iter().map(std::fs::File::from).collect(),
+    ))
+}
+
+/// A `direct done` message: `Some(crcs)` (one per block of the range, in order) when
+/// every piece was written whole; `None` when not, so that the server stores nothing.
+pub fn direct_done(crcs: Option<&[u32]>) -> Vec<u8> {
+    let crcs = crcs.unwrap_or(&[]);
+    let mut v = Vec::with_capacity(4 + 4 * crcs.len());
+    v.push(OP_DIRECT_DONE);
+    v.push(u8::from(!crcs.is_empty()));
+    v.extend_from_slice(&(crcs.len() as u16).to_le_bytes());
+    for c in crcs {
+        v.extend_from_slice(&c.to_le_bytes());
+    }
+    assert!(v.len() <= MAX_MESSAGE);
+    v
+}
+
+/// Reads a `direct done` message of a range of `blocks` blocks.
+pub fn parse_direct_done(m: &[u8], blocks: usize) -> io::Result<Option<Vec<u32>>> {
+    if m.first() != Some(&OP_DIRECT_DONE) || m.len() < 4 {
+        return Err(bad("not a short-circuit direct-done message"));
+    }
+    let n = u16::from_le_bytes(take(m, 2)?) as usize;
+    match m[1] {
+        0 if n == 0 && m.len() == 4 => Ok(None),
+        1 if n == blocks && m.len() == 4 + 4 * n => Ok(Some(
+            m[4..]
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("chunks of 4")))
+                .collect(),
+        )),
+        _ => Err(bad(&format!(
+            "short-circuit direct-done message with {n} CRCs for {blocks} blocks"
+        ))),
+    }
+}
+
 /// What a client got for one object: per target, its data file and sidecar, if any.
 pub type ObjectFiles = Vec<(Option<std::fs::File>, Option<std::fs::File>)>;
 
@@ -1045,5 +1215,90 @@ mod tests {
         drain(&r, 10_000, Duration::from_secs(5)).unwrap();
         let e = read_pipe(&r, &mut got[..1], Duration::from_millis(50)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    }
+
+    #[test]
+    fn direct_messages_round_trip_and_bad_ones_are_refused() {
+        let w = DirectWrite {
+            fid: 9,
+            unit: 65536,
+            offset: 8192,
+            len: 3 * 4096,
+        };
+        assert_eq!(parse_direct(&direct_request(&w)).unwrap(), w);
+        for bad in [
+            DirectWrite { offset: 100, ..w },
+            DirectWrite { len: 4000, ..w },
+            DirectWrite { len: 0, ..w },
+            DirectWrite {
+                len: (MAX_LOCAL_WRITE + 4096) as u32,
+                ..w
+            },
+            DirectWrite {
+                offset: u64::MAX - 4095,
+                ..w
+            },
+        ] {
+            assert!(parse_direct(&direct_request(&bad)).is_err(), "{bad:?}");
+        }
+        assert!(parse_direct(&direct_request(&w)[..24]).is_err());
+
+        // A grant: pieces must cover the request exactly, in whole blocks, and name
+        // descriptors that came with it.
+        let fd = || OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        let pieces = [
+            GrantPiece {
+                fd: 0,
+                offset: 0,
+                len: 8192,
+            },
+            GrantPiece {
+                fd: 1,
+                offset: 4096,
+                len: 4096,
+            },
+        ];
+        match parse_grant(&grant_answer(&pieces), vec![fd(), fd()], 3 * 4096).unwrap() {
+            Granted::Go(p, f) => assert!(p == pieces && f.len() == 2),
+            _ => panic!("not a grant"),
+        }
+        let m = grant_answer(&pieces);
+        assert!(
+            parse_grant(&m, vec![fd()], 3 * 4096).is_err(),
+            "descriptor missing"
+        );
+        assert!(
+            parse_grant(&m, vec![fd(), fd()], 4 * 4096).is_err(),
+            "short"
+        );
+        let odd = [GrantPiece {
+            fd: 0,
+            offset: 100,
+            len: 4096,
+        }];
+        assert!(parse_grant(&grant_answer(&odd), vec![fd()], 4096).is_err());
+        assert!(parse_grant(&grant_answer(&[]), vec![], 0).is_err());
+        assert!(matches!(
+            parse_grant(&verdict(REFUSED, "no"), vec![], 4096).unwrap(),
+            Granted::Refused(_)
+        ));
+        assert!(matches!(
+            parse_grant(&verdict(FAILED, "no"), vec![], 4096).unwrap(),
+            Granted::Failed(_)
+        ));
+
+        // Done: the CRC count must be the range's block count; none when not written.
+        assert_eq!(
+            parse_direct_done(&direct_done(Some(&[1, 2, 3])), 3).unwrap(),
+            Some(vec![1, 2, 3])
+        );
+        assert_eq!(parse_direct_done(&direct_done(None), 3).unwrap(), None);
+        assert!(parse_direct_done(&direct_done(Some(&[1, 2])), 3).is_err());
+        let mut m = direct_done(Some(&[1, 2, 3]));
+        m.pop();
+        assert!(parse_direct_done(&m, 3).is_err());
+        m = direct_done(None);
+        m[1] = 7;
+        assert!(parse_direct_done(&m, 0).is_err());
     }
 }

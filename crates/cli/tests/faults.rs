@@ -125,7 +125,7 @@ fn record_byte(rec: u64, i: usize) -> u8 {
 /// its read fails with a checksum error; no read returns bytes nobody wrote.
 #[test]
 fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records() {
-    kill9_data_server_during_writes(47_008, 4, 8, 200);
+    kill9_data_server_during_writes(47_008, 4, 8, 200, false);
 }
 
 /// The same crash with whole 1 MiB records from clients on the servers' host: their
@@ -133,20 +133,31 @@ fn kill9_data_server_during_interleaved_unaligned_writes_keeps_fsynced_records()
 /// and the same rules hold after data server 0 is killed mid-stream and restarted.
 #[test]
 fn kill9_data_server_during_short_circuit_pipe_writes_keeps_fsynced_records() {
-    let piped = kill9_data_server_during_writes(1 << 20, 2, 4, 24);
+    let (piped, _) = kill9_data_server_during_writes(1 << 20, 2, 4, 24, false);
     assert!(piped > 0, "no write went through a short-circuit pipe");
+}
+
+/// The same crash with direct writes on (`Client::set_direct_writes`): the writers put
+/// their records' new blocks into the object files themselves (`O_DIRECT`), and the
+/// same rules hold after data server 0 is killed mid-stream and restarted.
+#[test]
+fn kill9_data_server_during_direct_writes_keeps_fsynced_records() {
+    let (_, direct) = kill9_data_server_during_writes(1 << 20, 2, 4, 24, true);
+    assert!(direct > 0, "no write was a direct write");
 }
 
 /// Runs the crash case with `writers` clients writing records of `xfer` bytes, record
 /// `k * writers + r` by writer `r`, each fsyncing every `sync_every` records; kills data
-/// server 0 once `min_acked` records are fsynced. Returns the bytes the writers sent
-/// through short-circuit pipes.
+/// server 0 once `min_acked` records are fsynced; `direct`: with direct writes on.
+/// Returns the bytes the writers sent through short-circuit pipes (or wrote directly),
+/// and of those the bytes they wrote directly.
 fn kill9_data_server_during_writes(
     xfer: u64,
     writers: u64,
     sync_every: u64,
     min_acked: usize,
-) -> u64 {
+    direct: bool,
+) -> (u64, u64) {
     let c = Cluster::up(2, 1, &[]);
     let cl = client(&c);
     let hint = stripefs_client::LayoutHint {
@@ -173,6 +184,7 @@ fn kill9_data_server_during_writes(
             let cfg = ClusterConfig::load(&c.cluster_file()).unwrap();
             std::thread::spawn(move || {
                 let cl = Client::connect(&cfg).unwrap();
+                cl.set_direct_writes(direct);
                 let f = cl.open("/shared", &OpenOptions::write_only()).unwrap();
                 let mut pending = Vec::new();
                 for k in 0.. {
@@ -193,7 +205,8 @@ fn kill9_data_server_during_writes(
                     }
                 }
                 let _ = f.close();
-                cl.traffic().direct_written
+                let t = cl.traffic();
+                (t.direct_written, t.self_written)
             })
         })
         .collect();
@@ -205,7 +218,10 @@ fn kill9_data_server_during_writes(
     stripefs_launch::kill9(c.path(), "data0").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    let piped: u64 = threads.into_iter().map(|w| w.join().unwrap()).sum();
+    let (piped, direct) = threads
+        .into_iter()
+        .map(|w| w.join().unwrap())
+        .fold((0, 0), |(p, d), (a, b)| (p + a, d + b));
     let acked: std::collections::HashSet<u64> = acked.lock().unwrap().iter().copied().collect();
     assert!(
         acked.len() >= min_acked,
@@ -247,14 +263,14 @@ fn kill9_data_server_during_writes(
         }
     }
     eprintln!(
-        "{} records fsynced before the kill; {checked} read back, {damaged} checksum errors in unsynced records; {piped} bytes through pipes",
+        "{} records fsynced before the kill; {checked} read back, {damaged} checksum errors in unsynced records; {piped} bytes short-circuit, {direct} of them direct",
         acked.len()
     );
     assert!(
         acked.iter().all(|&r| r < records),
         "an fsynced record lies past the size"
     );
-    piped
+    (piped, direct)
 }
 
 /// The exact crash window of a shared partial block: record 0 is fsynced; record 1

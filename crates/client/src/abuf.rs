@@ -59,7 +59,7 @@ impl AlignedBuf {
             })
         };
         // From here the buffer owns the allocation (freed on a panic below too).
-        let buf = AlignedBuf { ptr, len: 0, cap };
+        let mut buf = AlignedBuf { ptr, len: 0, cap };
         let mut at = 0;
         for p in parts {
             assert!(at + p.len() <= len, "parts longer than the buffer");
@@ -70,7 +70,8 @@ impl AlignedBuf {
         }
         // Every byte is written before the buffer is read (uninitialised otherwise).
         assert_eq!(at, len, "parts shorter than the buffer");
-        AlignedBuf { len, ..buf }
+        buf.len = len;
+        buf
     }
 
     fn layout(len: usize) -> Layout {
@@ -127,6 +128,21 @@ mod tests {
         let b = AlignedBuf::gathered(250_000, [&vec![9u8; 250_000][..]]);
         assert_eq!(b.as_ptr() as usize, at, "not reused");
         assert!(b.iter().all(|&x| x == 9) && b.len() == 250_000);
+    }
+
+    #[test]
+    fn a_live_buffer_is_never_handed_out_again() {
+        // 320 KiB: a capacity no other test here asks for.
+        let bufs: Vec<_> = (0..8u8)
+            .map(|i| AlignedBuf::gathered(300_000, [&vec![i; 300_000][..]]))
+            .collect();
+        let mut at: Vec<_> = bufs.iter().map(|b| b.as_ptr() as usize).collect();
+        at.sort();
+        at.dedup();
+        assert_eq!(at.len(), 8, "one allocation handed out twice");
+        for (i, b) in bufs.iter().enumerate() {
+            assert!(b.iter().all(|&x| x == i as u8), "buffer {i} overwritten");
+        }
     }
 
     #[test]

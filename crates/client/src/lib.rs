@@ -348,6 +348,18 @@ impl Client {
         }
     }
 
+    /// Turns direct writes on or off: large writes of new blocks to a data server on
+    /// this client's host written by the client itself with `O_DIRECT` (docs/protocol.md,
+    /// "Short-circuit socket"); off unless `STRIPEFS_DIRECT_WRITES=1`.
+    pub fn set_direct_writes(&self, on: bool) {
+        for p in &self.inner.data {
+            if let Some(l) = &p.local {
+                l.direct_enabled
+                    .store(on, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
     /// This client with other credentials, used in every metadata request.
     pub fn with_cred(mut self, cred: Cred) -> Client {
         self.cred = cred;

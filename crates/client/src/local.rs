@@ -54,6 +54,8 @@ pub(crate) struct ShortCircuit {
     /// at once on the server, where they contend for the object file's lock (measured:
     /// more server CPU per GiB with four, docs/benchmarks.md, seventh session).
     writer: Mutex<Option<Link>>,
+    /// Idle connections for direct writes (one per direct write running).
+    direct_links: Mutex<Vec<Link>>,
     /// List writes that failed in a row; past [`MAX_LIST_FAILURES`] they go over TCP
     /// (a server that does not take them answers every one with a failure).
     list_failures: AtomicUsize,
@@ -65,6 +67,9 @@ pub(crate) struct ShortCircuit {
     refused: AtomicBool,
     /// The server takes no short-circuit writes (throttled targets).
     write_refused: AtomicBool,
+    /// The client wants direct writes (`STRIPEFS_DIRECT_WRITES=1`,
+    /// `Client::set_direct_writes`).
+    pub direct_enabled: AtomicBool,
     /// The server takes no direct writes (throttled targets, or a file system without
     /// `O_DIRECT`); writes go through its pipe.
     direct_refused: AtomicBool,
@@ -86,11 +91,13 @@ impl ShortCircuit {
             timeout,
             conn: Mutex::new(None),
             writer: Mutex::new(None),
+            direct_links: Mutex::new(Vec::new()),
             list_failures: AtomicUsize::new(0),
             cache: Mutex::new(HashMap::new()),
             enabled: AtomicBool::new(enabled),
             refused: AtomicBool::new(false),
             write_refused: AtomicBool::new(false),
+            direct_enabled: AtomicBool::new(direct_writes_default()),
             direct_refused: AtomicBool::new(false),
             bytes: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -183,40 +190,72 @@ impl ShortCircuit {
         {
             return None;
         }
-        let mut conn = lock(&self.writer);
-        let link = self.connected(&mut conn)?;
         let direct = data.len() >= MIN_DIRECT_BYTES
             && data.as_ptr() as usize % crate::abuf::ALIGN == 0
+            && self.direct_enabled.load(Ordering::Relaxed)
             && !self.direct_refused.load(Ordering::Relaxed);
         if direct {
-            match direct_write(&link.sock, fid, unit, local, data, crcs) {
-                Ok(local::Written::Done { boot_id }) => {
-                    self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    self.direct.fetch_add(data.len() as u64, Ordering::Relaxed);
-                    return Some(boot_id);
-                }
-                Ok(local::Written::Refused(why)) => {
-                    tracing::info!(
-                        "short-circuit direct writes refused by {}: {why}; writing through its pipe",
-                        self.socket.display()
-                    );
-                    self.direct_refused.store(true, Ordering::Relaxed);
-                }
-                // Blocks that hold bytes, a failed write: the pipe's path (whose checks
-                // a rewrite needs) reports real errors.
-                Ok(local::Written::Failed(why)) => {
-                    tracing::debug!("short-circuit direct write to {fid:#x}: {why}");
-                }
-                Err(e) => {
-                    tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
-                    *conn = None;
-                    return None;
-                }
+            if let Some(boot_id) = self.write_direct(fid, unit, local, data, crcs) {
+                return Some(boot_id);
             }
         }
+        let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
         let r = link.write(fid, unit, local, data, crcs, self.timeout);
         self.outcome(r, &mut conn, fid, data.len(), false)
+    }
+
+    /// A direct write on a connection of its own (taken from the idle ones, or made):
+    /// direct writes to one server run at once, as many as the client's jobs for it, so
+    /// that the disk has several in its queue. The server's boot id, or `None` for the
+    /// pipe's path.
+    fn write_direct(
+        &self,
+        fid: u64,
+        unit: u32,
+        offset: u64,
+        data: &[u8],
+        crcs: &[u32],
+    ) -> Option<u64> {
+        let idle = lock(&self.direct_links).pop();
+        let link = match idle {
+            Some(l) => l,
+            None => {
+                let mut fresh = None;
+                self.connected(&mut fresh)?;
+                fresh?
+            }
+        };
+        let r = direct_write(&link.sock, fid, unit, offset, data, crcs);
+        let keep = |link: Link| lock(&self.direct_links).push(link);
+        match r {
+            Ok(local::Written::Done { boot_id }) => {
+                keep(link);
+                self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.direct.fetch_add(data.len() as u64, Ordering::Relaxed);
+                Some(boot_id)
+            }
+            Ok(local::Written::Refused(why)) => {
+                tracing::info!(
+                    "short-circuit direct writes refused by {}: {why}; writing through its pipe",
+                    self.socket.display()
+                );
+                self.direct_refused.store(true, Ordering::Relaxed);
+                None
+            }
+            // Blocks that hold bytes, a failed write: the pipe's path (whose checks a
+            // rewrite needs) reports real errors.
+            Ok(local::Written::Failed(why)) => {
+                keep(link);
+                tracing::debug!("short-circuit direct write to {fid:#x}: {why}");
+                None
+            }
+            // The connection is dropped with whatever it was in the middle of.
+            Err(e) => {
+                tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                None
+            }
+        }
     }
 
     /// What a write through the pipe came to: the server's boot id, or `None` for the
@@ -583,6 +622,18 @@ fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()>
         }
     }
     Ok(())
+}
+
+/// Whether new clients write large new blocks on their host's servers themselves
+/// (direct writes): only if the environment says `STRIPEFS_DIRECT_WRITES=1` (or `on`).
+/// Off by default: they save the servers' CPU and the page cache, but on a disk that
+/// takes large merged writes better than many 1 MiB ones they write more slowly than
+/// the pipe (docs/benchmarks.md, ninth session).
+fn direct_writes_default() -> bool {
+    matches!(
+        std::env::var("STRIPEFS_DIRECT_WRITES").as_deref(),
+        Ok("1" | "on" | "true")
+    )
 }
 
 /// One direct write (docs/protocol.md "Short-circuit socket"): asks for the range's

@@ -264,14 +264,20 @@ fn reads_racing_rewrites_see_whole_blocks() {
 }
 
 /// Writes from a client on a data server's host go through the server (whole blocks;
-/// the rest over TCP): large writes of new blocks written by the client into the files
-/// itself, rewrites of written ones through the pipe; all read back exactly through the
-/// server.
+/// the rest over TCP): through the pipe by default; with direct writes on, large writes
+/// of new blocks written by the client into the files itself and rewrites of written
+/// ones through the pipe; all read back exactly through the server.
 #[test]
 fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
     let cl = Cluster::with(2, 2, 64 << 10);
     let (cfg, _socks) = on_one_host(&cl);
     let w = client(&cfg);
+    // Off by default: the pipe.
+    let before = w.traffic();
+    w.write_file("/p", &pattern(20, 1 << 20), 0o644).unwrap();
+    let t = w.traffic().since(&before);
+    assert!(t.direct_written >= 1 << 20 && t.self_written == 0, "{t:?}");
+    w.set_direct_writes(true);
     let mut data = pattern(21, (3 << 20) + 12345);
     let f = w
         .open(

@@ -20,8 +20,8 @@ const GRAIN: usize = 64 << 10;
 /// Freed buffers kept for reuse, at most this many and this many bytes in all: a stream
 /// of large writes would otherwise map, fault in (zeroed by the kernel) and unmap a
 /// fresh buffer for each (measured: about a tenth of a colocated writer's CPU).
-const POOL_BUFFERS: usize = 32;
-const POOL_BYTES: usize = 64 << 20;
+const POOL_BUFFERS: usize = 16;
+const POOL_BYTES: usize = 16 << 20;
 
 /// An allocation of `cap` bytes at `ALIGN`, owned by whoever holds it.
 struct Free(NonNull<u8>, usize);

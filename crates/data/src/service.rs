@@ -637,16 +637,7 @@ impl DataService {
         timeout: std::time::Duration,
         taken: &mut usize,
     ) -> Result<(), LocalWriteError> {
-        if self.throttled() {
-            return Err(LocalWriteError::Refused);
-        }
-        if w.unit as u64 % BLOCK != 0 {
-            return Err(LocalWriteError::Failed(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("stripe unit {} is not whole blocks", w.unit),
-            )));
-        }
-        let stripe = self.stripe(w.unit)?;
+        let stripe = self.local_stripe(w.unit)?;
         let fid = InodeId(w.fid);
         let len = w.len as u64;
         self.each_unit(
@@ -682,6 +673,21 @@ impl DataService {
         )
     }
 
+    /// The stripe of a short-circuit write's unit: `Refused` when the server takes no
+    /// short-circuit writes (throttled targets), `Failed` for a unit of partial blocks.
+    fn local_stripe(&self, unit: u32) -> Result<Stripe, LocalWriteError> {
+        if self.throttled() {
+            return Err(LocalWriteError::Refused);
+        }
+        if unit as u64 % BLOCK != 0 {
+            return Err(LocalWriteError::Failed(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("stripe unit {unit} is not whole blocks"),
+            )));
+        }
+        Ok(self.stripe(unit)?)
+    }
+
     /// Grants a short-circuit direct write (docs/protocol.md "Short-circuit socket"):
     /// locks the range's blocks exclusive, unit by unit in the range's order, checks
     /// that they are all holes, and opens an `O_DIRECT` write descriptor of each target's
@@ -694,16 +700,7 @@ impl DataService {
         &self,
         w: &stripefs_rpc::local::DirectWrite,
     ) -> Result<DirectGrant, LocalWriteError> {
-        if self.throttled() {
-            return Err(LocalWriteError::Refused);
-        }
-        if w.unit as u64 % BLOCK != 0 {
-            return Err(LocalWriteError::Failed(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!("stripe unit {} is not whole blocks", w.unit),
-            )));
-        }
-        let stripe = self.stripe(w.unit)?;
+        let stripe = self.local_stripe(w.unit)?;
         let fid = InodeId(w.fid);
         let mut grant = DirectGrant {
             fid,

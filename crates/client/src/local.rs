@@ -11,7 +11,9 @@
 //! good (throttled targets) is not asked again.
 //!
 //! Whole-block writes go through the same socket, their bytes in a pipe
-//! ([`ShortCircuit::write`]); the server checks and stores them as for any write.
+//! ([`ShortCircuit::write`]); the server checks and stores them as for any write. With
+//! direct writes on, large writes of new blocks are written by the client into the
+//! server's files itself (`O_DIRECT`) and the server stores their CRCs.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};

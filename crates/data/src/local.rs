@@ -230,23 +230,11 @@ fn serve_conn(
                 };
                 match done {
                     Ok(boot) => c.send(&local::written_answer(boot), &[])?,
-                    Err(LocalWriteError::Refused) => c.send(
-                        &local::verdict(
-                            local::REFUSED,
-                            &format!(
-                                "data server {}: its targets are throttled (emulated disks), so writes go through the server",
-                                service.id.0
-                            ),
-                        ),
-                        &[],
-                    )?,
-                    Err(LocalWriteError::Failed(e)) => {
-                        c.send(&local::verdict(local::FAILED, &e.to_string()), &[])?
-                    }
                     Err(LocalWriteError::Broken(why)) => {
                         let _ = c.send(&local::verdict(local::FAILED, &why), &[]);
                         return Err(std::io::Error::other(format!("short-circuit pipe: {why}")));
                     }
+                    Err(e) => c.send(&refusal(service, e, THROTTLED), &[])?,
                 }
                 continue;
             }
@@ -289,7 +277,7 @@ fn direct(c: &Seqpacket, service: &DataService, m: &[u8]) -> std::io::Result<()>
     };
     let grant = match service.direct_begin(&w) {
         Ok(g) => g,
-        Err(e) => return c.send(&refusal(service, e, "writes"), &[]),
+        Err(e) => return c.send(&refusal(service, e, NO_DIRECT), &[]),
     };
     let fds: Vec<_> = grant.files.iter().map(|f| f.as_raw_fd()).collect();
     c.send(&local::grant_answer(&grant.pieces()), &fds)?;
@@ -305,17 +293,23 @@ fn direct(c: &Seqpacket, service: &DataService, m: &[u8]) -> std::io::Result<()>
     };
     match service.direct_done(grant, crcs.as_deref()) {
         Ok(boot) => c.send(&local::written_answer(boot), &[]),
-        Err(e) => c.send(&refusal(service, e, "writes"), &[]),
+        Err(e) => c.send(&refusal(service, e, NO_DIRECT), &[]),
     }
 }
 
-/// The answer to a short-circuit write the server did not do.
-fn refusal(service: &DataService, e: LocalWriteError, what: &str) -> Vec<u8> {
+/// Why a server refuses short-circuit writes through its pipe, and direct writes.
+const THROTTLED: &str = "its targets are throttled (emulated disks)";
+const NO_DIRECT: &str =
+    "its targets are throttled (emulated disks) or their file system takes no O_DIRECT";
+
+/// The answer to a short-circuit write the server did not do; `why_refused` says why it
+/// takes none of that kind.
+fn refusal(service: &DataService, e: LocalWriteError, why_refused: &str) -> Vec<u8> {
     match e {
         LocalWriteError::Refused => local::verdict(
             local::REFUSED,
             &format!(
-                "data server {}: its targets are throttled (emulated disks) or take no direct I/O, so {what} go through the server",
+                "data server {}: {why_refused}, so writes go through the server",
                 service.id.0
             ),
         ),

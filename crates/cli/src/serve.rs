@@ -93,11 +93,58 @@ pub(crate) fn init_logging(log: Option<&std::path::Path>, to_stderr: bool) -> Re
                 .map_err(|e| anyhow!("cannot open log file {}: {e}", p.display()))?;
             builder
                 .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(f))
+                .with_writer(std::sync::Mutex::new(Lossy(f)))
                 .init();
         }
-        None if to_stderr => builder.with_writer(std::io::stderr).init(),
+        None if to_stderr => builder.with_writer(|| Lossy(std::io::stderr())).init(),
         None => {}
     }
     Ok(())
+}
+
+/// A log destination whose failures are dropped: a log line that cannot be written (its
+/// disk full, often the same disk the server is full on) is lost, never an error. Given
+/// an error, the logging library reports it with `eprintln!`, which panics when stderr
+/// fails too (a server's stderr is its log file): a full disk then killed every
+/// connection thread that logged (the client saw "connection closed" instead of ENOSPC).
+struct Lossy<W>(W);
+
+impl<W: std::io::Write> std::io::Write for Lossy<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = self.0.write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = self.0.flush();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lossy;
+    use std::io::Write;
+
+    /// A writer that always fails, as a log file on a full disk does.
+    struct Full;
+
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+    }
+
+    #[test]
+    fn a_log_that_cannot_be_written_is_dropped_not_an_error() {
+        let mut w = Lossy(Full);
+        assert_eq!(w.write(b"a line\n").unwrap(), 7);
+        w.flush().unwrap();
+        let mut ok = Lossy(Vec::new());
+        writeln!(ok, "kept").unwrap();
+        assert_eq!(ok.0, b"kept\n");
+    }
 }

@@ -26,7 +26,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use stripefs_client::{Client, OpenOptions, Traffic};
+use stripefs_client::{Client, IoBuf, OpenOptions, Traffic};
 use stripefs_rpc::units::{format_size, parse_size};
 use stripefs_rpc::ClusterConfig;
 use stripefs_wire::{LayoutHint, Policy};
@@ -151,6 +151,11 @@ trait Handle: Send {
     /// The caller will read `[off, off + len)` sequentially (a hint, like posix_fadvise).
     fn advise_sequential(&mut self, _off: u64, _len: u64) {}
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()>;
+    /// Writes a buffer the caller gives away (the native client sends it as it is when
+    /// it can, as an application that fills its own aligned buffers would).
+    fn write_buf(&mut self, off: u64, buf: IoBuf) -> Result<()> {
+        self.write_at(off, &buf)
+    }
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
     fn fsync(&mut self) -> Result<()>;
     fn close(self: Box<Self>) -> Result<()>;
@@ -352,6 +357,7 @@ pub fn run(a: IoArgs) -> Result<serde_json::Value> {
                 "read": ours.read_traffic.map(|t| t.direct_read),
             },
             "client_written_bytes": ours.write_traffic.map(|t| t.self_written),
+            "client_direct_read_bytes": ours.read_traffic.map(|t| t.self_read),
             "remote_bytes": {
                 "write": ours.write_traffic.map(|t| t.remote_written),
                 "read": ours.read_traffic.map(|t| t.remote_read),
@@ -668,7 +674,8 @@ fn client_phase(
     pb: &ProgressBar,
 ) -> Result<()> {
     let (file, _) = sh.transfer(owner, 0);
-    let mut buf = vec![0u8; sh.xfer as usize];
+    // Page-aligned, as IOR's are: a read into it may go from the disk straight in.
+    let mut buf = IoBuf::new(if write { 0 } else { sh.xfer as usize });
     let start = Instant::now();
     let mut h = b.open(owner, file, write)?;
     if let (false, Some((off, len))) = (write, sh.contiguous(owner)) {
@@ -677,8 +684,11 @@ fn client_phase(
     for k in 0..sh.segments {
         let (_, off) = sh.transfer(owner, k);
         if write {
-            pattern.fill(off, &mut buf);
-            h.write_at(off, &buf)?;
+            // A fresh buffer per write (from the client's pool): the client may send
+            // it as it is, after this returns.
+            let mut out = IoBuf::new(sh.xfer as usize);
+            pattern.fill(off, &mut out);
+            h.write_buf(off, out)?;
         } else {
             h.read_at(off, &mut buf)?;
             pattern.verify(off, &buf).map_err(|bad| {
@@ -965,6 +975,9 @@ impl Handle for RemoteHandle {
     }
     fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()> {
         Ok(self.file()?.write_at(off, buf)?)
+    }
+    fn write_buf(&mut self, off: u64, buf: IoBuf) -> Result<()> {
+        Ok(self.file()?.write_buf(off, buf)?)
     }
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
         let n = self.file()?.read_at(off, buf)?;

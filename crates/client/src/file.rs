@@ -299,6 +299,23 @@ impl File {
         self.io.write(&self.cred, offset, data, self.window)
     }
 
+    /// As [`File::write_at`], with the bytes in a buffer given to the client: when they
+    /// all go to one server as one extent (a write inside one stripe, or any write to a
+    /// file of stripe count 1), the buffer itself is sent, and on the short-circuit path
+    /// written to the disk from where it lies (direct writes), with no copy on the way.
+    /// Otherwise its bytes are copied as `write_at` copies them. Fill it from
+    /// [`IoBuf::new`](crate::IoBuf::new); it goes back to the pool once written.
+    pub fn write_buf(&self, offset: u64, buf: crate::IoBuf) -> Result<(), WireError> {
+        if !self.write {
+            return Err(WireError::new(
+                ErrorCode::BadHandle,
+                format!("{} is not open for writing", self.describe()),
+            ));
+        }
+        self.io.check_lost()?;
+        self.io.write_buf(&self.cred, offset, buf, self.window)
+    }
+
     /// Whether [`File::write_at`] of `len` bytes at `offset` would return without waiting
     /// for earlier writes (it fits in the write-behind window). Advisory: another thread
     /// writing the same file may fill the window in between.

@@ -9,7 +9,7 @@
 //! the order of the calls. `inflight_bytes` is the sum of the lengths of unreaped
 //! pending chunks. Data returned to a caller has passed its block CRC check.
 
-use crate::abuf::AlignedBuf;
+use crate::abuf::IoBuf;
 use crate::chunk::{Chunk, Geometry};
 use crate::exec::{promise, Completion, Promise};
 use crate::pool::ServerPool;
@@ -28,6 +28,22 @@ use stripefs_wire::{
     crc32c, padded_block_crc, piece_crcs, Attr, Cred, ErrorCode, InodeId, Layout, Request,
     Response, SetAttrs, WireError, BLOCK_BYTES, MAX_DATA_BYTES, MAX_LIST_EXTENTS,
 };
+
+/// The bytes of a write: the caller's slice, or a buffer the caller gave away (taken
+/// out when it is sent as it is).
+enum Src<'a> {
+    Slice(&'a [u8]),
+    Owned(Option<IoBuf>),
+}
+
+impl Src<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Src::Slice(s) => s,
+            Src::Owned(b) => b.as_deref().expect("read only before it is taken"),
+        }
+    }
+}
 
 /// One queued or running write request, or the gathered small writes of one place
 /// not yet sent (`gather` names the place).
@@ -438,29 +454,51 @@ impl InodeIo {
         data: &[u8],
         window: u64,
     ) -> Result<(), WireError> {
+        self.write_from(cred, offset, Src::Slice(data), window)
+    }
+
+    /// As [`InodeIo::write`], with the bytes in a buffer the client may keep: when they
+    /// all go to one server as one extent, that buffer is sent as it is (no copy).
+    pub fn write_buf(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        buf: IoBuf,
+        window: u64,
+    ) -> Result<(), WireError> {
+        self.write_from(cred, offset, Src::Owned(Some(buf)), window)
+    }
+
+    fn write_from(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        mut src: Src<'_>,
+        window: u64,
+    ) -> Result<(), WireError> {
+        let total = src.bytes().len();
         let end = offset
-            .checked_add(data.len() as u64)
+            .checked_add(total as u64)
             .filter(|&e| e <= MAX_FILE_BYTES)
             .ok_or_else(|| {
                 WireError::new(
                     ErrorCode::FileTooBig,
                     format!(
-                        "write of {} bytes at {offset} to {} ends beyond {MAX_FILE_BYTES}",
-                        data.len(),
+                        "write of {total} bytes at {offset} to {} ends beyond {MAX_FILE_BYTES}",
                         self.describe()
                     ),
                 )
             })?;
         self.take_latched()?;
-        if data.is_empty() {
+        if total == 0 {
             return Ok(());
         }
-        if self.write_inline(cred, offset, data)? {
+        if self.write_inline(cred, offset, src.bytes())? {
             return Ok(());
         }
         // Only writes that share a byte with this one must land before it: writers of
         // other records of the same blocks or stripes (interleaved ranks) do not wait.
-        let chunks = self.spanned_write_chunks(offset, data.len() as u64);
+        let chunks = self.spanned_write_chunks(offset, total as u64);
         self.wait_for(|p| p.touches_any(&chunks));
         {
             let mut st = lock(&self.state);
@@ -471,15 +509,22 @@ impl InodeIo {
         for (chunk, (lo, hi)) in chunks {
             self.wait_room(chunk.len, window);
             if chunk.len < GATHER_BELOW_BYTES {
-                let bytes = self.gather(&chunk, offset, data);
+                let bytes = self.gather(&chunk, offset, src.bytes());
                 self.gather_write(cred, chunk, bytes, lo, hi);
                 queued += chunk.len;
                 continue;
             }
             // Page-aligned, so that a short-circuit direct write sends it to the disk
-            // as it is.
-            let bytes =
-                AlignedBuf::gathered(chunk.len as usize, self.parts_of(&chunk, offset, data));
+            // as it is. The caller's own buffer when it is this chunk, in order.
+            let bytes = match &mut src {
+                Src::Owned(b) if chunk.len as usize == total && self.in_order(&chunk, offset) => {
+                    b.take().expect("taken by the only chunk")
+                }
+                _ => IoBuf::gathered(
+                    chunk.len as usize,
+                    self.parts_of(&chunk, offset, src.bytes()),
+                ),
+            };
             // A large chunk goes out alone; what is gathered for its place goes first,
             // so that the server sees the place's writes in order.
             let place = chunk.place;
@@ -501,11 +546,7 @@ impl InodeIo {
             st.inflight_bytes += chunk.len;
             queued += chunk.len;
         }
-        assert_eq!(
-            queued,
-            data.len() as u64,
-            "write chunks add up to the write"
-        );
+        assert_eq!(queued, total as u64, "write chunks add up to the write");
         self.take_latched()
     }
 
@@ -663,6 +704,19 @@ impl InodeIo {
     }
 
     /// The pieces of a caller's buffer that starts at `offset` that make `chunk`, in order.
+    /// Whether `chunk`'s segments are the write at `offset` in order, from its first
+    /// byte on: its bytes are then the caller's buffer as it is.
+    fn in_order(&self, chunk: &Chunk, offset: u64) -> bool {
+        let mut at = offset;
+        self.geo
+            .segments(chunk.place, chunk.local, chunk.len)
+            .all(|s| {
+                let next = s.global == at;
+                at += s.len;
+                next
+            })
+    }
+
     fn parts_of<'a>(
         &'a self,
         chunk: &Chunk,
@@ -677,7 +731,7 @@ impl InodeIo {
             })
     }
 
-    fn submit_write(&self, cred: &Cred, chunk: Chunk, bytes: AlignedBuf) -> Completion<()> {
+    fn submit_write(&self, cred: &Cred, chunk: Chunk, bytes: IoBuf) -> Completion<()> {
         let (p, c) = promise();
         let pool = self.pool(chunk.place).clone();
         let (cred, fid, unit) = (cred.clone(), self.ino, self.geo.unit());

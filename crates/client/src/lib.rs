@@ -39,6 +39,7 @@ mod path;
 mod pool;
 mod session;
 
+pub use abuf::IoBuf;
 pub use client::{DataStatus, MetaStatus, StatFs};
 pub use file::{File, OpenOptions};
 pub use pool::Transport;
@@ -313,6 +314,7 @@ impl Client {
                 t.direct_read += l.bytes.load(Relaxed);
                 t.direct_written += l.written.load(Relaxed);
                 t.self_written += l.direct.load(Relaxed);
+                t.self_read += l.direct_read.load(Relaxed);
             }
             if p.same_host {
                 t.local_written += sent;
@@ -360,6 +362,19 @@ impl Client {
         }
     }
 
+    /// Turns direct reads on or off: large reads of uncached ranges from a data server
+    /// on this client's host into a page-aligned buffer (an [`IoBuf`]) go from the disk
+    /// into the buffer with `O_DIRECT`, with no copy out of the page cache; on unless
+    /// `STRIPEFS_DIRECT_READS=0`.
+    pub fn set_direct_reads(&self, on: bool) {
+        for p in &self.inner.data {
+            if let Some(l) = &p.local {
+                l.direct_reads
+                    .store(on, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
     /// This client with other credentials, used in every metadata request.
     pub fn with_cred(mut self, cred: Cred) -> Client {
         self.cred = cred;
@@ -401,6 +416,9 @@ pub struct Traffic {
     /// Of `direct_written`, the bytes the client wrote into the servers' files itself
     /// (direct writes, `O_DIRECT`).
     pub self_written: u64,
+    /// Of `direct_read`, the bytes read from the disk straight into the caller's buffer
+    /// (`O_DIRECT`, not through the page cache).
+    pub self_read: u64,
 }
 
 impl Traffic {
@@ -424,6 +442,7 @@ impl Traffic {
             direct_read: self.direct_read - earlier.direct_read,
             direct_written: self.direct_written - earlier.direct_written,
             self_written: self.self_written - earlier.self_written,
+            self_read: self.self_read - earlier.self_read,
         }
     }
 
@@ -436,6 +455,7 @@ impl Traffic {
         self.direct_read += o.direct_read;
         self.direct_written += o.direct_written;
         self.self_written += o.self_written;
+        self.self_read += o.self_read;
     }
 }
 

@@ -75,6 +75,12 @@ pub(crate) struct ShortCircuit {
     /// The server takes no direct writes (throttled targets, or a file system without
     /// `O_DIRECT`); writes go through its pipe.
     direct_refused: AtomicBool,
+    /// Large reads of bytes not in the page cache go from the disk into the caller's
+    /// page-aligned buffer (`O_DIRECT`), not through the page cache and a copy
+    /// (`STRIPEFS_DIRECT_READS`, `Client::set_direct_reads`).
+    pub direct_reads: AtomicBool,
+    /// Bytes read with `O_DIRECT` (part of `bytes`).
+    pub direct_read: AtomicU64,
     /// Bytes read directly.
     pub bytes: AtomicU64,
     /// Bytes written through the pipe or directly.
@@ -101,6 +107,8 @@ impl ShortCircuit {
             write_refused: AtomicBool::new(false),
             direct_enabled: AtomicBool::new(direct_writes_default()),
             direct_refused: AtomicBool::new(false),
+            direct_reads: AtomicBool::new(direct_reads_default()),
+            direct_read: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             written: AtomicU64::new(0),
             direct: AtomicU64::new(0),
@@ -367,12 +375,20 @@ impl ShortCircuit {
         let Ok(stripe) = Stripe::new(unit as u64, files.len() as u32) else {
             return false;
         };
+        let direct = self.direct_reads.load(Ordering::Relaxed);
         for p in stripe.split(local, buf.len() as u64) {
             let at = (p.global - local) as usize;
             let out = &mut buf[at..at + p.len as usize];
             let (data, sidecar) = &files[p.place as usize];
-            if !read_target(data.as_ref(), sidecar.as_ref(), p.local, out) {
+            let how = match data {
+                Some(d) if direct && direct_read_fits(d, p.local, out) => Via::Direct,
+                _ => Via::PageCache,
+            };
+            if !read_target(data.as_ref(), sidecar.as_ref(), p.local, out, how) {
                 return false;
+            }
+            if how == Via::Direct {
+                self.direct_read.fetch_add(p.len, Ordering::Relaxed);
             }
         }
         true
@@ -566,12 +582,69 @@ fn rounds(extents: &[Extent], slots: usize) -> Option<Vec<(usize, usize)>> {
     Some(out)
 }
 
+/// How a short-circuit read takes a target's bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Via {
+    /// `pread` through the page cache (a copy out of it).
+    PageCache,
+    /// `pread` with `O_DIRECT`: the disk writes into the caller's buffer.
+    Direct,
+}
+
+/// Whether a read of `out.len()` bytes of `f` at `off` is worth doing with `O_DIRECT`:
+/// large, the buffer page-aligned, and none of the range in the page cache (read from
+/// there, a cached range costs one copy and no disk; and the kernel would first write
+/// back dirty pages of the range for a direct read). Asked with `cachestat` (Linux
+/// 6.5); where that is missing, never.
+fn direct_read_fits(f: &std::fs::File, off: u64, out: &[u8]) -> bool {
+    out.len() >= MIN_DIRECT_BYTES
+        && out.as_ptr() as usize % PAGE == 0
+        && out.len() % PAGE == 0
+        && off % PAGE as u64 == 0
+        && cached_pages(f, off, out.len() as u64) == Some(0)
+}
+
+/// Pages of `f`'s range `[off, off + len)` in the page cache, by `cachestat(2)`; `None`
+/// when the kernel cannot say.
+fn cached_pages(f: &std::fs::File, off: u64, len: u64) -> Option<u64> {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    /// The same number on every architecture (the common syscall table).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range = Range { off, len };
+    let mut st = Stat::default();
+    // SAFETY: both structs are the kernel's layout and live across the call; flags 0.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            f.as_raw_fd(),
+            &range as *const Range,
+            &mut st as *mut Stat,
+            0u32,
+        )
+    };
+    (r == 0).then_some(st.nr_cache)
+}
+
 /// Reads and verifies `out.len()` bytes at target offset `off` (block aligned).
 fn read_target(
     data: Option<&std::fs::File>,
     sidecar: Option<&std::fs::File>,
     off: u64,
     out: &mut [u8],
+    how: Via,
 ) -> bool {
     let blocks = out.len() / BLOCK as usize;
     let mut entries = vec![0u8; blocks * ENTRY_BYTES as usize];
@@ -582,13 +655,19 @@ fn read_target(
             return false;
         }
     }
-    match data {
-        Some(d) => {
+    match (data, how) {
+        (Some(d), Via::PageCache) => {
             if read_full(d, out, off).is_err() {
                 return false;
             }
         }
-        None => out.fill(0),
+        (Some(d), Via::Direct) => {
+            if let Err(e) = read_direct(d, out, off) {
+                tracing::debug!("short-circuit direct read at {off}: {e}");
+                return false;
+            }
+        }
+        (None, _) => out.fill(0),
     }
     for (block, entry) in out
         .chunks_mut(BLOCK as usize)
@@ -624,6 +703,46 @@ fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()>
         }
     }
     Ok(())
+}
+
+/// Fills `buf` (page-aligned, a whole number of pages) from `f` at `off` (page-aligned)
+/// with `O_DIRECT`, on a descriptor of its own opened through `/proc/self/fd` (the
+/// server's descriptor stays as it is; opening checks this process's access to the
+/// file again, and where it has none the caller reads through the page cache instead).
+/// Bytes past the file's end are zeros.
+fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    let mut done = 0;
+    while done < buf.len() {
+        match d.read_at(&mut buf[done..], off + done as u64) {
+            Ok(0) => break,
+            // Short of a page: the file's end (another read would need an unaligned
+            // offset, which O_DIRECT refuses).
+            Ok(n) if n % PAGE != 0 => {
+                done += n;
+                break;
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[done..].fill(0);
+    Ok(())
+}
+
+/// Whether new clients read large uncached ranges with `O_DIRECT` into page-aligned
+/// buffers (see [`direct_read_fits`]): unless the environment says
+/// `STRIPEFS_DIRECT_READS=0` (or `off`).
+fn direct_reads_default() -> bool {
+    !matches!(
+        std::env::var("STRIPEFS_DIRECT_READS").as_deref(),
+        Ok("0" | "off" | "false")
+    )
 }
 
 /// Whether new clients write large new blocks on their host's servers themselves

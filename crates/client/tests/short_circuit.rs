@@ -620,3 +620,132 @@ fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
         .expect_err("a block under a wrong CRC read");
     assert_eq!(e.code, ErrorCode::Checksum, "{e}");
 }
+
+/// Writes `f`'s dirty pages and drops its cached ones, as if the server's host had been
+/// busy with other files since; `false` where the kernel keeps them (tmpfs) or cannot
+/// say (no `cachestat`).
+fn uncache(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: advice on an open descriptor.
+    let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(r, 0);
+    let range = [0u64, 0];
+    let mut st = [0u64; 5];
+    // SAFETY: cachestat(2) with the kernel's layouts (two and five u64s).
+    let r = unsafe { libc::syscall(451, f.as_raw_fd(), range.as_ptr(), st.as_mut_ptr(), 0u32) };
+    r == 0 && st[0] == 0
+}
+
+/// Direct reads: a large read of bytes the page cache does not hold, into a page-aligned
+/// buffer, goes from the server's disk straight into the buffer and reads back exactly
+/// (holes as zeros, a short last block); the same read into an unaligned buffer goes
+/// through the page cache; and a byte flipped on the disk is still reported as damage.
+#[test]
+fn large_reads_of_uncached_bytes_go_from_the_disk_into_an_aligned_buffer() {
+    let cl = Cluster::with(1, 1, 1 << 20);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    let len = (3 << 20) + 5000;
+    let mut data = pattern(31, len);
+    // Bytes [1 MiB, 1.5 MiB) are never written: a hole.
+    data[1 << 20..(1 << 20) + (512 << 10)].fill(0);
+    let f = c
+        .open(
+            "/dr",
+            &OpenOptions::create_truncate()
+                .read(true)
+                .layout(hint(1 << 20, 1)),
+        )
+        .unwrap();
+    f.write_at(0, &data[..1 << 20]).unwrap();
+    f.write_at((1 << 20) + (512 << 10), &data[(1 << 20) + (512 << 10)..])
+        .unwrap();
+    f.fsync().unwrap();
+    f.close().unwrap();
+    let ino = c.stat("/dr").unwrap().ino;
+    let (obj, _) = cl.data[0].object_paths(0, ino);
+    if !uncache(&obj) {
+        eprintln!("skipped: the page cache keeps {obj:?} (tmpfs?) or cannot say");
+        return;
+    }
+
+    let reader = client(&cfg);
+    let r = reader.open("/dr", &OpenOptions::read_only()).unwrap();
+    let mut buf = stripefs_client::IoBuf::new(4 << 20);
+    let before = reader.traffic();
+    assert_eq!(r.read_at(0, &mut buf).unwrap(), len);
+    let t = reader.traffic().since(&before);
+    assert!(buf[..len] == data[..], "read back wrong");
+    assert!(t.self_read >= 3 << 20, "not read directly: {t:?}");
+    assert_eq!(t.local_read + t.remote_read, 0, "{t:?}");
+
+    // Off, or into a buffer that is not page-aligned: through the page cache.
+    assert!(uncache(&obj));
+    reader.set_direct_reads(false);
+    let before = reader.traffic();
+    assert_eq!(r.read_at(0, &mut buf).unwrap(), len);
+    assert_eq!(reader.traffic().since(&before).self_read, 0);
+    reader.set_direct_reads(true);
+    assert!(uncache(&obj));
+    let mut plain = vec![0u8; (2 << 20) + 1];
+    let unaligned = &mut plain[1..];
+    let before = reader.traffic();
+    assert_eq!(r.read_at(0, unaligned).unwrap(), 2 << 20);
+    assert_eq!(reader.traffic().since(&before).self_read, 0);
+    assert!(unaligned[..] == data[..2 << 20]);
+
+    // A byte flipped on the disk: reported as damage, never passed on.
+    let w = std::fs::OpenOptions::new().write(true).open(&obj).unwrap();
+    w.write_at(&[!data[(2 << 20) + 77]], (2 << 20) + 77)
+        .unwrap();
+    drop(w);
+    assert!(uncache(&obj));
+    let e = r.read_at(0, &mut buf).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Checksum, "{e:?}");
+}
+
+/// A buffer given to the client (`File::write_buf`) is written as it is when its bytes
+/// go to one server as one extent, and copied when they are spread: both read back
+/// exactly, at aligned and unaligned offsets, through TCP and the short-circuit paths.
+#[test]
+fn given_buffers_are_written_exactly_whether_sent_as_they_are_or_copied() {
+    let cl = Cluster::with(2, 2, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    for (name, short, direct) in [
+        ("/g0", false, false),
+        ("/g1", true, false),
+        ("/g2", true, true),
+    ] {
+        let w = client(&cfg);
+        w.set_short_circuit(short);
+        w.set_direct_writes(direct);
+        for (file, count) in [(format!("{name}-one"), 1), (format!("{name}-two"), 2)] {
+            let f = w
+                .open(
+                    &file,
+                    &OpenOptions::create_truncate()
+                        .read(true)
+                        .layout(hint(64 << 10, count)),
+                )
+                .unwrap();
+            let end = (2 << 20) + 14 + (1 << 20);
+            let mut want = vec![0u8; end];
+            for (i, (at, n)) in [(0u64, 1usize << 20), (1 << 20, 300_000), (2 << 20, 1 << 20)]
+                .into_iter()
+                .enumerate()
+            {
+                let bytes = pattern(40 + i as u64, n);
+                let mut b = stripefs_client::IoBuf::new(n);
+                b.copy_from_slice(&bytes);
+                f.write_buf(at + i as u64 * 7, b).unwrap();
+                want[(at + i as u64 * 7) as usize..][..n].copy_from_slice(&bytes);
+            }
+            f.fsync().unwrap();
+            f.close().unwrap();
+            let got = client(&cfg).read_file(&file).unwrap();
+            assert!(got == want, "{file} (short {short}, direct {direct})");
+        }
+    }
+}

@@ -183,6 +183,7 @@ fn serve_conn(
     let mut buf = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let (m, mut fds) = c.recv()?;
+        service.stats.note_local_message();
         match m.first() {
             Some(&local::OP_PIPE) => {
                 if m.len() != 1 || fds.len() != 1 {

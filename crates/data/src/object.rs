@@ -1089,8 +1089,9 @@ pub fn read_parts(
     Ok(Some(parts))
 }
 
-/// Checks `n` blocks from `first` against their stored checksums; returns each written
-/// block that fails, with its stored and computed CRC. Holes are not checked.
+/// Checks `n` blocks from `first`, as the device holds them (`read_stored`), against
+/// their stored checksums; returns each written block that fails, with its stored and
+/// computed CRC. Holes are not checked.
 pub fn verify(
     c: &Ctx,
     obj: &Object,
@@ -1099,16 +1100,18 @@ pub fn verify(
 ) -> Result<Vec<(u64, u32, u32)>, WireError> {
     let entries = read_entries(c, obj, first, n)?;
     let mut data = vec![0u8; (n * BLOCK) as usize];
-    obj.data.read_at(&mut data, first * BLOCK).map_err(|e| {
-        c.io(
-            &format!(
-                "reading {} bytes at object offset {}",
-                n * BLOCK,
-                first * BLOCK
-            ),
-            &e,
-        )
-    })?;
+    obj.data
+        .read_stored(&mut data, first * BLOCK)
+        .map_err(|e| {
+            c.io(
+                &format!(
+                    "reading {} bytes at object offset {}",
+                    n * BLOCK,
+                    first * BLOCK
+                ),
+                &e,
+            )
+        })?;
     let mut bad = Vec::new();
     let blocks = data.chunks(BLOCK_USIZE).zip(entries);
     for (i, (block, entry)) in blocks.enumerate() {

@@ -70,11 +70,24 @@ pub(crate) struct Stats {
     damaged_blocks: AtomicU64,
     scrub_passes: AtomicU64,
     scrub_rate_bytes_s: AtomicU64,
+    /// Messages on the short-circuit socket (opens, pipe and direct writes): not
+    /// requests in the counters, but the scrubber yields to them as to requests.
+    local_messages: AtomicU64,
 }
 
 impl Stats {
     pub(crate) fn note_local_open(&self) {
         self.local_opens.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A message came on the short-circuit socket.
+    pub(crate) fn note_local_message(&self) {
+        self.local_messages.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests and short-circuit messages so far: the scrubber's measure of activity.
+    fn activity(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed) + self.local_messages.load(Ordering::Relaxed)
     }
 }
 
@@ -1549,9 +1562,9 @@ impl DataService {
     fn wait_for_quiet(&self, stop: &dyn Fn() -> bool) {
         let give_up = self.clock.now() + SCRUB_MAX_YIELD;
         loop {
-            let before = self.stats.requests.load(Ordering::Relaxed);
+            let before = self.stats.activity();
             self.clock.sleep(SCRUB_QUIET);
-            let quiet = self.stats.requests.load(Ordering::Relaxed) == before;
+            let quiet = self.stats.activity() == before;
             if quiet || stop() || self.clock.now() >= give_up {
                 return;
             }

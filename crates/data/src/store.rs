@@ -12,6 +12,14 @@ use std::sync::Arc;
 pub trait ObjectFile: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns fewer only at end of file.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Reads as [`ObjectFile::read_at`] does, but from the device where the store can
+    /// (`O_DIRECT`, for a block-aligned `offset`): what the scrubber checks is then what
+    /// the disk holds, not a cached copy of it, and the page cache keeps what clients
+    /// read instead of filling with every object the scrubber passes. By default (and
+    /// where the file system takes no `O_DIRECT`), `read_at`.
+    fn read_stored(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at(buf, offset)
+    }
     /// Writes all of `buf` at `offset`, extending the file if needed.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     fn size_bytes(&self) -> io::Result<u64>;
@@ -59,6 +67,43 @@ pub trait ObjectFile: Send + Sync {
     fn append(&self, buf: &[u8]) -> io::Result<()> {
         self.write_at(buf, self.size_bytes()?)
     }
+}
+
+/// Reads up to `buf.len()` bytes of `f` at `offset` with `O_DIRECT`, on a new open of
+/// the same file (`O_DIRECT` belongs to an open; `f`'s own stays as it is), through a
+/// page-aligned buffer of its own; fewer only at the file's end.
+fn read_direct(f: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    const ALIGN: usize = 4096;
+    if offset % ALIGN as u64 != 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let d = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    let want = buf.len().div_ceil(ALIGN) * ALIGN;
+    let mut space = vec![0u8; want + ALIGN];
+    let at = space.as_ptr().align_offset(ALIGN);
+    let tmp = &mut space[at..at + want];
+    let mut done = 0;
+    while done < want {
+        match d.read_at(&mut tmp[done..], offset + done as u64) {
+            Ok(0) => break,
+            // Short of a block: the file's end.
+            Ok(n) if n % ALIGN != 0 => {
+                done += n;
+                break;
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let n = done.min(buf.len());
+    buf[..n].copy_from_slice(&tmp[..n]);
+    Ok(n)
 }
 
 /// Bytes of zeros written per call where a file system cannot punch holes.
@@ -126,6 +171,16 @@ impl ObjectFile for FsFile {
             }
         }
         Ok(done)
+    }
+
+    fn read_stored(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        match read_direct(&self.0, buf, offset) {
+            Ok(n) => Ok(n),
+            // No O_DIRECT on this file system (tmpfs before Linux 6.6), or an offset it
+            // does not take: through the page cache.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.read_at(buf, offset),
+            Err(e) => Err(e),
+        }
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {

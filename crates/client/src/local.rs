@@ -736,12 +736,15 @@ fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<(
 }
 
 /// Whether new clients read large uncached ranges with `O_DIRECT` into page-aligned
-/// buffers (see [`direct_read_fits`]): unless the environment says
-/// `STRIPEFS_DIRECT_READS=0` (or `off`).
+/// buffers (see [`direct_read_fits`]): only if the environment says
+/// `STRIPEFS_DIRECT_READS=1` (or `on`). Off by default: they spare the client the copy
+/// out of the page cache, but a synchronous 1 MiB read at a time, without the kernel's
+/// readahead, streams at a third to two thirds of the buffered rate (docs/benchmarks.md,
+/// tenth session).
 fn direct_reads_default() -> bool {
-    !matches!(
+    matches!(
         std::env::var("STRIPEFS_DIRECT_READS").as_deref(),
-        Ok("0" | "off" | "false")
+        Ok("1" | "on" | "true")
     )
 }
 

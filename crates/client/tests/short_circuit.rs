@@ -638,10 +638,11 @@ fn uncache(path: &std::path::Path) -> bool {
     r == 0 && st[0] == 0
 }
 
-/// Direct reads: a large read of bytes the page cache does not hold, into a page-aligned
-/// buffer, goes from the server's disk straight into the buffer and reads back exactly
-/// (holes as zeros, a short last block); the same read into an unaligned buffer goes
-/// through the page cache; and a byte flipped on the disk is still reported as damage.
+/// Direct reads (off by default): a large read of bytes the page cache does not hold,
+/// into a page-aligned buffer, goes from the server's disk straight into the buffer and
+/// reads back exactly (holes as zeros, a short last block); the same read into an
+/// unaligned buffer goes through the page cache; and a byte flipped on the disk is still
+/// reported as damage.
 #[test]
 fn large_reads_of_uncached_bytes_go_from_the_disk_into_an_aligned_buffer() {
     let cl = Cluster::with(1, 1, 1 << 20);
@@ -672,8 +673,16 @@ fn large_reads_of_uncached_bytes_go_from_the_disk_into_an_aligned_buffer() {
     }
 
     let reader = client(&cfg);
+    // Off by default: through the page cache.
     let r = reader.open("/dr", &OpenOptions::read_only()).unwrap();
     let mut buf = stripefs_client::IoBuf::new(4 << 20);
+    let before = reader.traffic();
+    assert_eq!(r.read_at(0, &mut buf).unwrap(), len);
+    assert_eq!(reader.traffic().since(&before).self_read, 0);
+    assert!(buf[..len] == data[..], "read back wrong");
+    buf.fill(0);
+    assert!(uncache(&obj));
+    reader.set_direct_reads(true);
     let before = reader.traffic();
     assert_eq!(r.read_at(0, &mut buf).unwrap(), len);
     let t = reader.traffic().since(&before);

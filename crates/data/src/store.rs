@@ -69,6 +69,29 @@ pub trait ObjectFile: Send + Sync {
     }
 }
 
+/// Pages of `f`'s range `[offset, offset + len)` dirty or under writeback, by
+/// `cachestat(2)` (Linux 6.5); `None` where the kernel cannot say.
+fn unwritten_pages(f: &std::fs::File, offset: u64, len: u64) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    /// The same number on every architecture (the common syscall table).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    // struct cachestat_range { off, len } and struct cachestat { nr_cache, nr_dirty,
+    // nr_writeback, nr_evicted, nr_recently_evicted }: all u64.
+    let range = [offset, len];
+    let mut st = [0u64; 5];
+    // SAFETY: both arrays have the kernel's layouts and live across the call; flags 0.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            f.as_raw_fd(),
+            range.as_ptr(),
+            st.as_mut_ptr(),
+            0u32,
+        )
+    };
+    (r == 0).then_some(st[1] + st[2])
+}
+
 /// Reads up to `buf.len()` bytes of `f` at `offset` with `O_DIRECT`, on a new open of
 /// the same file (`O_DIRECT` belongs to an open; `f`'s own stays as it is), through a
 /// page-aligned buffer of its own; fewer only at the file's end.
@@ -174,6 +197,12 @@ impl ObjectFile for FsFile {
     }
 
     fn read_stored(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        // Pages not yet written back are not on the disk: a direct read would first
+        // write them back and wait (on the scrubber's time, under its range lock); the
+        // cached copy is what the disk will get, so it is checked instead.
+        if unwritten_pages(&self.0, offset, buf.len() as u64) != Some(0) {
+            return self.read_at(buf, offset);
+        }
         match read_direct(&self.0, buf, offset) {
             Ok(n) => Ok(n),
             // No O_DIRECT on this file system (tmpfs before Linux 6.6), or an offset it

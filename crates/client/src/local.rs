@@ -183,6 +183,17 @@ impl ShortCircuit {
         conn.as_mut()
     }
 
+    /// Whether a write of `len` bytes from an aligned buffer would be tried as a direct
+    /// write (it is, if its blocks are whole and holes).
+    pub fn writes_direct(&self, len: usize) -> bool {
+        len >= MIN_DIRECT_BYTES
+            && len <= local::MAX_LOCAL_WRITE
+            && self.usable()
+            && !self.write_refused.load(Ordering::Relaxed)
+            && self.direct_enabled.load(Ordering::Relaxed)
+            && !self.direct_refused.load(Ordering::Relaxed)
+    }
+
     /// Writes `data` (whole blocks, `crcs` one per block) at local offset `local` of
     /// `fid`'s object through the server's pipe: the bytes go into the pipe by reference
     /// (`vmsplice`) and the server splices them into its files, so neither side copies

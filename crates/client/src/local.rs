@@ -186,8 +186,7 @@ impl ShortCircuit {
     /// Whether a write of `len` bytes from an aligned buffer would be tried as a direct
     /// write (it is, if its blocks are whole and holes).
     pub fn writes_direct(&self, len: usize) -> bool {
-        len >= MIN_DIRECT_BYTES
-            && len <= local::MAX_LOCAL_WRITE
+        (MIN_DIRECT_BYTES..=local::MAX_LOCAL_WRITE).contains(&len)
             && self.usable()
             && !self.write_refused.load(Ordering::Relaxed)
             && self.direct_enabled.load(Ordering::Relaxed)

@@ -365,7 +365,7 @@ impl Client {
     /// Turns direct reads on or off: large reads of uncached ranges from a data server
     /// on this client's host into a page-aligned buffer (an [`IoBuf`]) go from the disk
     /// into the buffer with `O_DIRECT`, with no copy out of the page cache; off unless
-    /// `STRIPEFS_DIRECT_READS=1` (slower streaming: no readahead).
+    /// `STRIPEFS_DIRECT_READS=1` (into a buffer in small pages, slower streaming).
     pub fn set_direct_reads(&self, on: bool) {
         for p in &self.inner.data {
             if let Some(l) = &p.local {

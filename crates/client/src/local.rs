@@ -748,9 +748,10 @@ fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<(
 /// Whether new clients read large uncached ranges with `O_DIRECT` into page-aligned
 /// buffers (see [`direct_read_fits`]): only if the environment says
 /// `STRIPEFS_DIRECT_READS=1` (or `on`). Off by default: they spare the client the copy
-/// out of the page cache, but a synchronous 1 MiB read at a time, without the kernel's
-/// readahead, streams at a third to two thirds of the buffered rate (docs/benchmarks.md,
-/// tenth session).
+/// out of the page cache, and into an `IoBuf` (huge pages) they streamed faster than
+/// buffered reads, but into a buffer in small pages a 1 MiB read is 256 segments for
+/// the block layer and streamed at a third to two thirds of the buffered rate
+/// (docs/benchmarks.md, tenth session).
 fn direct_reads_default() -> bool {
     matches!(
         std::env::var("STRIPEFS_DIRECT_READS").as_deref(),
@@ -760,9 +761,10 @@ fn direct_reads_default() -> bool {
 
 /// Whether new clients write large new blocks on their host's servers themselves
 /// (direct writes): only if the environment says `STRIPEFS_DIRECT_WRITES=1` (or `on`).
-/// Off by default: they save the servers' CPU and the page cache, but on a disk that
-/// takes large merged writes better than many 1 MiB ones they write more slowly than
-/// the pipe (docs/benchmarks.md, ninth session).
+/// Off by default: they save the servers' CPU and the page cache; they wrote more slowly
+/// than the pipe in the ninth session's runs and faster in the tenth's last ones (with
+/// huge-page buffers and a 16 MiB window), too few runs yet to change the default
+/// (docs/benchmarks.md).
 fn direct_writes_default() -> bool {
     matches!(
         std::env::var("STRIPEFS_DIRECT_WRITES").as_deref(),

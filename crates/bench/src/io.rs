@@ -157,6 +157,11 @@ trait Handle: Send {
         self.write_at(off, &buf)
     }
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()>;
+    /// Reads into a buffer of the native client's (which may read it from the disk
+    /// straight in).
+    fn read_buf(&mut self, off: u64, buf: &mut IoBuf) -> Result<()> {
+        self.read_at(off, buf)
+    }
     fn fsync(&mut self) -> Result<()>;
     fn close(self: Box<Self>) -> Result<()>;
 }
@@ -690,7 +695,7 @@ fn client_phase(
             pattern.fill(off, &mut out);
             h.write_buf(off, out)?;
         } else {
-            h.read_at(off, &mut buf)?;
+            h.read_buf(off, &mut buf)?;
             pattern.verify(off, &buf).map_err(|bad| {
                 anyhow!("verification failed: wrong data in the 4 KiB block at offset {bad} of file {file} (transfer at {off})")
             })?;
@@ -981,6 +986,13 @@ impl Handle for RemoteHandle {
     }
     fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
         let n = self.file()?.read_at(off, buf)?;
+        if n != buf.len() {
+            bail!("short read: {n} of {} bytes at offset {off}", buf.len());
+        }
+        Ok(())
+    }
+    fn read_buf(&mut self, off: u64, buf: &mut IoBuf) -> Result<()> {
+        let n = self.file()?.read_buf(off, buf)?;
         if n != buf.len() {
             bail!("short read: {n} of {} bytes at offset {off}", buf.len());
         }

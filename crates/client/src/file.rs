@@ -204,6 +204,18 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`; fewer only at end of file, none at or
     /// past it. Holes read as zeros. Every block is checked against its stored CRC.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, WireError> {
+        self.read_into(offset, buf, false)
+    }
+
+    /// As [`File::read_at`], into a buffer of the client's (huge pages, page-aligned):
+    /// a large read of bytes a data server on this host holds and the page cache does
+    /// not goes from the disk straight into it (`O_DIRECT`, see
+    /// [`DirectReads`](crate::DirectReads)), with no copy.
+    pub fn read_buf(&self, offset: u64, buf: &mut crate::IoBuf) -> Result<usize, WireError> {
+        self.read_into(offset, buf, true)
+    }
+
+    fn read_into(&self, offset: u64, buf: &mut [u8], iobuf: bool) -> Result<usize, WireError> {
         if !self.read {
             return Err(WireError::new(
                 ErrorCode::BadHandle,
@@ -212,7 +224,7 @@ impl File {
         }
         self.io.check_lost()?;
         let sequential = self.last_read_end.load(Ordering::Relaxed) == offset;
-        let n = self.io.read(&self.cred, offset, buf, sequential)?;
+        let n = self.io.read(&self.cred, offset, buf, sequential, iobuf)?;
         self.last_read_end
             .store(offset + n as u64, Ordering::Relaxed);
         Ok(n)

@@ -824,13 +824,15 @@ impl InodeIo {
     // ---- reads ----
 
     /// Reads into `buf` at `offset`; short only at end of file. `sequential` says the
-    /// read starts where the handle's previous read ended, which enables readahead.
+    /// read starts where the handle's previous read ended, which enables readahead;
+    /// `iobuf` that `buf` lies in an [`IoBuf`].
     pub fn read(
         &self,
         cred: &Cred,
         offset: u64,
         buf: &mut [u8],
         sequential: bool,
+        iobuf: bool,
     ) -> Result<usize, WireError> {
         if let Some(b) = self.read_inline(cred, offset, buf.len() as u64)? {
             buf[..b.len()].copy_from_slice(&b);
@@ -840,7 +842,7 @@ impl InodeIo {
         if n == 0 {
             return Ok(0);
         }
-        if self.read_local(offset, &mut buf[..n as usize]) {
+        if self.read_local(offset, &mut buf[..n as usize], iobuf) {
             return Ok(n as usize);
         }
         let parts = self.fetch(cred, offset, n, size, sequential)?;
@@ -860,7 +862,7 @@ impl InodeIo {
     /// partial first or last block goes through a block of its own). `false` when the
     /// read must go the usual way (some server is remote or refuses, or a block fails its
     /// checksum, which the server's path then reports); `out` is then rewritten by it.
-    fn read_local(&self, offset: u64, out: &mut [u8]) -> bool {
+    fn read_local(&self, offset: u64, out: &mut [u8], iobuf: bool) -> bool {
         let block = BLOCK_BYTES as u64;
         let end = offset + out.len() as u64;
         let stripe = self.geo.stripe();
@@ -889,7 +891,7 @@ impl InodeIo {
                 }
                 let start = from / block * block;
                 edge.resize(block as usize, 0);
-                if !sc.read(fid, unit, start, &mut edge) {
+                if !sc.read(fid, unit, start, &mut edge, false) {
                     return false;
                 }
                 dst.copy_from_slice(&edge[(from - start) as usize..(to - start) as usize]);
@@ -898,7 +900,7 @@ impl InodeIo {
             let (head, rest) = dst.split_at_mut((a - lo) as usize);
             let (middle, tail) = rest.split_at_mut((b - a) as usize);
             if !edge_read(lo, a, head)
-                || (b > a && !sc.read(fid, unit, a, middle))
+                || (b > a && !sc.read(fid, unit, a, middle, iobuf))
                 || !edge_read(b, hi, tail)
             {
                 return false;
@@ -1283,7 +1285,7 @@ impl InodeIo {
             .submit(self.places[place as usize], move || {
                 let mut buf = vec![0u8; len as usize];
                 if let Some(sc) = pool.local.as_ref().filter(|l| l.usable()) {
-                    if sc.read(fid.0, unit, local, &mut buf) {
+                    if sc.read(fid.0, unit, local, &mut buf, false) {
                         p.fulfil(Ok(Arc::new(buf)));
                         return;
                     }

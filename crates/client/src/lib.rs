@@ -42,6 +42,7 @@ mod session;
 pub use abuf::IoBuf;
 pub use client::{DataStatus, MetaStatus, StatFs};
 pub use file::{File, OpenOptions};
+pub use local::DirectReads;
 pub use pool::Transport;
 pub use stripefs_rpc::ClusterConfig;
 pub use stripefs_wire::{
@@ -362,15 +363,15 @@ impl Client {
         }
     }
 
-    /// Turns direct reads on or off: large reads of uncached ranges from a data server
-    /// on this client's host into a page-aligned buffer (an [`IoBuf`]) go from the disk
-    /// into the buffer with `O_DIRECT`, with no copy out of the page cache; off unless
-    /// `STRIPEFS_DIRECT_READS=1` (into a buffer in small pages, slower streaming).
-    pub fn set_direct_reads(&self, on: bool) {
+    /// Chooses which large reads of uncached ranges from a data server on this
+    /// client's host go from the disk straight into the caller's buffer with `O_DIRECT`,
+    /// with no copy out of the page cache ([`DirectReads`]; by default reads into an
+    /// [`IoBuf`], or as `STRIPEFS_DIRECT_READS` says).
+    pub fn set_direct_reads(&self, which: DirectReads) {
         for p in &self.inner.data {
             if let Some(l) = &p.local {
                 l.direct_reads
-                    .store(on, std::sync::atomic::Ordering::Relaxed);
+                    .store(which as u8, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use stripefs_layout::Stripe;
@@ -75,10 +75,10 @@ pub(crate) struct ShortCircuit {
     /// The server takes no direct writes (throttled targets, or a file system without
     /// `O_DIRECT`); writes go through its pipe.
     direct_refused: AtomicBool,
-    /// Large reads of bytes not in the page cache go from the disk into the caller's
-    /// page-aligned buffer (`O_DIRECT`), not through the page cache and a copy
-    /// (`STRIPEFS_DIRECT_READS`, `Client::set_direct_reads`).
-    pub direct_reads: AtomicBool,
+    /// Which large reads of bytes not in the page cache go from the disk into the
+    /// caller's buffer (`O_DIRECT`), not through the page cache and a copy: a
+    /// [`DirectReads`] as a number (`STRIPEFS_DIRECT_READS`, `Client::set_direct_reads`).
+    pub direct_reads: AtomicU8,
     /// Bytes read with `O_DIRECT` (part of `bytes`).
     pub direct_read: AtomicU64,
     /// Bytes read directly.
@@ -107,7 +107,7 @@ impl ShortCircuit {
             write_refused: AtomicBool::new(false),
             direct_enabled: AtomicBool::new(direct_writes_default()),
             direct_refused: AtomicBool::new(false),
-            direct_reads: AtomicBool::new(direct_reads_default()),
+            direct_reads: AtomicU8::new(direct_reads_default() as u8),
             direct_read: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -361,8 +361,10 @@ impl ShortCircuit {
     /// aligned; the object striped over the server's targets with `unit`) directly from
     /// the server's files, holes as zeros, every written block verified. `false` when
     /// the caller must read through the server instead (`buf` is then zeroed again).
-    pub fn read(&self, fid: u64, unit: u32, local: u64, buf: &mut [u8]) -> bool {
-        let ok = self.try_read(fid, unit, local, buf);
+    /// `iobuf`: `buf` lies in an [`IoBuf`](crate::IoBuf) (huge pages), which
+    /// [`DirectReads::IoBufs`] reads directly.
+    pub fn read(&self, fid: u64, unit: u32, local: u64, buf: &mut [u8], iobuf: bool) -> bool {
+        let ok = self.try_read(fid, unit, local, buf, iobuf);
         if ok {
             self.bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         } else {
@@ -375,7 +377,7 @@ impl ShortCircuit {
         ok
     }
 
-    fn try_read(&self, fid: u64, unit: u32, local: u64, buf: &mut [u8]) -> bool {
+    fn try_read(&self, fid: u64, unit: u32, local: u64, buf: &mut [u8], iobuf: bool) -> bool {
         if local % BLOCK != 0 || buf.len() as u64 % BLOCK != 0 || unit as u64 % BLOCK != 0 {
             return false;
         }
@@ -385,7 +387,11 @@ impl ShortCircuit {
         let Ok(stripe) = Stripe::new(unit as u64, files.len() as u32) else {
             return false;
         };
-        let direct = self.direct_reads.load(Ordering::Relaxed);
+        let direct = match DirectReads::from_u8(self.direct_reads.load(Ordering::Relaxed)) {
+            DirectReads::Off => false,
+            DirectReads::IoBufs => iobuf && crate::abuf::huge_pages(),
+            DirectReads::Any => true,
+        };
         for p in stripe.split(local, buf.len() as u64) {
             let at = (p.global - local) as usize;
             let out = &mut buf[at..at + p.len as usize];
@@ -745,18 +751,43 @@ fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<(
     Ok(())
 }
 
-/// Whether new clients read large uncached ranges with `O_DIRECT` into page-aligned
-/// buffers (see [`direct_read_fits`]): only if the environment says
-/// `STRIPEFS_DIRECT_READS=1` (or `on`). Off by default: they spare the client the copy
-/// out of the page cache, and into an `IoBuf` (huge pages) they streamed faster than
-/// buffered reads, but into a buffer in small pages a 1 MiB read is 256 segments for
-/// the block layer and streamed at a third to two thirds of the buffered rate
-/// (docs/benchmarks.md, tenth session).
-fn direct_reads_default() -> bool {
-    matches!(
-        std::env::var("STRIPEFS_DIRECT_READS").as_deref(),
-        Ok("1" | "on" | "true")
-    )
+/// Which short-circuit reads of large uncached ranges go from the disk straight into the
+/// caller's buffer with `O_DIRECT` (see [`direct_read_fits`]), sparing the client the copy
+/// out of the page cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DirectReads {
+    /// None.
+    Off = 0,
+    /// Reads into an [`IoBuf`](crate::IoBuf) (`File::read_buf`), where the kernel maps
+    /// IoBufs in huge pages (the default): measured two to four times faster than
+    /// buffered reads, since a 1 MiB read into one huge page is one segment for the
+    /// block layer (docs/benchmarks.md, tenth session).
+    IoBufs = 1,
+    /// Every read into a page-aligned buffer. Into a buffer in small pages a 1 MiB read
+    /// is 256 segments, and such reads streamed at a third to two thirds of the
+    /// buffered rate.
+    Any = 2,
+}
+
+impl DirectReads {
+    fn from_u8(v: u8) -> DirectReads {
+        match v {
+            0 => DirectReads::Off,
+            2 => DirectReads::Any,
+            _ => DirectReads::IoBufs,
+        }
+    }
+}
+
+/// New clients' [`DirectReads`]: `STRIPEFS_DIRECT_READS=0` (or `off`) none, `=1` (or `on`,
+/// `all`) every aligned read, otherwise reads into IoBufs.
+fn direct_reads_default() -> DirectReads {
+    match std::env::var("STRIPEFS_DIRECT_READS").as_deref() {
+        Ok("0" | "off" | "false") => DirectReads::Off,
+        Ok("1" | "on" | "true" | "all") => DirectReads::Any,
+        _ => DirectReads::IoBufs,
+    }
 }
 
 /// Whether new clients write large new blocks on their host's servers themselves

@@ -792,10 +792,10 @@ fn direct_reads_default() -> DirectReads {
 
 /// Whether new clients write large new blocks on their host's servers themselves
 /// (direct writes): only if the environment says `STRIPEFS_DIRECT_WRITES=1` (or `on`).
-/// Off by default: they save the servers' CPU and the page cache; they wrote more slowly
-/// than the pipe in the ninth session's runs and faster in the tenth's last ones (with
-/// huge-page buffers and a 16 MiB window), too few runs yet to change the default
-/// (docs/benchmarks.md).
+/// Off by default: they save the servers' CPU and the page cache, and in the tenth
+/// session's runs wrote as fast as the pipe, but a `pwrite` that outlives its grant
+/// (the server restarted, or the grant timed out) can land on blocks another writer got
+/// since, which then read as checksum errors (docs/protocol.md, "Short-circuit socket").
 fn direct_writes_default() -> bool {
     matches!(
         std::env::var("STRIPEFS_DIRECT_WRITES").as_deref(),

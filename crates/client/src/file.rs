@@ -301,14 +301,19 @@ impl File {
     /// handle has more than its write window in flight, or for earlier writes that
     /// overlap. Returns an earlier background write's error if one is pending.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), WireError> {
+        self.writable()?;
+        self.io.write(&self.cred, offset, data, self.window)
+    }
+
+    /// Refuses writes through a handle not open for writing, or whose file was lost.
+    fn writable(&self) -> Result<(), WireError> {
         if !self.write {
             return Err(WireError::new(
                 ErrorCode::BadHandle,
                 format!("{} is not open for writing", self.describe()),
             ));
         }
-        self.io.check_lost()?;
-        self.io.write(&self.cred, offset, data, self.window)
+        self.io.check_lost()
     }
 
     /// As [`File::write_at`], with the bytes in a buffer given to the client: when they
@@ -318,13 +323,7 @@ impl File {
     /// Otherwise its bytes are copied as `write_at` copies them. Fill it from
     /// [`IoBuf::new`](crate::IoBuf::new); it goes back to the pool once written.
     pub fn write_buf(&self, offset: u64, buf: crate::IoBuf) -> Result<(), WireError> {
-        if !self.write {
-            return Err(WireError::new(
-                ErrorCode::BadHandle,
-                format!("{} is not open for writing", self.describe()),
-            ));
-        }
-        self.io.check_lost()?;
+        self.writable()?;
         self.io.write_buf(&self.cred, offset, buf, self.window)
     }
 

@@ -617,41 +617,7 @@ fn direct_read_fits(f: &std::fs::File, off: u64, out: &[u8]) -> bool {
         && out.as_ptr() as usize % PAGE == 0
         && out.len() % PAGE == 0
         && off % PAGE as u64 == 0
-        && cached_pages(f, off, out.len() as u64) == Some(0)
-}
-
-/// Pages of `f`'s range `[off, off + len)` in the page cache, by `cachestat(2)`; `None`
-/// when the kernel cannot say.
-fn cached_pages(f: &std::fs::File, off: u64, len: u64) -> Option<u64> {
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Stat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    /// The same number on every architecture (the common syscall table).
-    const SYS_CACHESTAT: libc::c_long = 451;
-    let range = Range { off, len };
-    let mut st = Stat::default();
-    // SAFETY: both structs are the kernel's layout and live across the call; flags 0.
-    let r = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            f.as_raw_fd(),
-            &range as *const Range,
-            &mut st as *mut Stat,
-            0u32,
-        )
-    };
-    (r == 0).then_some(st.nr_cache)
+        && local::cachestat(f, off, out.len() as u64).is_some_and(|c| c.cached == 0)
 }
 
 /// Reads and verifies `out.len()` bytes at target offset `off` (block aligned).
@@ -727,27 +693,9 @@ fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()>
 /// file again, and where it has none the caller reads through the page cache instead).
 /// Bytes past the file's end are zeros.
 fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let d = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
-    let mut done = 0;
-    while done < buf.len() {
-        match d.read_at(&mut buf[done..], off + done as u64) {
-            Ok(0) => break,
-            // Short of a page: the file's end (another read would need an unaligned
-            // offset, which O_DIRECT refuses).
-            Ok(n) if n % PAGE != 0 => {
-                done += n;
-                break;
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf[done..].fill(0);
+    let d = local::open_direct_reader(f)?;
+    let n = local::pread_direct(&d, buf, off)?;
+    buf[n..].fill(0);
     Ok(())
 }
 

@@ -631,11 +631,7 @@ fn uncache(path: &std::path::Path) -> bool {
     // SAFETY: advice on an open descriptor.
     let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     assert_eq!(r, 0);
-    let range = [0u64, 0];
-    let mut st = [0u64; 5];
-    // SAFETY: cachestat(2) with the kernel's layouts (two and five u64s).
-    let r = unsafe { libc::syscall(451, f.as_raw_fd(), range.as_ptr(), st.as_mut_ptr(), 0u32) };
-    r == 0 && st[0] == 0
+    stripefs_rpc::local::cachestat(&f, 0, 0).is_some_and(|c| c.cached == 0)
 }
 
 /// Direct reads: a large read of bytes the page cache does not hold, into an IoBuf

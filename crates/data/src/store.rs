@@ -69,62 +69,20 @@ pub trait ObjectFile: Send + Sync {
     }
 }
 
-/// Pages of `f`'s range `[offset, offset + len)` dirty or under writeback, by
-/// `cachestat(2)` (Linux 6.5); `None` where the kernel cannot say.
-fn unwritten_pages(f: &std::fs::File, offset: u64, len: u64) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    /// The same number on every architecture (the common syscall table).
-    const SYS_CACHESTAT: libc::c_long = 451;
-    // struct cachestat_range { off, len } and struct cachestat { nr_cache, nr_dirty,
-    // nr_writeback, nr_evicted, nr_recently_evicted }: all u64.
-    let range = [offset, len];
-    let mut st = [0u64; 5];
-    // SAFETY: both arrays have the kernel's layouts and live across the call; flags 0.
-    let r = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            f.as_raw_fd(),
-            range.as_ptr(),
-            st.as_mut_ptr(),
-            0u32,
-        )
-    };
-    (r == 0).then_some(st[1] + st[2])
-}
-
 /// Reads up to `buf.len()` bytes of `f` at `offset` with `O_DIRECT`, on a new open of
 /// the same file (`O_DIRECT` belongs to an open; `f`'s own stays as it is), through a
 /// page-aligned buffer of its own; fewer only at the file's end.
 fn read_direct(f: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::OpenOptionsExt;
     const ALIGN: usize = 4096;
     if offset % ALIGN as u64 != 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let d = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
-        .open(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    let d = stripefs_rpc::local::open_direct_reader(f)?;
     let want = buf.len().div_ceil(ALIGN) * ALIGN;
     let mut space = vec![0u8; want + ALIGN];
     let at = space.as_ptr().align_offset(ALIGN);
     let tmp = &mut space[at..at + want];
-    let mut done = 0;
-    while done < want {
-        match d.read_at(&mut tmp[done..], offset + done as u64) {
-            Ok(0) => break,
-            // Short of a block: the file's end.
-            Ok(n) if n % ALIGN != 0 => {
-                done += n;
-                break;
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    let n = done.min(buf.len());
+    let n = stripefs_rpc::local::pread_direct(&d, tmp, offset)?.min(buf.len());
     buf[..n].copy_from_slice(&tmp[..n]);
     Ok(n)
 }
@@ -200,7 +158,8 @@ impl ObjectFile for FsFile {
         // Pages not yet written back are not on the disk: a direct read would first
         // write them back and wait (on the scrubber's time, under its range lock); the
         // cached copy is what the disk will get, so it is checked instead.
-        if unwritten_pages(&self.0, offset, buf.len() as u64) != Some(0) {
+        let stat = stripefs_rpc::local::cachestat(&self.0, offset, buf.len() as u64);
+        if !stat.is_some_and(|c| c.unwritten == 0) {
             return self.read_at(buf, offset);
         }
         match read_direct(&self.0, buf, offset) {

@@ -360,15 +360,9 @@ fn background_scrubber_finds_damage() {
     assert!(damaged >= 1, "the scrubber found nothing");
 }
 
-/// Pages of `f` in the page cache (`cachestat(2)`, Linux 6.5); `None` where the kernel
-/// cannot say.
+/// Pages of `f` in the page cache; `None` where the kernel cannot say.
 fn cached_pages(f: &std::fs::File) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    let range = [0u64, 0]; // offset 0, length 0: to the end of the file
-    let mut st = [0u64; 5];
-    // SAFETY: the kernel's struct layouts (two and five u64s), alive across the call.
-    let r = unsafe { libc::syscall(451, f.as_raw_fd(), range.as_ptr(), st.as_mut_ptr(), 0u32) };
-    (r == 0).then_some(st[0])
+    stripefs_rpc::local::cachestat(f, 0, 0).map(|c| c.cached)
 }
 
 /// Writes `f`'s dirty pages and drops its cached ones.

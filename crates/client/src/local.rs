@@ -400,11 +400,18 @@ impl ShortCircuit {
                 Some(d) if direct && direct_read_fits(d, p.local, out) => Via::Direct,
                 _ => Via::PageCache,
             };
-            if !read_target(data.as_ref(), sidecar.as_ref(), p.local, out, how) {
-                return false;
-            }
-            if how == Via::Direct {
-                self.direct_read.fetch_add(p.len, Ordering::Relaxed);
+            match read_target(data.as_ref(), sidecar.as_ref(), p.local, out, how) {
+                None => return false,
+                Some(Via::Direct) => {
+                    self.direct_read.fetch_add(p.len, Ordering::Relaxed);
+                }
+                // Asked for and not done: this client reads this server's files through
+                // the page cache from now on, without trying again each time.
+                Some(Via::PageCache) if how == Via::Direct => {
+                    self.direct_reads
+                        .store(DirectReads::Off as u8, Ordering::Relaxed);
+                }
+                Some(Via::PageCache) => {}
             }
         }
         true
@@ -620,33 +627,40 @@ fn direct_read_fits(f: &std::fs::File, off: u64, out: &[u8]) -> bool {
         && local::cachestat(f, off, out.len() as u64).is_some_and(|c| c.cached == 0)
 }
 
-/// Reads and verifies `out.len()` bytes at target offset `off` (block aligned).
+/// Reads and verifies `out.len()` bytes at target offset `off` (block aligned) the way
+/// `how` says, or through the page cache where a direct read cannot be done; returns
+/// the way taken, `None` when the caller must read through the server.
 fn read_target(
     data: Option<&std::fs::File>,
     sidecar: Option<&std::fs::File>,
     off: u64,
     out: &mut [u8],
-    how: Via,
-) -> bool {
+    mut how: Via,
+) -> Option<Via> {
     let blocks = out.len() / BLOCK as usize;
     let mut entries = vec![0u8; blocks * ENTRY_BYTES as usize];
     // Checksums first, then data, as the server reads: a block rewritten in between
     // shows as a mismatch, never as wrong bytes passed on.
     if let Some(s) = sidecar {
         if read_full(s, &mut entries, off / BLOCK * ENTRY_BYTES).is_err() {
-            return false;
+            return None;
         }
     }
     match (data, how) {
         (Some(d), Via::PageCache) => {
             if read_full(d, out, off).is_err() {
-                return false;
+                return None;
             }
         }
         (Some(d), Via::Direct) => {
             if let Err(e) = read_direct(d, out, off) {
-                tracing::debug!("short-circuit direct read at {off}: {e}");
-                return false;
+                // This process may not open the file itself (another user's client) or
+                // the file system takes no O_DIRECT: the server's descriptor still reads.
+                tracing::debug!("short-circuit direct read at {off}: {e}; through the page cache");
+                how = Via::PageCache;
+                if read_full(d, out, off).is_err() {
+                    return None;
+                }
             }
         }
         (None, _) => out.fill(0),
@@ -659,15 +673,15 @@ fn read_target(
             Ok(Entry::Hole) => block.fill(0),
             Ok(Entry::Written(crc)) => {
                 if padded_block_crc(block) != crc {
-                    return false;
+                    return None;
                 }
             }
             // Pieces in the server's log lie on top of these bytes (docs/objects.md,
             // "Writes"), or a flag this version does not know: the server serves it.
-            Ok(Entry::Pieces(_)) | Err(_) => return false,
+            Ok(Entry::Pieces(_)) | Err(_) => return None,
         }
     }
-    true
+    Some(how)
 }
 
 /// Fills `buf` from `f` at `off`; bytes past the file's end are zeros.

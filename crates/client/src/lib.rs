@@ -353,7 +353,7 @@ impl Client {
 
     /// Turns direct writes on or off: large writes of new blocks to a data server on
     /// this client's host written by the client itself with `O_DIRECT` (docs/protocol.md,
-    /// "Short-circuit socket"); off unless `STRIPEFS_DIRECT_WRITES=1`.
+    /// "Short-circuit socket"); on unless `STRIPEFS_DIRECT_WRITES=0`.
     pub fn set_direct_writes(&self, on: bool) {
         for p in &self.inner.data {
             if let Some(l) = &p.local {

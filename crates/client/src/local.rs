@@ -11,9 +11,10 @@
 //! good (throttled targets) is not asked again.
 //!
 //! Whole-block writes go through the same socket, their bytes in a pipe
-//! ([`ShortCircuit::write`]); the server checks and stores them as for any write. With
-//! direct writes on, large writes of new blocks are written by the client into the
-//! server's files itself (`O_DIRECT`) and the server stores their CRCs.
+//! ([`ShortCircuit::write`]); the server checks and stores them as for any write. Large
+//! writes of new blocks from aligned buffers (direct writes, on by default) are written
+//! by the client into the server's files itself (`O_DIRECT`) and the server stores their
+//! CRCs.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -69,8 +70,8 @@ pub(crate) struct ShortCircuit {
     refused: AtomicBool,
     /// The server takes no short-circuit writes (throttled targets).
     write_refused: AtomicBool,
-    /// The client wants direct writes (`STRIPEFS_DIRECT_WRITES=1`,
-    /// `Client::set_direct_writes`).
+    /// The client wants direct writes (the default; `STRIPEFS_DIRECT_WRITES=0` and
+    /// `Client::set_direct_writes(false)` turn them off).
     pub direct_enabled: AtomicBool,
     /// The server takes no direct writes (throttled targets, or a file system without
     /// `O_DIRECT`); writes go through its pipe.
@@ -753,15 +754,14 @@ fn direct_reads_default() -> DirectReads {
 }
 
 /// Whether new clients write large new blocks on their host's servers themselves
-/// (direct writes): only if the environment says `STRIPEFS_DIRECT_WRITES=1` (or `on`).
-/// Off by default: they save the servers' CPU and the page cache, and in the tenth
-/// session's runs wrote as fast as the pipe, but a `pwrite` that outlives its grant
-/// (the server restarted, or the grant timed out) can land on blocks another writer got
-/// since, which then read as checksum errors (docs/protocol.md, "Short-circuit socket").
+/// (direct writes): yes unless the environment says `STRIPEFS_DIRECT_WRITES=0` (or
+/// `off`). They save the servers' CPU and the page cache; a write whose grant ended
+/// without the client's answer is fenced by the server (docs/protocol.md,
+/// "Short-circuit socket").
 fn direct_writes_default() -> bool {
-    matches!(
+    !matches!(
         std::env::var("STRIPEFS_DIRECT_WRITES").as_deref(),
-        Ok("1" | "on" | "true")
+        Ok("0" | "off" | "false")
     )
 }
 

@@ -264,20 +264,22 @@ fn reads_racing_rewrites_see_whole_blocks() {
 }
 
 /// Writes from a client on a data server's host go through the server (whole blocks;
-/// the rest over TCP): through the pipe by default; with direct writes on, large writes
-/// of new blocks written by the client into the files itself and rewrites of written
-/// ones through the pipe; all read back exactly through the server.
+/// the rest over TCP): through the pipe with direct writes off; by default, large
+/// writes of new blocks written by the client into the files itself and rewrites of
+/// written ones through the pipe; all read back exactly through the server.
 #[test]
 fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
     let cl = Cluster::with(2, 2, 64 << 10);
     let (cfg, _socks) = on_one_host(&cl);
     let w = client(&cfg);
-    // Off by default: the pipe.
+    // Direct writes off: the pipe.
+    w.set_direct_writes(false);
     let before = w.traffic();
     w.write_file("/p", &pattern(20, 1 << 20), 0o644).unwrap();
     let t = w.traffic().since(&before);
     assert!(t.direct_written >= 1 << 20 && t.self_written == 0, "{t:?}");
-    w.set_direct_writes(true);
+    // On by default.
+    let w = client(&cfg);
     let mut data = pattern(21, (3 << 20) + 12345);
     let f = w
         .open(
@@ -619,6 +621,91 @@ fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
         .read_at(262144, &mut got)
         .expect_err("a block under a wrong CRC read");
     assert_eq!(e.code, ErrorCode::Checksum, "{e}");
+}
+
+/// A direct write whose connection ends before the client says it is done (its peer
+/// timed out, the server restarted) may still land: the server cannot take the
+/// descriptors back. Its blocks stay locked until the client has closed them, so a
+/// later writer's bytes are never overwritten by the late write; and a server started
+/// again on the same disks waits for the grants of the run before it.
+#[test]
+fn a_late_direct_write_never_lands_over_a_later_writer() {
+    use stripefs_rpc::local::{self, DirectWrite, Granted};
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    c.write_file("/late", &pattern(61, 4096), 0o644).unwrap();
+    let ino = c.stat("/late").unwrap().ino;
+    // A grant of `[offset, offset + 8 KiB)` on a connection that then ends: the pieces
+    // and the descriptors the client still holds.
+    let abandoned = |offset: u64| {
+        let sock = cfg.data[0].local_socket.clone().unwrap();
+        let s = local::Seqpacket::connect(&sock, std::time::Duration::from_secs(5)).unwrap();
+        local::client_handshake(&s, &cfg.secret).unwrap();
+        let w = DirectWrite {
+            fid: ino.0,
+            unit: 64 << 10,
+            offset,
+            len: 8192,
+        };
+        s.send(&local::direct_request(&w), &[]).unwrap();
+        let (m, fds) = s.recv().unwrap();
+        match local::parse_grant(&m, fds, 8192).unwrap() {
+            Granted::Go(pieces, files) => (pieces, files),
+            _ => panic!("no grant"),
+        }
+    };
+    let (pieces, files) = abandoned(65536);
+    let writer = {
+        let cfg = cfg.clone();
+        std::thread::spawn(move || {
+            let c = client(&cfg);
+            c.set_short_circuit(false);
+            let f = c.open("/late", &OpenOptions::write_only()).unwrap();
+            f.write_at(65536, &pattern(62, 8192)).unwrap();
+            f.fsync().unwrap();
+            f.close().unwrap();
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !writer.is_finished(),
+        "another writer got the blocks of a grant whose descriptors are still open"
+    );
+    // The late write lands now; only then does the client close the descriptors.
+    let (late, at) = aligned(&pattern(63, 8192));
+    let mut done = 0;
+    for p in &pieces {
+        let part = &late[at + done..at + done + p.len as usize];
+        files[p.fd as usize].write_all_at(part, p.offset).unwrap();
+        done += p.len as usize;
+    }
+    drop(files);
+    writer.join().unwrap();
+    let reader = client(&cfg);
+    reader.set_short_circuit(false);
+    let f = reader.open("/late", &OpenOptions::read_only()).unwrap();
+    let mut got = vec![0u8; 8192];
+    f.read_at(65536, &mut got).unwrap();
+    assert!(
+        got == pattern(62, 8192),
+        "the later writer's bytes were not kept"
+    );
+
+    // A server started again on these disks while a grant of its earlier run is held
+    // serves nothing until that grant's descriptors are closed.
+    let (_, files) = abandoned(131072);
+    let targets = cl.targets[0].clone();
+    let again = std::thread::spawn(move || {
+        stripefs_data::DataService::open(stripefs_client::ServerId(0), &targets, None).map(|_| ())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !again.is_finished(),
+        "a restarted server did not wait for a grant of its earlier run"
+    );
+    drop(files);
+    again.join().unwrap().unwrap();
 }
 
 /// Writes `f`'s dirty pages and drops its cached ones, as if the server's host had been

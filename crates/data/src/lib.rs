@@ -20,6 +20,7 @@
 
 mod cache;
 mod clock;
+mod fence;
 mod hostnet;
 mod intent;
 mod local;

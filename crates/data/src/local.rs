@@ -267,7 +267,8 @@ fn serve_conn(
 /// Serves one direct write (docs/protocol.md "Short-circuit socket"): grants the range,
 /// waits (at most [`WRITE_TIMEOUT`]) for the client to write it and send its CRCs, and
 /// stores them. A malformed message, a silent client or a broken connection ends the
-/// connection; the grant's blocks then stay holes.
+/// connection; the grant's blocks then stay holes, locked until the client has closed
+/// the grant's descriptors (fence.rs).
 fn direct(c: &Seqpacket, service: &DataService, m: &[u8]) -> std::io::Result<()> {
     let w = match local::parse_direct(m) {
         Ok(w) => w,
@@ -281,14 +282,23 @@ fn direct(c: &Seqpacket, service: &DataService, m: &[u8]) -> std::io::Result<()>
         Err(e) => return c.send(&refusal(service, e, NO_DIRECT), &[]),
     };
     let fds: Vec<_> = grant.files.iter().map(|f| f.as_raw_fd()).collect();
-    c.send(&local::grant_answer(&grant.pieces()), &fds)?;
-    c.set_timeout(WRITE_TIMEOUT)?;
-    let (done, _) = c.recv()?;
-    c.set_timeout(IDLE_TIMEOUT)?;
-    let crcs = match local::parse_direct_done(&done, grant.blocks()) {
+    let answered = c
+        .send(&local::grant_answer(&grant.pieces()), &fds)
+        .and_then(|()| c.set_timeout(WRITE_TIMEOUT))
+        .and_then(|()| c.recv())
+        .and_then(|(done, _)| {
+            c.set_timeout(IDLE_TIMEOUT)?;
+            local::parse_direct_done(&done, grant.blocks()).inspect_err(|e| {
+                let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
+            })
+        });
+    let crcs = match answered {
         Ok(crcs) => crcs,
         Err(e) => {
-            let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
+            // A client still writing sees the end at once (and closes the descriptors
+            // the wait below is for) rather than wait for an answer.
+            c.shutdown();
+            service.direct_abandon(grant);
             return Err(e);
         }
     };

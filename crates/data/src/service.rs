@@ -151,6 +151,9 @@ pub struct DataService {
     /// Asks the metadata server about scoped tokens (`set_token_checker`); without one,
     /// connections made with a token are refused every file request.
     tokens: std::sync::OnceLock<crate::tokens::TokenChecker>,
+    /// The fence of direct writes (`fence.rs`); `None` for stores without files, which
+    /// grant none.
+    fence: Option<crate::fence::GrantFence>,
 }
 
 impl DataService {
@@ -263,8 +266,17 @@ impl DataService {
                 throttle: throttle_bytes_s.map(|r| Throttle::new(r, clock.clone())),
             });
         }
+        // Before anything is served: a client's direct write granted by an earlier run of
+        // this server may still be landing (fence.rs).
+        let fence = store.grant_fence(&targets[0]).map_err(|e| {
+            format!(
+                "cannot open the direct-write fence on target {}: {e}",
+                targets[0].display()
+            )
+        })?;
         Ok(Arc::new(DataService {
             id,
+            fence,
             targets: ts,
             store,
             clock,
@@ -715,11 +727,15 @@ impl DataService {
     ) -> Result<DirectGrant, LocalWriteError> {
         let stripe = self.local_stripe(w.unit)?;
         let fid = InodeId(w.fid);
+        let Some(fence) = self.fence.as_ref() else {
+            return Err(LocalWriteError::Refused);
+        };
         let mut grant = DirectGrant {
             fid,
             blocks: (w.len as u64 / BLOCK) as usize,
             units: Vec::new(),
             files: Vec::new(),
+            fence: None,
         };
         let mut fd_of_target: Vec<Option<u16>> = vec![None; self.targets.len()];
         for p in stripe.split(w.offset, w.len as u64) {
@@ -773,7 +789,38 @@ impl DataService {
                 _guard: guard,
             });
         }
+        // Last, after the data files the pieces name: the client holds it as long as
+        // it may still write (fence.rs).
+        let (f, n) = fence.take().map_err(|e| {
+            LocalWriteError::Failed(WireError::new(
+                ErrorCode::Io,
+                format!("data server {}: direct-write fence: {e}", self.id.0),
+            ))
+        })?;
+        grant.files.push(f);
+        grant.fence = Some(n);
         Ok(grant)
+    }
+
+    /// Ends a grant whose client did not say it is done (the connection broke or timed
+    /// out, or its message was malformed): the blocks stay holes, and stay locked until
+    /// the client has closed the grant's descriptors, so that none of its writes can
+    /// land once another writer has the blocks (fence.rs).
+    pub(crate) fn direct_abandon(&self, mut grant: DirectGrant) {
+        grant.files.clear();
+        if let (Some(fence), Some(n)) = (self.fence.as_ref(), grant.fence) {
+            if let Err(e) = fence.wait(n) {
+                // The blocks stay locked for good rather than risk a late write.
+                tracing::error!(
+                    "data server {}: cannot wait for the end of a direct write to {}: {e}; its blocks stay locked",
+                    self.id.0,
+                    grant.fid
+                );
+                std::mem::forget(grant);
+                return;
+            }
+        }
+        drop(grant);
     }
 
     /// Ends a granted direct write: with `crcs` (the client wrote every piece whole),
@@ -1803,8 +1850,11 @@ pub(crate) struct DirectGrant {
     /// Blocks of the whole range.
     blocks: usize,
     units: Vec<DirectUnit>,
-    /// The write descriptors handed out, one per target of the range.
+    /// The descriptors handed out: a write descriptor per target of the range, then the
+    /// fence's.
     pub files: Vec<std::fs::File>,
+    /// The grant's byte of the fence file.
+    fence: Option<u64>,
 }
 
 impl DirectGrant {

@@ -122,6 +122,11 @@ pub trait Storage: Send + Sync + 'static {
             "this store has no files to hand out",
         ))
     }
+    /// The fence of direct writes in `root` (`fence.rs`), after every grant an earlier run
+    /// handed out there is over; `None` for stores that hand out no descriptors.
+    fn grant_fence(&self, _root: &Path) -> io::Result<Option<crate::fence::GrantFence>> {
+        Ok(None)
+    }
     /// Opens the file at `path` for [`ObjectFile::append`], creating it if absent.
     fn open_append(&self, path: &Path) -> io::Result<Arc<dyn ObjectFile>> {
         self.open(path, true)?
@@ -275,6 +280,10 @@ impl ObjectFile for FsFile {
 }
 
 impl Storage for FsStore {
+    fn grant_fence(&self, root: &Path) -> io::Result<Option<crate::fence::GrantFence>> {
+        crate::fence::GrantFence::open(root).map(Some)
+    }
+
     fn open_read_only(&self, path: &Path) -> io::Result<Option<std::fs::File>> {
         match std::fs::File::open(path) {
             Ok(f) => Ok(Some(f)),

@@ -252,6 +252,13 @@ impl Seqpacket {
         Ok(())
     }
 
+    /// Ends the connection both ways now (the peer's calls see its end), although the
+    /// descriptor stays open until dropped.
+    pub fn shutdown(&self) {
+        // SAFETY: shutdown of a socket we own; an error (already shut) changes nothing.
+        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+
     /// Sends one message with `fds` attached.
     pub fn send(&self, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {
         assert!(msg.len() <= MAX_MESSAGE && fds.len() <= MAX_FDS);

@@ -708,6 +708,69 @@ fn a_late_direct_write_never_lands_over_a_later_writer() {
     again.join().unwrap().unwrap();
 }
 
+/// A client that may not open the server's files itself (another user's process; object
+/// files are the server's, mode 0600) still reads short-circuit, through the server's
+/// descriptors and the page cache, exactly, and never directly: the kernel refuses it
+/// `cachestat` on them (Linux 6.18 allows it only to those who may write the file), and
+/// the direct read's reopen through `/proc/self/fd` would check its access again. Run as
+/// root, from a thread whose file-system uid is `nobody`.
+#[test]
+fn a_client_that_may_not_open_the_servers_files_reads_them_through_the_page_cache() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to take another file-system uid");
+        return;
+    }
+    let cl = Cluster::with(1, 1, 1 << 20);
+    let (cfg, _socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    let data = pattern(71, 2 << 20);
+    let f = c
+        .open(
+            "/nobody",
+            &OpenOptions::create_truncate()
+                .read(true)
+                .layout(hint(1 << 20, 1)),
+        )
+        .unwrap();
+    f.write_at(0, &data).unwrap();
+    f.fsync().unwrap();
+    f.close().unwrap();
+    let ino = c.stat("/nobody").unwrap().ino;
+    let (obj, _) = cl.data[0].object_paths(0, ino);
+
+    let reader = client(&cfg);
+    reader.set_direct_reads(DirectReads::Any);
+    let r = reader.open("/nobody", &OpenOptions::read_only()).unwrap();
+    // As root: the socket connected and the object's descriptors cached (a small read).
+    let mut small = vec![0u8; 4096];
+    r.read_at(0, &mut small).unwrap();
+    if !uncache(&obj) {
+        eprintln!("skipped: the page cache keeps {obj:?} (tmpfs?) or cannot say");
+        return;
+    }
+    let before = reader.traffic();
+    let got = std::thread::spawn(move || {
+        // SAFETY: changes this thread's file-system uid only; the thread ends below.
+        unsafe { libc::setfsuid(65534) };
+        assert_eq!(unsafe { libc::setfsuid(u32::MAX) }, 65534);
+        let mut buf = stripefs_client::IoBuf::new(2 << 20);
+        let n = r.read_buf(0, &mut buf).unwrap();
+        (n, buf[..n].to_vec())
+    })
+    .join()
+    .unwrap();
+    let t = reader.traffic().since(&before);
+    assert_eq!(got.0, 2 << 20);
+    assert!(got.1 == data, "read back wrong");
+    assert_eq!(t.self_read, 0, "a direct read the caller may not do: {t:?}");
+    assert_eq!(
+        t.local_read + t.remote_read,
+        0,
+        "read through the server: {t:?}"
+    );
+    assert!(t.direct_read >= 2 << 20, "{t:?}");
+}
+
 /// Writes `f`'s dirty pages and drops its cached ones, as if the server's host had been
 /// busy with other files since; `false` where the kernel keeps them (tmpfs) or cannot
 /// say (no `cachestat`).

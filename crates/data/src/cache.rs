@@ -22,6 +22,8 @@ pub struct Object {
     pub pieces: crate::pieces::Pieces,
     /// Partial blocks whose unwritten bytes are known zeros (`zeros.rs`).
     pub zeros: crate::zeros::KnownZeros,
+    /// Bytes written since the last flush behind on an emulated disk (`throttle.rs`).
+    pub unflushed: std::sync::atomic::AtomicU64,
 }
 
 /// Target index and file id.
@@ -130,6 +132,7 @@ mod tests {
             intents: IntentLog::new(PathBuf::from(format!("/o/{n}.log")), store.clone(), None),
             pieces: Default::default(),
             zeros: Default::default(),
+            unflushed: Default::default(),
         }
     }
 

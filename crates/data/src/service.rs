@@ -154,6 +154,8 @@ pub struct DataService {
     /// The fence of direct writes (`fence.rs`); `None` for stores without files, which
     /// grant none.
     fence: Option<crate::fence::GrantFence>,
+    /// Background flushes of objects on emulated disks (`throttle.rs`).
+    flush_behind: crate::throttle::FlushBehind,
 }
 
 impl DataService {
@@ -277,6 +279,7 @@ impl DataService {
         Ok(Arc::new(DataService {
             id,
             fence,
+            flush_behind: Default::default(),
             targets: ts,
             store,
             clock,
@@ -442,6 +445,7 @@ impl DataService {
             intents: IntentLog::new(path, self.store.clone(), existing.clone()),
             pieces: Default::default(),
             zeros: Default::default(),
+            unflushed: Default::default(),
         };
         if let Some(f) = existing.filter(|_| obj.intents.needs_sync_work()) {
             let mut bytes = vec![0u8; f.size_bytes()? as usize];
@@ -872,7 +876,11 @@ impl DataService {
             len,
             crcs,
             |t, obj, local, n, at, sums| {
-                self.write_unit(t, fid, obj, local, &data[at..at + n], sums)
+                self.write_unit(t, fid, obj, local, &data[at..at + n], sums)?;
+                if self.targets[t].throttle.is_some() {
+                    self.flush_behind.wrote(obj, n as u64);
+                }
+                Ok::<(), WireError>(())
             },
         )?;
         self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
@@ -1510,6 +1518,7 @@ impl DataService {
                 intents: IntentLog::new(self.log_path(t, fid), self.store.clone(), None),
                 pieces: Default::default(),
                 zeros: Default::default(),
+                unflushed: Default::default(),
             })
         };
         let blocks = obj

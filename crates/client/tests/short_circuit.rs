@@ -48,6 +48,17 @@ fn piped_connection(
     (s, r, pw)
 }
 
+/// Creates (or truncates) `path` for reading and writing, striped `unit` x `count`.
+fn create(c: &Client, path: &str, unit: u32, count: u32) -> stripefs_client::File {
+    c.open(
+        path,
+        &OpenOptions::create_truncate()
+            .read(true)
+            .layout(hint(unit, count)),
+    )
+    .unwrap()
+}
+
 fn client(cfg: &stripefs_rpc::ClusterConfig) -> Client {
     Client::connect(cfg).unwrap().with_cred(Cred::root())
 }
@@ -58,14 +69,7 @@ fn same_host_reads_bypass_the_server_and_read_back_exactly() {
     let (cfg, _socks) = on_one_host(&cl);
     let c = client(&cfg);
     let data = pattern(11, (3 << 20) + 12345);
-    let f = c
-        .open(
-            "/sc",
-            &OpenOptions::create_truncate()
-                .read(true)
-                .layout(hint(64 << 10, 2)),
-        )
-        .unwrap();
+    let f = create(&c, "/sc", 64 << 10, 2);
     f.write_at(0, &data).unwrap();
     // A hole in the middle: reads as zeros.
     f.write_at((5 << 20) + 7, b"tail").unwrap();
@@ -111,14 +115,7 @@ fn unaligned_short_circuit_reads_return_exactly_the_written_bytes() {
     let mut want = pattern(seed, size);
     // A hole of 50,000 bytes: never written, reads as zeros.
     want[300_001..350_001].fill(0);
-    let f = c
-        .open(
-            "/u",
-            &OpenOptions::create_truncate()
-                .read(true)
-                .layout(hint(64 << 10, 3)),
-        )
-        .unwrap();
+    let f = create(&c, "/u", 64 << 10, 3);
     f.write_at(0, &want[..300_001]).unwrap();
     f.write_at(350_001, &want[350_001..]).unwrap();
     f.close().unwrap();
@@ -281,14 +278,7 @@ fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
     // On by default.
     let w = client(&cfg);
     let mut data = pattern(21, (3 << 20) + 12345);
-    let f = w
-        .open(
-            "/w",
-            &OpenOptions::create_truncate()
-                .read(true)
-                .layout(hint(64 << 10, 2)),
-        )
-        .unwrap();
+    let f = create(&w, "/w", 64 << 10, 2);
     let before = w.traffic();
     f.write_at(0, &data).unwrap();
     f.fsync().unwrap();
@@ -724,14 +714,7 @@ fn a_client_that_may_not_open_the_servers_files_reads_them_through_the_page_cach
     let (cfg, _socks) = on_one_host(&cl);
     let c = client(&cfg);
     let data = pattern(71, 2 << 20);
-    let f = c
-        .open(
-            "/nobody",
-            &OpenOptions::create_truncate()
-                .read(true)
-                .layout(hint(1 << 20, 1)),
-        )
-        .unwrap();
+    let f = create(&c, "/nobody", 1 << 20, 1);
     f.write_at(0, &data).unwrap();
     f.fsync().unwrap();
     f.close().unwrap();
@@ -798,14 +781,7 @@ fn large_reads_of_uncached_bytes_go_from_the_disk_into_an_aligned_buffer() {
     let mut data = pattern(31, len);
     // Bytes [1 MiB, 1.5 MiB) are never written: a hole.
     data[1 << 20..(1 << 20) + (512 << 10)].fill(0);
-    let f = c
-        .open(
-            "/dr",
-            &OpenOptions::create_truncate()
-                .read(true)
-                .layout(hint(1 << 20, 1)),
-        )
-        .unwrap();
+    let f = create(&c, "/dr", 1 << 20, 1);
     f.write_at(0, &data[..1 << 20]).unwrap();
     f.write_at((1 << 20) + (512 << 10), &data[(1 << 20) + (512 << 10)..])
         .unwrap();

@@ -28,6 +28,41 @@ fn on_one_host(cl: &Cluster) -> (stripefs_rpc::ClusterConfig, Vec<LocalServer>) 
     (cfg, socks)
 }
 
+/// One data server (one target, 64 KiB units) on host h0, with its socket; a root
+/// client of it; and the inode of a file it holds.
+struct OneServer {
+    cl: Cluster,
+    cfg: stripefs_rpc::ClusterConfig,
+    socks: Vec<LocalServer>,
+    c: Client,
+    ino: stripefs_client::InodeId,
+}
+
+/// [`OneServer`] with `path` holding `bytes` (mode 0644).
+fn one_server_with(path: &str, bytes: &[u8]) -> OneServer {
+    let cl = Cluster::with(1, 1, 64 << 10);
+    let (cfg, socks) = on_one_host(&cl);
+    let c = client(&cfg);
+    c.write_file(path, bytes, 0o644).unwrap();
+    let ino = c.stat(path).unwrap().ino;
+    OneServer {
+        cl,
+        cfg,
+        socks,
+        c,
+        ino,
+    }
+}
+
+/// A raw connection to data server 0's short-circuit socket, its handshake done.
+fn handshaken(cfg: &stripefs_rpc::ClusterConfig) -> stripefs_rpc::local::Seqpacket {
+    use stripefs_rpc::local;
+    let path = cfg.data[0].local_socket.clone().unwrap();
+    let s = local::Seqpacket::connect(&path, std::time::Duration::from_secs(5)).unwrap();
+    local::client_handshake(&s, &cfg.secret).unwrap();
+    s
+}
+
 /// A raw connection to data server 0's short-circuit socket, its handshake done and its
 /// pipe handed over: the socket, the pipe's read end (kept open) and its write end.
 fn piped_connection(
@@ -39,9 +74,7 @@ fn piped_connection(
 ) {
     use std::os::fd::AsRawFd;
     use stripefs_rpc::local;
-    let sock_path = cfg.data[0].local_socket.clone().unwrap();
-    let s = local::Seqpacket::connect(&sock_path, std::time::Duration::from_secs(5)).unwrap();
-    local::client_handshake(&s, &cfg.secret).unwrap();
+    let s = handshaken(cfg);
     let (r, pw, _) = local::write_pipe().unwrap();
     s.send(&local::pipe_request(), &[r.as_raw_fd()]).unwrap();
     assert_eq!(s.recv().unwrap().0, [local::OK]);
@@ -156,12 +189,14 @@ fn unaligned_short_circuit_reads_return_exactly_the_written_bytes() {
 
 #[test]
 fn a_corrupted_block_is_detected_and_reported_by_the_server() {
-    let cl = Cluster::with(1, 1, 64 << 10);
-    let (cfg, _socks) = on_one_host(&cl);
-    let c = client(&cfg);
     let data = pattern(12, 256 << 10);
-    c.write_file("/bad", &data, 0o644).unwrap();
-    let ino = c.stat("/bad").unwrap().ino;
+    let OneServer {
+        cl,
+        cfg,
+        socks: _socks,
+        c: _c,
+        ino,
+    } = one_server_with("/bad", &data);
     // Flip one byte of the second block in the stored object, under the server.
     let (obj, _) = cl.data[0].object_paths(0, ino);
     let f = std::fs::OpenOptions::new().write(true).open(&obj).unwrap();
@@ -321,11 +356,13 @@ fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
 #[test]
 fn a_damaged_short_circuit_write_changes_nothing() {
     use stripefs_rpc::local::{self, LocalWrite, Written};
-    let cl = Cluster::with(1, 1, 64 << 10);
-    let (cfg, _socks) = on_one_host(&cl);
-    let c = client(&cfg);
-    c.write_file("/d", &pattern(31, 8192), 0o644).unwrap();
-    let ino = c.stat("/d").unwrap().ino;
+    let OneServer {
+        cl,
+        cfg,
+        socks: _socks,
+        c: _c,
+        ino,
+    } = one_server_with("/d", &pattern(31, 8192));
     let (s, _r, pw) = piped_connection(&cfg);
     let write = |offset: u64, bytes: &[u8], crcs: Vec<u32>| {
         let req = LocalWrite {
@@ -420,12 +457,14 @@ fn same_host_gathered_unaligned_writes_go_through_the_pipe_as_lists() {
 #[test]
 fn a_damaged_short_circuit_list_write_changes_nothing() {
     use stripefs_rpc::local::{self, LocalWriteList, Written};
-    let cl = Cluster::with(1, 1, 64 << 10);
-    let (cfg, _socks) = on_one_host(&cl);
-    let c = client(&cfg);
     let old = pattern(51, 20_000);
-    c.write_file("/l", &old, 0o644).unwrap();
-    let ino = c.stat("/l").unwrap().ino;
+    let OneServer {
+        cl: _cl,
+        cfg,
+        socks: _socks,
+        c,
+        ino,
+    } = one_server_with("/l", &old);
     let (s, _r, pw) = piped_connection(&cfg);
     let a = pattern(52, 5000);
     let b = pattern(53, 300);
@@ -485,6 +524,36 @@ fn aligned(fill: &[u8]) -> (Vec<u8>, usize) {
     (v, at)
 }
 
+/// Asks for a direct write of 8 KiB at `offset` of `ino` (64 KiB units) on `s`.
+fn grant_8k(
+    s: &stripefs_rpc::local::Seqpacket,
+    ino: stripefs_client::InodeId,
+    offset: u64,
+) -> stripefs_rpc::local::Granted {
+    use stripefs_rpc::local;
+    let w = local::DirectWrite {
+        fid: ino.0,
+        unit: 64 << 10,
+        offset,
+        len: 8192,
+    };
+    s.send(&local::direct_request(&w), &[]).unwrap();
+    let (m, fds) = s.recv().unwrap();
+    local::parse_grant(&m, fds, 8192).unwrap()
+}
+
+/// Writes `bytes` (from a page-aligned copy) into a grant's pieces, as a client does.
+fn put_pieces(pieces: &[stripefs_rpc::local::GrantPiece], files: &[std::fs::File], bytes: &[u8]) {
+    let (buf, at) = aligned(bytes);
+    let mut done = 0;
+    for p in pieces {
+        let part = &buf[at + done..at + done + p.len as usize];
+        files[p.fd as usize].write_all_at(part, p.offset).unwrap();
+        done += p.len as usize;
+    }
+    assert_eq!(done, bytes.len());
+}
+
 /// A direct write (the client writes hole blocks into the data file itself, the server
 /// stores the CRCs it sends) changes what readers see only once the client says it wrote
 /// every piece: blocks that hold bytes are refused, a write the client gives up or dies
@@ -494,39 +563,17 @@ fn aligned(fill: &[u8]) -> (Vec<u8>, usize) {
 #[test]
 fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
     use stripefs_rpc::local::{self, DirectWrite, Granted, Written};
-    let cl = Cluster::with(1, 1, 64 << 10);
-    let (cfg, _socks) = on_one_host(&cl);
-    let c = client(&cfg);
-    c.write_file("/d", &pattern(51, 8192), 0o644).unwrap();
-    let ino = c.stat("/d").unwrap().ino;
-    let connect = || {
-        let sock = cfg.data[0].local_socket.clone().unwrap();
-        let s = local::Seqpacket::connect(&sock, std::time::Duration::from_secs(5)).unwrap();
-        local::client_handshake(&s, &cfg.secret).unwrap();
-        s
-    };
-    let grant = |s: &local::Seqpacket, offset: u64| {
-        let w = DirectWrite {
-            fid: ino.0,
-            unit: 64 << 10,
-            offset,
-            len: 8192,
-        };
-        s.send(&local::direct_request(&w), &[]).unwrap();
-        let (m, fds) = s.recv().unwrap();
-        local::parse_grant(&m, fds, 8192).unwrap()
-    };
+    let OneServer {
+        cl,
+        cfg,
+        socks: _socks,
+        c,
+        ino,
+    } = one_server_with("/d", &pattern(51, 8192));
+    let connect = || handshaken(&cfg);
+    let grant = |s: &local::Seqpacket, offset: u64| grant_8k(s, ino, offset);
     let put = |g: Granted, bytes: &[u8]| match g {
-        Granted::Go(pieces, files) => {
-            let (buf, at) = aligned(bytes);
-            let mut done = 0;
-            for p in pieces {
-                let part = &buf[at + done..at + done + p.len as usize];
-                files[p.fd as usize].write_all_at(part, p.offset).unwrap();
-                done += p.len as usize;
-            }
-            assert_eq!(done, bytes.len());
-        }
+        Granted::Go(pieces, files) => put_pieces(&pieces, &files, bytes),
         _ => panic!("no grant"),
     };
     let finish = |s: &local::Seqpacket, crcs: Option<&[u32]>| {
@@ -620,30 +667,19 @@ fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
 /// again on the same disks waits for the grants of the run before it.
 #[test]
 fn a_late_direct_write_never_lands_over_a_later_writer() {
-    use stripefs_rpc::local::{self, DirectWrite, Granted};
-    let cl = Cluster::with(1, 1, 64 << 10);
-    let (cfg, _socks) = on_one_host(&cl);
-    let c = client(&cfg);
-    c.write_file("/late", &pattern(61, 4096), 0o644).unwrap();
-    let ino = c.stat("/late").unwrap().ino;
+    use stripefs_rpc::local::Granted;
+    let OneServer {
+        cl,
+        cfg,
+        socks: _socks,
+        c: _c,
+        ino,
+    } = one_server_with("/late", &pattern(61, 4096));
     // A grant of `[offset, offset + 8 KiB)` on a connection that then ends: the pieces
     // and the descriptors the client still holds.
-    let abandoned = |offset: u64| {
-        let sock = cfg.data[0].local_socket.clone().unwrap();
-        let s = local::Seqpacket::connect(&sock, std::time::Duration::from_secs(5)).unwrap();
-        local::client_handshake(&s, &cfg.secret).unwrap();
-        let w = DirectWrite {
-            fid: ino.0,
-            unit: 64 << 10,
-            offset,
-            len: 8192,
-        };
-        s.send(&local::direct_request(&w), &[]).unwrap();
-        let (m, fds) = s.recv().unwrap();
-        match local::parse_grant(&m, fds, 8192).unwrap() {
-            Granted::Go(pieces, files) => (pieces, files),
-            _ => panic!("no grant"),
-        }
+    let abandoned = |offset: u64| match grant_8k(&handshaken(&cfg), ino, offset) {
+        Granted::Go(pieces, files) => (pieces, files),
+        _ => panic!("no grant"),
     };
     let (pieces, files) = abandoned(65536);
     let writer = {
@@ -663,13 +699,7 @@ fn a_late_direct_write_never_lands_over_a_later_writer() {
         "another writer got the blocks of a grant whose descriptors are still open"
     );
     // The late write lands now; only then does the client close the descriptors.
-    let (late, at) = aligned(&pattern(63, 8192));
-    let mut done = 0;
-    for p in &pieces {
-        let part = &late[at + done..at + done + p.len as usize];
-        files[p.fd as usize].write_all_at(part, p.offset).unwrap();
-        done += p.len as usize;
-    }
+    put_pieces(&pieces, &files, &pattern(63, 8192));
     drop(files);
     writer.join().unwrap();
     let reader = client(&cfg);

@@ -84,8 +84,12 @@ pub struct IoArgs {
     pub colocate_fraction: Option<f64>,
     /// Placement policy of the test files (`setstripe --layout`): local puts a file on
     /// the data servers of the host of the client that creates it first (with
-    /// --file-per-process, client i creates file i; a shared file is created by client
-    /// 0), spread rotates (default: the directory's or the cluster's).
+    /// --file-per-process, client i creates file i); a shared file with --colocate (or
+    /// --colocate-fraction) is laid out by rank instead: one data server per client in
+    /// rank order, each client's own where its host has one, with a stripe size of the
+    /// bytes each client writes contiguously (--block, or --xfer with --interleaved)
+    /// unless --stripe-size is given. spread rotates (default: the directory's or the
+    /// cluster's).
     #[arg(long, value_parser = ["local", "spread"])]
     pub layout: Option<String>,
     /// Also run the same pattern through this FUSE mount of the same cluster
@@ -836,12 +840,38 @@ impl Remote {
                 .mkdir(&dir, 0o755)
                 .with_context(|| format!("cannot create {dir}"))?;
         }
-        let hint = LayoutHint {
-            stripe_size_bytes: a.stripe_size.map(|s| s as u32),
+        let stripe_size = match a.stripe_size {
+            Some(s) => Some(
+                stripefs_wire::stripe_size_of(s).map_err(|why| anyhow!("--stripe-size: {why}"))?,
+            ),
+            None => None,
+        };
+        let policy = a.layout.as_deref().and_then(Policy::parse);
+        let mut hint = LayoutHint {
+            stripe_size_bytes: stripe_size,
             stripe_count: a.stripe_count,
-            policy: a.layout.as_deref().and_then(Policy::parse),
+            policy,
             ..LayoutHint::default()
         };
+        // A shared file under the local policy, with clients on the servers' hosts: laid
+        // out by rank, so that each rank's transfers land on its own host.
+        if let (Some(Policy::Local), Some(h), 1) = (policy, &hosts, files) {
+            match by_rank(cluster, &shape(a)?, h, stripe_size) {
+                Ok((unit, order)) => {
+                    println!(
+                        "local layout of a shared file: stripe size {}, data servers {order:?} in rank order, so that each client's transfers stay on its host",
+                        format_size(unit as u64)
+                    );
+                    hint.stripe_size_bytes = Some(unit);
+                    hint.stripe_count = None;
+                    hint.policy = None;
+                    hint.servers = Some(order);
+                }
+                Err(why) => println!(
+                    "local layout of a shared file: {why}; the file is placed on the first client's host"
+                ),
+            }
+        }
         let mut servers = std::collections::BTreeSet::new();
         let (mut ss, mut sc) = (0, 0);
         for f in 0..files {
@@ -1078,6 +1108,50 @@ fn colocated_hosts(cluster: &ClusterConfig, clients: u32, fraction: f64) -> Resu
         .collect())
 }
 
+/// The layout a shared file needs for each rank's transfers to stay on its own host, as
+/// a user of mpi-io-test sets it with `setstripe --servers`: one data server per client,
+/// in rank order, a server of the client's host where it has one (any unused server
+/// otherwise), and a stripe size of the bytes each rank writes contiguously (its block,
+/// or one transfer when interleaved) unless `stripe_size` is given. With as many stripes
+/// as clients, rank r's k-th unit is the file's unit k x clients + r, on server r.
+/// `Err` says why no such layout exists.
+fn by_rank(
+    cluster: &ClusterConfig,
+    sh: &Shape,
+    hosts: &[String],
+    stripe_size: Option<u32>,
+) -> std::result::Result<(u32, Vec<u32>), String> {
+    let unit = match stripe_size {
+        Some(s) => s,
+        None => {
+            let per_rank = if sh.interleaved { sh.xfer } else { sh.block() };
+            u32::try_from(per_rank)
+                .map_err(|_| format!("{per_rank} bytes per rank is over a stripe"))?
+        }
+    };
+    if let Some(why) = stripefs_wire::stripe_size_error(unit) {
+        return Err(why);
+    }
+    let mut order: Vec<u32> = Vec::with_capacity(hosts.len());
+    for h in hosts {
+        let unused = |i: &usize| !order.contains(&(*i as u32));
+        let own = (0..cluster.data.len())
+            .filter(unused)
+            .find(|&i| cluster.data[i].host.as_deref() == Some(h.as_str()));
+        match own.or_else(|| (0..cluster.data.len()).find(unused)) {
+            Some(i) => order.push(i as u32),
+            None => {
+                return Err(format!(
+                    "{} clients but {} data servers",
+                    hosts.len(),
+                    cluster.data.len()
+                ))
+            }
+        }
+    }
+    Ok((unit, order))
+}
+
 /// The host of the clients that `--colocate-fraction` does not colocate: one with no
 /// data server.
 const REMOTE_CLIENT_HOST: &str = "remote-client";
@@ -1187,6 +1261,72 @@ mod tests {
 
     fn shape_of(extra: &[&str]) -> Result<Shape> {
         shape(&args(extra)?)
+    }
+
+    /// A cluster file of data servers on the given hosts.
+    fn cluster_on(hosts: &[&str]) -> ClusterConfig {
+        let mut text = format!(
+            "secret = \"{}\"\n[meta]\naddr = \"127.0.0.1:1\"\n",
+            "ab".repeat(32)
+        );
+        for (i, h) in hosts.iter().enumerate() {
+            text += &format!("[[data]]\naddr = \"127.0.0.1:{}\"\nhost = \"{h}\"\n", i + 2);
+        }
+        ClusterConfig::parse(&text).unwrap()
+    }
+
+    /// Laid out by rank, every transfer of every colocated rank is on a data server of
+    /// its own host, for contiguous blocks and for interleaved transfers.
+    #[test]
+    fn a_shared_file_laid_out_by_rank_keeps_each_rank_on_its_host() {
+        let cl = cluster_on(&["h1", "h0", "h1", "h2"]);
+        for extra in [
+            &["--clients", "3", "--block", "8M", "--xfer", "1M"][..],
+            &[
+                "--clients",
+                "4",
+                "--xfer",
+                "64K",
+                "--segments",
+                "9",
+                "--interleaved",
+            ],
+        ] {
+            let a = args(extra).unwrap();
+            let sh = shape(&a).unwrap();
+            let hosts = colocated_hosts(&cl, sh.clients, 1.0).unwrap();
+            let (unit, order) = by_rank(&cl, &sh, &hosts, None).unwrap();
+            assert_eq!(order.len(), sh.clients as usize);
+            let stripe = stripefs_layout::Stripe::new(unit as u64, order.len() as u32).unwrap();
+            for r in 0..sh.clients {
+                for k in 0..sh.segments {
+                    let (_, off) = sh.transfer(r, k);
+                    for p in stripe.split(off, sh.xfer) {
+                        let server = order[p.place as usize] as usize;
+                        assert_eq!(
+                            cl.data[server].host.as_deref(),
+                            Some(hosts[r as usize].as_str()),
+                            "{extra:?}: rank {r} transfer {k}"
+                        );
+                    }
+                }
+            }
+        }
+        // More clients than servers, or a unit no stripe can have: no such layout.
+        let a = args(&["--clients", "5", "--block", "1M"]).unwrap();
+        let hosts = colocated_hosts(&cl, 5, 1.0).unwrap();
+        assert!(by_rank(&cl, &shape(&a).unwrap(), &hosts, None).is_err());
+        let a = args(&[
+            "--clients",
+            "4",
+            "--xfer",
+            "47008",
+            "--segments",
+            "2",
+            "--interleaved",
+        ]);
+        let hosts = colocated_hosts(&cl, 4, 1.0).unwrap();
+        assert!(by_rank(&cl, &shape(&a.unwrap()).unwrap(), &hosts, None).is_err());
     }
 
     #[test]

@@ -115,9 +115,8 @@ pub fn run(cmd: ClusterCmd) -> Result<()> {
 }
 
 fn up(a: UpArgs) -> Result<()> {
-    if a.stripe_size == 0 || a.stripe_size % 4096 != 0 || a.stripe_size > 16 << 20 {
-        return Err(anyhow!("--stripe-size must be a multiple of 4K up to 16M"));
-    }
+    let stripe_size = stripefs_wire::stripe_size_of(a.stripe_size)
+        .map_err(|why| anyhow!("--stripe-size: {why}"))?;
     if a.inline_bytes > stripefs_wire::MAX_INLINE_BYTES as u64 {
         return Err(anyhow!(
             "--inline-bytes {} exceeds {}",
@@ -140,7 +139,7 @@ fn up(a: UpArgs) -> Result<()> {
         hosts: a.hosts,
         host_net_bytes_s: a.host_net,
         defaults: Defaults {
-            stripe_size_bytes: a.stripe_size as u32,
+            stripe_size_bytes: stripe_size,
             stripe_count: a.stripe_count,
             inline_bytes: a.inline_bytes as u32,
         },

@@ -216,10 +216,7 @@ fn check_servers(list: &[u32], count: Option<u32>, policy: Option<Policy>, n: us
 
 fn hint(size: Option<u64>, count: Option<u32>) -> Result<LayoutHint> {
     let stripe_size_bytes = match size {
-        Some(s) if s == 0 || s % 4096 != 0 || s > 16 << 20 => {
-            bail!("stripe size {s} must be a multiple of 4K between 4K and 16M")
-        }
-        Some(s) => Some(s as u32),
+        Some(s) => Some(stripefs_wire::stripe_size_of(s).map_err(|why| anyhow!(why))?),
         None => None,
     };
     Ok(LayoutHint {

@@ -8,7 +8,9 @@
 
 use crate::CHUNK_TARGET_BYTES;
 use stripefs_layout::Stripe;
-use stripefs_wire::{ErrorCode, InodeId, Layout, WireError, BLOCK_BYTES, MAX_DATA_BYTES};
+use stripefs_wire::{
+    ErrorCode, InodeId, Layout, WireError, BLOCK_BYTES, LARGE_STRIPE_STEP, MAX_DATA_BYTES,
+};
 
 /// One request's worth of a file range: `len` bytes at `local` in server `place`'s space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,10 +46,8 @@ impl Geometry {
                 format!("{ino} has an unusable layout: {why}"),
             )
         };
-        if unit == 0 || unit / BLOCK_BYTES * BLOCK_BYTES != unit || unit > MAX_DATA_BYTES {
-            return Err(bad(format!(
-                "stripe size {unit} is not a multiple of {BLOCK_BYTES} up to {MAX_DATA_BYTES}"
-            )));
+        if let Some(why) = stripefs_wire::stripe_size_error(unit) {
+            return Err(bad(why));
         }
         let width =
             u32::try_from(layout.servers.len()).map_err(|_| bad("too many servers".into()))?;
@@ -183,11 +183,32 @@ impl Geometry {
 }
 
 /// Cell size for a stripe unit: the unit itself when it is at least the target request
-/// size, else the largest multiple of the unit that fits in the target.
+/// size and fits in one request, the largest multiple of the unit that fits in the
+/// target when the unit is smaller, and for a unit larger than one request
+/// ([`MAX_DATA_BYTES`]; a multiple of [`LARGE_STRIPE_STEP`]) its largest divisor that is
+/// a multiple of that step and fits in one request, so that cells never cross a unit.
 fn cell_bytes(unit: u64) -> u64 {
-    let target = CHUNK_TARGET_BYTES.max(unit);
-    let cell = target / unit * unit;
-    assert!(cell >= unit && cell / unit * unit == cell && cell <= MAX_DATA_BYTES as u64);
+    let max = MAX_DATA_BYTES as u64;
+    let cell = if unit > max {
+        let step = LARGE_STRIPE_STEP as u64;
+        assert!(
+            unit % step == 0,
+            "stripe unit {unit} over {max} not whole steps"
+        );
+        (1..=max / step)
+            .rev()
+            .map(|k| k * step)
+            .find(|c| unit % c == 0)
+            .expect("the step divides the unit")
+    } else {
+        let target = CHUNK_TARGET_BYTES.max(unit);
+        target / unit * unit
+    };
+    assert!(
+        unit % cell == 0 || cell % unit == 0,
+        "cell {cell} of unit {unit}"
+    );
+    assert!(cell <= max && cell >= unit.min(CHUNK_TARGET_BYTES));
     cell
 }
 
@@ -210,6 +231,11 @@ mod tests {
         assert_eq!(cell_bytes(192 << 10), 960 << 10);
         assert_eq!(cell_bytes(4 << 20), 4 << 20);
         assert_eq!(cell_bytes(16 << 20), 16 << 20);
+        // Units over one request: cut into the largest whole-MiB divisor that fits.
+        assert_eq!(cell_bytes(256 << 20), 16 << 20);
+        assert_eq!(cell_bytes(17 << 20), 1 << 20);
+        assert_eq!(cell_bytes(24 << 20), 12 << 20);
+        assert_eq!(cell_bytes(1 << 30), 16 << 20);
     }
 
     #[test]
@@ -219,6 +245,12 @@ mod tests {
             servers: vec![ServerId(0)],
         };
         assert!(Geometry::new(InodeId(3), &l).is_err());
+        l.stripe_size_bytes = (16 << 20) + 4096;
+        assert!(Geometry::new(InodeId(3), &l).is_err());
+        l.stripe_size_bytes = 2 << 30;
+        assert!(Geometry::new(InodeId(3), &l).is_err());
+        l.stripe_size_bytes = 256 << 20;
+        assert!(Geometry::new(InodeId(3), &l).is_ok());
         l.stripe_size_bytes = 4096;
         l.servers.clear();
         assert!(Geometry::new(InodeId(3), &l).is_err());
@@ -233,9 +265,16 @@ mod tests {
             (65536, 4),
             (1 << 20, 2),
             (192 << 10, 5),
+            (24 << 20, 2),
         ] {
             let g = geo(unit, width);
-            for (off, len) in [(0, 1), (5, 9000), (4095, 3 << 20), (123_456, 7 << 20)] {
+            for (off, len) in [
+                (0, 1),
+                (5, 9000),
+                (4095, 3 << 20),
+                (123_456, 7 << 20),
+                ((23 << 20) + 7, 3 << 20),
+            ] {
                 let mut seen = vec![false; len as usize];
                 for c in g.write_chunks(off, len) {
                     assert!(c.len <= g.cell_bytes());

@@ -368,3 +368,52 @@ fn local_reference(path: &std::path::Path, block: &[u8], n: usize) -> (f64, f64)
     while f.read(&mut buf).unwrap() > 0 {}
     (w, t.elapsed().as_secs_f64())
 }
+
+/// Stripe units larger than one request (up to `MAX_STRIPE_BYTES`): writes that cross
+/// units and servers' targets, large and unaligned, read back exactly, and the bytes of
+/// each unit are on the server the layout names.
+#[test]
+fn stripe_units_larger_than_a_request_round_trip() {
+    let unit: u32 = 24 << 20;
+    let cl = Cluster::with(2, 2, 1 << 20);
+    let c = cl.client();
+    let f = create(&c, "/big-units", unit, 2);
+    assert_eq!(f.layout().stripe_size_bytes, unit);
+    let len = 3 * unit as usize + 12_345;
+    let data = pattern(77, len);
+    // One write of 40 MiB across the first unit boundary, then unaligned pieces.
+    let mut at = 0usize;
+    for n in [40 << 20, 5, 4096 * 3 + 1, 16 << 20, 1 << 20] {
+        f.write_at(at as u64, &data[at..at + n]).unwrap();
+        at += n;
+    }
+    f.write_at(at as u64, &data[at..]).unwrap();
+    assert_eq!(read_all(&f), data, "through the writing handle");
+    f.close().unwrap();
+    let f = c.open("/big-units", &OpenOptions::new()).unwrap();
+    assert_eq!(read_all(&f), data, "after reopen");
+    let mut b = vec![0u8; 3 << 20];
+    let from = unit as usize - (1 << 20) - 7;
+    assert_eq!(f.read_at(from as u64, &mut b).unwrap(), b.len());
+    assert_eq!(&b[..], &data[from..from + b.len()], "a read across a unit");
+    f.close().unwrap();
+    // The layout's placement: server 0 holds units 0 and 2 (one on each of its targets),
+    // server 1 unit 1 and the tail.
+    let ino = c.stat("/big-units").unwrap().ino;
+    let held: Vec<Vec<u64>> = (0..2)
+        .map(|i| {
+            (0..2)
+                .map(|t| {
+                    let (obj, _) = cl.object_paths(i, t, ino);
+                    std::fs::metadata(obj).map_or(0, |m| m.len())
+                })
+                .collect()
+        })
+        .collect();
+    let u = unit as u64;
+    assert_eq!(
+        held,
+        vec![vec![u, u], vec![u, 12_345]],
+        "object bytes per server and target"
+    );
+}

@@ -288,13 +288,8 @@ impl ClusterConfig {
         let mut defaults = Defaults::default();
         if let Some(d) = raw.defaults {
             if let Some(s) = d.stripe_size {
-                let b = parse_size(&s)?;
-                if b == 0 || b % 4096 != 0 || b > 16 << 20 {
-                    return Err(format!(
-                        "default stripe_size {s} must be a multiple of 4K up to 16M"
-                    ));
-                }
-                defaults.stripe_size_bytes = b as u32;
+                defaults.stripe_size_bytes = stripefs_wire::stripe_size_of(parse_size(&s)?)
+                    .map_err(|why| format!("default stripe_size {s}: {why}"))?;
             }
             if let Some(c) = d.stripe_count {
                 if !raw.data.is_empty() && c as usize > raw.data.len() {

@@ -29,6 +29,44 @@ pub const MAX_BODY_BYTES: u32 = 4 << 20;
 pub const MAX_DATA_BYTES: u32 = 16 << 20;
 /// Data integrity block: one CRC32C per block of this many bytes of an object.
 pub const BLOCK_BYTES: u32 = 4096;
+/// Largest stripe size (a file's stripe unit). Up to [`MAX_DATA_BYTES`] any multiple of
+/// [`BLOCK_BYTES`]; above it a multiple of [`LARGE_STRIPE_STEP`], so that a unit always
+/// divides into requests of at least 1 MiB that each stay in the unit
+/// ([`stripe_size_error`]). Large units let a shared file put each rank's whole block on
+/// one server (stripe size = block size, as seed 000's runs did).
+pub const MAX_STRIPE_BYTES: u32 = 1 << 30;
+/// Stripe sizes above [`MAX_DATA_BYTES`] are multiples of this.
+pub const LARGE_STRIPE_STEP: u32 = 1 << 20;
+
+/// A stripe size given as a byte count (a command-line argument): the size, or why it
+/// cannot be one, saying which sizes can.
+pub fn stripe_size_of(bytes: u64) -> Result<u32, String> {
+    let why = match u32::try_from(bytes) {
+        Ok(s) => match stripe_size_error(s) {
+            None => return Ok(s),
+            Some(why) => why,
+        },
+        Err(_) => format!("stripe size {bytes} is over {MAX_STRIPE_BYTES}"),
+    };
+    Err(format!(
+        "{why} (stripe sizes are multiples of 4K up to 16M, or of 1M up to 1G)"
+    ))
+}
+
+/// Why `size` cannot be a stripe size, `None` if it can.
+pub fn stripe_size_error(size: u32) -> Option<String> {
+    if size == 0 || size % BLOCK_BYTES != 0 || size > MAX_STRIPE_BYTES {
+        return Some(format!(
+            "stripe size {size} must be a multiple of {BLOCK_BYTES} between {BLOCK_BYTES} and {MAX_STRIPE_BYTES}"
+        ));
+    }
+    if size > MAX_DATA_BYTES && size % LARGE_STRIPE_STEP != 0 {
+        return Some(format!(
+            "stripe size {size} is over {MAX_DATA_BYTES}, so it must be a multiple of {LARGE_STRIPE_STEP}"
+        ));
+    }
+    None
+}
 /// Longest name of a directory entry, in bytes (as POSIX NAME_MAX).
 pub const MAX_NAME_BYTES: usize = 255;
 /// Longest path or symlink target, in bytes (as POSIX PATH_MAX - 1).
@@ -107,6 +145,27 @@ pub fn validate_name(name: &str) -> Result<(), WireError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stripe_sizes() {
+        use super::{stripe_size_error, stripe_size_of};
+        for ok in [4096, 8192, 16 << 20, 17 << 20, 256 << 20, 1 << 30] {
+            assert_eq!(stripe_size_error(ok), None, "{ok}");
+            assert_eq!(stripe_size_of(ok as u64), Ok(ok));
+        }
+        for bad in [
+            0,
+            1,
+            4095,
+            4097,
+            (16 << 20) + 4096,
+            (1 << 30) + (1 << 20),
+            u32::MAX,
+        ] {
+            assert!(stripe_size_error(bad).is_some(), "{bad}");
+        }
+        assert!(stripe_size_of(8 << 30).unwrap_err().contains("over"));
+    }
+
     use super::*;
 
     #[test]

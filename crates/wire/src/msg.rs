@@ -914,8 +914,7 @@ fn check_path(path: &str) -> Result<(), WireError> {
     Ok(())
 }
 
-/// Checks a layout hint: a stripe size that is a positive multiple of [`BLOCK_BYTES`] and
-/// at most [`MAX_DATA_BYTES`].
+/// Checks a layout hint: a stripe size as [`crate::stripe_size_error`] allows.
 pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
     if let Some(n) = hint.inline_bytes.filter(|&n| n > MAX_INLINE_BYTES) {
         return Err(WireError::new(
@@ -923,15 +922,8 @@ pub fn validate_hint(hint: &LayoutHint) -> Result<(), WireError> {
             format!("inline threshold {n} exceeds {MAX_INLINE_BYTES} bytes"),
         ));
     }
-    if let Some(s) = hint.stripe_size_bytes {
-        if s == 0 || s % BLOCK_BYTES != 0 || s > MAX_DATA_BYTES {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "stripe size {s} must be a multiple of {BLOCK_BYTES} between {BLOCK_BYTES} and {MAX_DATA_BYTES}"
-                ),
-            ));
-        }
+    if let Some(why) = hint.stripe_size_bytes.and_then(crate::stripe_size_error) {
+        return Err(WireError::new(ErrorCode::InvalidArgument, why));
     }
     if let Some(servers) = &hint.servers {
         let bad = |why: String| Err(WireError::new(ErrorCode::InvalidArgument, why));

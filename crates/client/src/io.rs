@@ -856,7 +856,8 @@ impl InodeIo {
     }
 
     /// Reads `[offset, offset + out.len())` straight into `out` through the short-circuit
-    /// path when every server holding those bytes offers it, on the caller's thread: the
+    /// path when every server holding those bytes offers it (the file's other servers may
+    /// be anywhere), on the caller's thread: the
     /// kernel reads ahead in the object files, so no readahead cell, worker thread or
     /// buffer of ours stands between the server's files and the caller's buffer (only a
     /// partial first or last block goes through a block of its own). `false` when the
@@ -867,7 +868,8 @@ impl InodeIo {
         let end = offset + out.len() as u64;
         let stripe = self.geo.stripe();
         let local_of = |place: u32| self.pool(place).local.as_ref().filter(|l| l.usable());
-        if !(0..self.geo.width()).all(|p| local_of(p).is_some()) {
+        let touched = stripe.extents(offset, out.len() as u64);
+        if !touched.iter().all(|e| local_of(e.place).is_some()) {
             return false;
         }
         self.wait_overlapping(offset, end);

@@ -134,6 +134,58 @@ fn same_host_reads_bypass_the_server_and_read_back_exactly() {
     assert!(t.local_read > 0, "{t:?}");
 }
 
+/// A file striped over a server on the client's host and one on another host: a read
+/// of the local server's units goes on the caller's thread straight from the disk into
+/// the caller's buffer, as for a wholly local file; reads of the other's units, or across
+/// both, go through the servers; all read back exactly.
+#[test]
+fn reads_of_a_partly_local_file_go_short_circuit_where_they_can() {
+    let cl = Cluster::with(2, 1, 64 << 10);
+    let (mut cfg, _socks) = on_one_host(&cl);
+    cfg.data[1].host = Some("h1".into());
+    cfg.data[1].local_socket = None;
+    let unit: usize = 1 << 20;
+    let data = pattern(21, 4 * unit);
+    let c = client(&cfg);
+    let f = create(&c, "/half", unit as u32, 2);
+    f.write_at(0, &data).unwrap();
+    f.fsync().unwrap();
+    f.close().unwrap();
+    let ino = c.stat("/half").unwrap().ino;
+    let (obj, _) = cl.data[0].object_paths(0, ino);
+
+    let reader = client(&cfg);
+    reader.set_direct_reads(DirectReads::Any);
+    let f = reader.open("/half", &OpenOptions::new()).unwrap();
+    let mut buf = stripefs_client::IoBuf::new(512 << 10);
+    // (offset, held by server 0 alone): units 0 and 2 are on server 0.
+    for (at, local) in [
+        (0, true),
+        (2 * unit + (256 << 10), true),
+        (unit + 8192, false),
+        (unit - (128 << 10), false),
+    ] {
+        if !uncache(&obj) {
+            eprintln!("skipped: the page cache keeps {obj:?} (tmpfs?) or cannot say");
+            return;
+        }
+        let before = reader.traffic();
+        assert_eq!(f.read_buf(at as u64, &mut buf).unwrap(), buf.len());
+        let t = reader.traffic().since(&before);
+        assert!(
+            buf[..] == data[at..at + buf.len()],
+            "at {at}: read back wrong"
+        );
+        if local {
+            assert_eq!(t.self_read, buf.len() as u64, "at {at}: not direct: {t:?}");
+            assert_eq!(t.local_read + t.remote_read, 0, "at {at}: {t:?}");
+        } else {
+            assert!(t.remote_read > 0, "at {at}: {t:?}");
+        }
+    }
+    f.close().unwrap();
+}
+
 /// Reads at any offset and length, inside a block, across blocks and units, over holes
 /// and past the end, go straight from the files into the caller's buffer and equal the
 /// bytes written.

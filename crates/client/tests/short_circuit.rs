@@ -92,6 +92,25 @@ fn create(c: &Client, path: &str, unit: u32, count: u32) -> stripefs_client::Fil
     .unwrap()
 }
 
+/// Writes `data` durably into a new `path` striped `unit` x `count`; returns the path of
+/// its object on data server 0's first target.
+fn stored(
+    cl: &Cluster,
+    cfg: &stripefs_rpc::ClusterConfig,
+    path: &str,
+    data: &[u8],
+    unit: u32,
+    count: u32,
+) -> std::path::PathBuf {
+    let c = client(cfg);
+    let f = create(&c, path, unit, count);
+    f.write_at(0, data).unwrap();
+    f.fsync().unwrap();
+    f.close().unwrap();
+    let ino = c.stat(path).unwrap().ino;
+    cl.data[0].object_paths(0, ino).0
+}
+
 fn client(cfg: &stripefs_rpc::ClusterConfig) -> Client {
     Client::connect(cfg).unwrap().with_cred(Cred::root())
 }
@@ -146,13 +165,7 @@ fn reads_of_a_partly_local_file_go_short_circuit_where_they_can() {
     cfg.data[1].local_socket = None;
     let unit: usize = 1 << 20;
     let data = pattern(21, 4 * unit);
-    let c = client(&cfg);
-    let f = create(&c, "/half", unit as u32, 2);
-    f.write_at(0, &data).unwrap();
-    f.fsync().unwrap();
-    f.close().unwrap();
-    let ino = c.stat("/half").unwrap().ino;
-    let (obj, _) = cl.data[0].object_paths(0, ino);
+    let obj = stored(&cl, &cfg, "/half", &data, unit as u32, 2);
 
     let reader = client(&cfg);
     reader.set_direct_reads(DirectReads::Any);
@@ -794,14 +807,8 @@ fn a_client_that_may_not_open_the_servers_files_reads_them_through_the_page_cach
     }
     let cl = Cluster::with(1, 1, 1 << 20);
     let (cfg, _socks) = on_one_host(&cl);
-    let c = client(&cfg);
     let data = pattern(71, 2 << 20);
-    let f = create(&c, "/nobody", 1 << 20, 1);
-    f.write_at(0, &data).unwrap();
-    f.fsync().unwrap();
-    f.close().unwrap();
-    let ino = c.stat("/nobody").unwrap().ino;
-    let (obj, _) = cl.data[0].object_paths(0, ino);
+    let obj = stored(&cl, &cfg, "/nobody", &data, 1 << 20, 1);
 
     let reader = client(&cfg);
     reader.set_direct_reads(DirectReads::Any);

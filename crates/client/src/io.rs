@@ -857,10 +857,10 @@ impl InodeIo {
 
     /// Reads `[offset, offset + out.len())` straight into `out` through the short-circuit
     /// path when every server holding those bytes offers it (the file's other servers may
-    /// be anywhere), on the caller's thread: the
-    /// kernel reads ahead in the object files, so no readahead cell, worker thread or
-    /// buffer of ours stands between the server's files and the caller's buffer (only a
-    /// partial first or last block goes through a block of its own). `false` when the
+    /// be anywhere), on the caller's thread: the kernel reads ahead in the object files,
+    /// so no readahead cell, worker thread or buffer of ours stands between the server's
+    /// files and the caller's buffer (only a partial first or last block goes through a
+    /// block of its own). `false` when the
     /// read must go the usual way (some server is remote or refuses, or a block fails its
     /// checksum, which the server's path then reports); `out` is then rewritten by it.
     fn read_local(&self, offset: u64, out: &mut [u8], iobuf: bool) -> bool {

@@ -67,6 +67,7 @@ pub fn stripe_size_error(size: u32) -> Option<String> {
     }
     None
 }
+
 /// Longest name of a directory entry, in bytes (as POSIX NAME_MAX).
 pub const MAX_NAME_BYTES: usize = 255;
 /// Longest path or symlink target, in bytes (as POSIX PATH_MAX - 1).
@@ -145,9 +146,10 @@ pub fn validate_name(name: &str) -> Result<(), WireError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn stripe_sizes() {
-        use super::{stripe_size_error, stripe_size_of};
         for ok in [4096, 8192, 16 << 20, 17 << 20, 256 << 20, 1 << 30] {
             assert_eq!(stripe_size_error(ok), None, "{ok}");
             assert_eq!(stripe_size_of(ok as u64), Ok(ok));
@@ -165,8 +167,6 @@ mod tests {
         }
         assert!(stripe_size_of(8 << 30).unwrap_err().contains("over"));
     }
-
-    use super::*;
 
     #[test]
     fn names() {

@@ -160,7 +160,7 @@ pub struct MvArgs {
 #[derive(Args)]
 pub struct SetstripeArgs {
     path: String,
-    /// Stripe size, a multiple of 4K (e.g. 64K, 1M).
+    /// Stripe size: a multiple of 4K up to 16M, or of 1M up to 1G (e.g. 64K, 1M, 256M).
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
     /// Stripe count (0 = all data servers).

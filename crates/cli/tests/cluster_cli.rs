@@ -177,8 +177,9 @@ fn namespace_commands_and_errors() {
         text(&bad)
     );
     let bad = c.run(&["setstripe", "/x", "--size", "1000"]);
+    assert!(!bad.status.success(), "{}", text(&bad));
     assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("multiple of 4K"),
+        String::from_utf8_lossy(&bad.stderr).contains("multiples of 4K up to 16M"),
         "{}",
         text(&bad)
     );

@@ -158,7 +158,9 @@ fn up(a: UpArgs) -> Result<()> {
         && (differs(a.servers, up.data_servers) || differs(a.targets, up.targets) || hosts_differ)
     {
         eprintln!(
-            "note: {} holds a cluster of {} data servers x {} targets{}; restarted it as it was",
+            "note: {} holds a cluster of {} data servers x {} targets{}; restarted it as it was, \
+             with its files (for a cluster of the shape asked for, give another --dir, or \
+             `cluster down` this one and remove its directory first)",
             up.cluster_file
                 .parent()
                 .map(|p| p.display().to_string())

@@ -730,10 +730,12 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
         Some(s) => println!("  stripe_size:  {}{dflt}", format_size(s)),
         None => println!("  stripe_size:  cluster default{dflt}"),
     }
-    match count {
-        Some(0) => println!("  stripe_count: all data servers{dflt}"),
-        Some(c) => println!("  stripe_count: {c}{dflt}"),
-        None => println!("  stripe_count: cluster default{dflt}"),
+    match (count, &servers) {
+        (Some(0), _) => println!("  stripe_count: all data servers{dflt}"),
+        (Some(c), _) => println!("  stripe_count: {c}{dflt}"),
+        // A server list fixes the count: one stripe per server listed.
+        (None, Some(list)) => println!("  stripe_count: {} (the servers listed){dflt}", list.len()),
+        (None, None) => println!("  stripe_count: cluster default{dflt}"),
     }
     if let Some(s) = servers {
         let list: Vec<String> = s.iter().map(|x| x.to_string()).collect();

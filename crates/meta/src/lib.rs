@@ -375,12 +375,12 @@ impl MetaService {
         // Recovery replays the log into redb, which asserts on some damage too: a panic
         // there is the same error as above.
         let recovered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let (last, stale) = recover(disk.as_ref(), &db, path).map_err(fail)?;
+            let last = recover(disk.as_ref(), &db, path).map_err(fail)?;
             let earlier = init(&db, clock.now_ns(), last, tuning.root_owner).map_err(fail)?;
-            Ok::<_, String>((last, stale, earlier))
+            Ok::<_, String>((last, earlier))
         }))
         .unwrap_or_else(|p| Err(damaged(path, p)));
-        let (last, stale, earlier) = match recovered {
+        let (last, earlier) = match recovered {
             Ok(r) => r,
             Err(e) => {
                 // redb writes its allocator state when the handle is dropped, and may
@@ -389,8 +389,7 @@ impl MetaService {
                 return Err(e);
             }
         };
-        let mut wal = wal::Wal::open(disk.as_ref(), path, last).map_err(fail)?;
-        wal.forget(&stale).map_err(fail)?;
+        let wal = wal::Wal::open(disk.as_ref(), path, last).map_err(fail)?;
         let grace_end = clock.monotonic() + Duration::from_millis(cluster.lease_ms);
         let core = Arc::new(Core {
             db: RwLock::new(Arc::new(db)),
@@ -1078,13 +1077,7 @@ fn sweep_overdue(core: &Core) {
 
 /// Brings the tables up to date with the metadata log (see `wal.rs`) after a crash;
 /// returns the number of the last log record, which the tables now include.
-/// Also returns the records beyond the log's end that were never acknowledged, for
-/// [`wal::Wal::forget`].
-fn recover(
-    disk: &dyn MetaDisk,
-    db: &Database,
-    path: &Path,
-) -> Result<(u64, Vec<(usize, u64)>), WireError> {
+fn recover(disk: &dyn MetaDisk, db: &Database, path: &Path) -> Result<u64, WireError> {
     store::create_tables(db)?;
     let checkpoint = {
         let txn = db
@@ -1092,12 +1085,7 @@ fn recover(
             .map_err(|e| store::io("starting a read", e))?;
         Rd::open(&txn)?.counter(store::META_WAL_SEQ)?
     };
-    let wal::Recovered {
-        gen,
-        last,
-        records,
-        unacknowledged,
-    } = wal::recover(disk, path, checkpoint)?;
+    let (gen, last, records) = wal::recover(disk, path, checkpoint)?;
     if records > 0 {
         store::commit_gen(db, &gen, last)?;
         tracing::info!(
@@ -1105,13 +1093,7 @@ fn recover(
             gen.len()
         );
     }
-    if !unacknowledged.is_empty() {
-        tracing::info!(
-            "metadata log: {} records written at a crash were never acknowledged; discarded",
-            unacknowledged.len()
-        );
-    }
-    Ok((last, unacknowledged))
+    Ok(last)
 }
 
 /// Creates the root of a new database, owned by `owner` (uid, gid); returns the first

@@ -219,10 +219,7 @@ fn read_log(
         };
         let (chain, end) = wal::chain_with_end(&bytes);
         let last = chain.last().map_or(0, |(seq, _)| *seq);
-        let damaged = match wal::beyond(&bytes, end, last.max(checkpoint)) {
-            wal::Beyond::Damage(..) => Some(end as u64),
-            wal::Beyond::Unacknowledged(_) => None,
-        };
+        let damaged = wal::record_beyond(&bytes, end, last.max(checkpoint)).map(|_| end as u64);
         let mut runs: Vec<(u64, u64, u64, u64)> = Vec::new();
         for (off, seq, payload) in scan(&bytes) {
             let to = (off + wal::HEADER + payload.len()) as u64;

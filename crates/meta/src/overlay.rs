@@ -4,9 +4,6 @@
 //!
 //! ```text
 //!   newest   batch delta   (the writer's own, not yet durable: only the writer sees it)
-//!            pending       (batches being written to the log, newest first: only the
-//!                           writer sees them; each moves into active once it and
-//!                           every batch before it are durable)
 //!            active        (durable in the current log file, visible to all)
 //!            frozen        (durable in the previous log file, being checkpointed)
 //!   oldest   redb          (the last checkpoint)
@@ -21,7 +18,7 @@
 
 use crate::store::{io, type_from_code, Inode, Rd, Tables, META_DIRS, META_FILES};
 use redb::{ReadableTable, ReadableTableMetadata};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use stripefs_wire::{DirEntry, FileType, InodeId, Layout, WireError};
 
@@ -64,24 +61,17 @@ impl Gen {
     }
 }
 
-/// Most batches being written to the log at once (`writer.rs`).
-pub const MAX_PENDING: usize = 4;
-
 /// The shared layers above redb.
 #[derive(Default)]
 pub struct Layers {
     pub active: Gen,
     pub frozen: Option<Arc<Gen>>,
-    /// Batches applied and being written to the log, oldest first (at most
-    /// [`MAX_PENDING`]); the writer's view only.
-    pub pending: VecDeque<Gen>,
 }
 
 /// A consistent view: some layers, newest first, over a redb read snapshot.
 pub struct Stack<'a> {
-    /// At most: the batch delta, the pending batches, active, frozen (no allocation per
-    /// lookup).
-    gens: [Option<&'a Gen>; 3 + MAX_PENDING],
+    /// At most: the batch delta, active, frozen (no allocation per lookup).
+    gens: [Option<&'a Gen>; 3],
     rd: &'a Rd,
 }
 
@@ -306,10 +296,14 @@ impl<'a> View<'a> {
     }
 
     pub fn stack(&self) -> Stack<'_> {
-        let mut gens = [None; 3 + MAX_PENDING];
-        gens[0] = Some(&self.layers.active);
-        gens[1] = self.layers.frozen.as_deref();
-        Stack { gens, rd: self.rd }
+        Stack {
+            gens: [
+                Some(&self.layers.active),
+                self.layers.frozen.as_deref(),
+                None,
+            ],
+            rd: self.rd,
+        }
     }
 }
 
@@ -355,21 +349,12 @@ impl<'t> Wr<'t> {
     }
 
     pub fn stack(&self) -> Stack<'_> {
-        let layers = self.base.layers;
-        assert!(
-            layers.pending.len() <= MAX_PENDING,
-            "pending batches bounded"
-        );
-        let mut gens = [None; 3 + MAX_PENDING];
-        gens[0] = Some(&self.delta);
-        for (slot, g) in gens[1..].iter_mut().zip(layers.pending.iter().rev()) {
-            *slot = Some(g);
-        }
-        let n = 1 + layers.pending.len();
-        gens[n] = Some(&layers.active);
-        gens[n + 1] = layers.frozen.as_deref();
         Stack {
-            gens,
+            gens: [
+                Some(&self.delta),
+                Some(&self.base.layers.active),
+                self.base.layers.frozen.as_deref(),
+            ],
             rd: self.base.rd,
         }
     }

@@ -20,28 +20,14 @@
 //! the same in both, so only the new record can be torn. Where the file system refuses
 //! direct I/O the log falls back to `pwrite` + `fdatasync`.
 //!
-//! Several appends may be in flight at once (`writer.rs` pipelines batches): an append
-//! made while an earlier one has not returned starts at the next block boundary instead
-//! (the bytes between are left as they are), so that no two writes in flight share a
-//! block, and its header says which of the 32 records before it were still being
-//! written (`flying`). Batches are answered in order, so a record whose predecessor
-//! was still being written when it was issued was never acknowledged unless that
-//! predecessor is in the log too.
-//!
-//! Record: `magic u32 | payload length u32 | seq u64 | crc32c(seq, [flying,] payload)
-//! u32 | flying u32 | payload` (little-endian, 24-byte header); bit j of `flying` set:
-//! record `seq - 1 - j` had not been written when this one was (0 for an append alone,
-//! and then not in the checksum, as in records written before appends overlapped).
-//! Sequence numbers grow by one from record to record and across files and restarts.
-//! Recovery reads, in each file from offset 0, the chain of valid records whose numbers follow each other (each right after
-//! the one before or at the next block boundary), keeps those after the last checkpoint
-//! (`META_WAL_SEQ` in redb), and requires them to continue that number without a gap: a
-//! torn last record was never acknowledged and ends the chain; a gap would be lost
-//! acknowledged work, and the server refuses to start rather than hide it. Valid records
-//! beyond the chain's end numbered above it are either appends that were in flight with
-//! the missing record (its bit set in their `flying`: never acknowledged, discarded and
-//! their headers zeroed before the log is written again, so a later chain cannot reach
-//! them) or proof of damage.
+//! Record: `magic u32 | payload length u32 | seq u64 | crc32c(seq, payload) u32 |
+//! reserved u32 (0) | payload` (little-endian, 24-byte header). Sequence numbers grow by one
+//! from record to record and across files and restarts. Recovery reads, in each file from
+//! offset 0, the chain of valid records whose numbers follow each other, keeps those
+//! after the last checkpoint (`META_WAL_SEQ` in redb), and requires them to continue that
+//! number without a gap: a torn last record was never acknowledged and ends the chain; a
+//! gap would be lost acknowledged work, and the server refuses to start rather than hide
+//! it.
 
 use crate::disk::{self, LogFile, MetaDisk};
 use crate::overlay::Gen;
@@ -50,7 +36,6 @@ use crate::store::{decode_inode, decode_layout, encode_inode, encode_layout, typ
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use stripefs_wire::{ErrorCode, WireError};
 
@@ -171,32 +156,19 @@ pub fn decode_into(seq: u64, payload: &[u8], into: &mut Gen) -> Result<(), WireE
     Ok(())
 }
 
-/// A record's checksum: of its number, its `flying` bits unless they are 0 (so that
-/// records written before they existed still check), and its payload.
-fn crc(seq: u64, flying: u32, payload: &[u8]) -> u32 {
-    let mut c = crc32c::crc32c(&seq.to_le_bytes());
-    if flying != 0 {
-        c = crc32c::crc32c_append(c, &flying.to_le_bytes());
-    }
-    crc32c::crc32c_append(c, payload)
+fn crc(seq: u64, payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&seq.to_le_bytes()), payload)
 }
 
-/// One encoded record, header included, written alone.
-#[cfg(test)]
+/// One encoded record, header included.
 pub fn frame(seq: u64, payload: &[u8]) -> Vec<u8> {
-    frame_flying(seq, 0, payload)
-}
-
-/// One encoded record whose bit j of `flying` says record `seq - 1 - j` was still being
-/// written when it was.
-fn frame_flying(seq: u64, flying: u32, payload: &[u8]) -> Vec<u8> {
     assert!(payload.len() < MAX_RECORD as usize, "record too large");
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(&MAGIC.to_le_bytes());
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&crc(seq, flying, payload).to_le_bytes());
-    out.extend_from_slice(&flying.to_le_bytes());
+    out.extend_from_slice(&crc(seq, payload).to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(payload);
     out
 }
@@ -204,11 +176,6 @@ fn frame_flying(seq: u64, flying: u32, payload: &[u8]) -> Vec<u8> {
 /// The valid record at byte `off` of `bytes`, if one starts there: its number and
 /// payload.
 pub(crate) fn record_at(bytes: &[u8], off: usize) -> Option<(u64, &[u8])> {
-    record_flying(bytes, off).map(|(seq, _, payload)| (seq, payload))
-}
-
-/// [`record_at`] with the record's `flying` bits.
-fn record_flying(bytes: &[u8], off: usize) -> Option<(u64, u32, &[u8])> {
     if bytes.len().saturating_sub(off) < HEADER {
         return None;
     }
@@ -216,11 +183,15 @@ fn record_flying(bytes: &[u8], off: usize) -> Option<(u64, u32, &[u8])> {
     let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
     let len = word(4);
     let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-    if word(0) != MAGIC || len >= MAX_RECORD || bytes.len() - off - HEADER < len as usize {
+    if word(0) != MAGIC
+        || word(20) != 0
+        || len >= MAX_RECORD
+        || bytes.len() - off - HEADER < len as usize
+    {
         return None;
     }
     let payload = &bytes[off + HEADER..off + HEADER + len as usize];
-    (crc(seq, word(20), payload) == word(16)).then_some((seq, word(20), payload))
+    (crc(seq, payload) == word(16)).then_some((seq, payload))
 }
 
 /// The chain of valid, consecutively numbered records from the start of `bytes`.
@@ -233,69 +204,31 @@ fn chain(bytes: &[u8]) -> Vec<(u64, &[u8])> {
 pub(crate) fn chain_with_end(bytes: &[u8]) -> (Vec<(u64, &[u8])>, usize) {
     let mut out: Vec<(u64, &[u8])> = Vec::new();
     let mut off = 0usize;
-    let follows = |out: &Vec<(u64, &[u8])>, seq: u64| {
-        !out.last()
+    while let Some((seq, payload)) = record_at(bytes, off) {
+        if out
+            .last()
             .is_some_and(|(prev, _)| prev.checked_add(1) != Some(seq))
-    };
-    loop {
-        // Right after the last record, or at the next block boundary (an append made
-        // while the one before was in flight).
-        let next = [off, off.next_multiple_of(BLOCK)]
-            .into_iter()
-            .find_map(|at| match record_at(bytes, at) {
-                Some((seq, payload)) if follows(&out, seq) => Some((at, seq, payload)),
-                _ => None,
-            });
-        let Some((at, seq, payload)) = next else {
+        {
             break;
-        };
+        }
         out.push((seq, payload));
-        off = at + HEADER + payload.len();
+        off += HEADER + payload.len();
     }
     (out, off)
 }
 
-/// What lies beyond the end of a file's chain, numbered above `after` (the chain's last
-/// record or the checkpoint, whichever is higher; records of earlier rounds through the
-/// file, left after the current round's end, are numbered lower).
-#[derive(Debug, PartialEq)]
-pub(crate) enum Beyond {
-    /// Nothing, or only appends that were in flight with the missing record `after + 1`
-    /// (never acknowledged): their byte offsets.
-    Unacknowledged(Vec<usize>),
-    /// A valid record that was written after the missing one had been (at this byte,
-    /// with this number): the chain did not end at a torn last append but at damage
-    /// with acknowledged records behind it.
-    Damage(usize, u64),
-}
-
-/// Looks beyond byte `from` for records numbered above `after` (see [`Beyond`]).
-pub(crate) fn beyond(bytes: &[u8], from: usize, after: u64) -> Beyond {
+/// The first valid record beyond byte `from` numbered above `after`: proof that the
+/// chain did not end at a torn last append but at damage with acknowledged records
+/// behind it. (Records of earlier rounds through the file, left after the current
+/// round's end, are numbered lower.)
+pub(crate) fn record_beyond(bytes: &[u8], from: usize, after: u64) -> Option<(usize, u64)> {
     let magic = MAGIC.to_le_bytes();
-    let missing = after + 1;
-    let mut stale = Vec::new();
-    for off in (from + 1..bytes.len().saturating_sub(HEADER - 1))
+    (from + 1..bytes.len().saturating_sub(HEADER - 1))
         .filter(|&off| bytes[off..off + 4] == magic)
-    {
-        let Some((seq, flying, _)) = record_flying(bytes, off) else {
-            continue;
-        };
-        if seq <= after {
-            continue;
-        }
-        // Written while the missing record was: its bit is (seq - 1 - missing). The
-        // missing record itself, valid but off the chain's path, is damage.
-        let in_flight = seq > missing && {
-            let j = seq - 1 - missing;
-            j < 32 && flying & (1 << j) != 0
-        };
-        if in_flight {
-            stale.push(off);
-        } else {
-            return Beyond::Damage(off, seq);
-        }
-    }
-    Beyond::Unacknowledged(stale)
+        .find_map(|off| match record_at(bytes, off) {
+            Some((seq, _)) if seq > after => Some((off, seq)),
+            _ => None,
+        })
 }
 
 pub fn paths(db: &Path) -> [PathBuf; 2] {
@@ -312,11 +245,14 @@ pub fn paths(db: &Path) -> [PathBuf; 2] {
 /// are missing: a log file gone (both may be missing only before the first record), a
 /// gap in the numbers, or a damaged record with later records behind it. A torn last
 /// append, which was never acknowledged, ends the log quietly.
-pub fn recover(disk: &dyn MetaDisk, db: &Path, checkpoint: u64) -> Result<Recovered, WireError> {
+pub fn recover(
+    disk: &dyn MetaDisk,
+    db: &Path,
+    checkpoint: u64,
+) -> Result<(Gen, u64, usize), WireError> {
     let mut records: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut missing = Vec::new();
-    let mut unacknowledged = Vec::new();
-    for (i, p) in paths(db).into_iter().enumerate() {
+    for p in paths(db) {
         let bytes = match disk::read_all(disk, &p) {
             Ok(Some(b)) => b,
             Ok(None) => {
@@ -327,20 +263,16 @@ pub fn recover(disk: &dyn MetaDisk, db: &Path, checkpoint: u64) -> Result<Recove
         };
         let (chained, end) = chain_with_end(&bytes);
         let last = chained.last().map_or(0, |(seq, _)| *seq);
-        let stale = match beyond(&bytes, end, last.max(checkpoint)) {
-            Beyond::Unacknowledged(offs) => offs,
-            Beyond::Damage(at, seq) => {
-                return Err(corrupt(format!(
-                    "log file {} is damaged at byte {end}: its records end at number {last}, \
+        if let Some((at, seq)) = record_beyond(&bytes, end, last.max(checkpoint)) {
+            return Err(corrupt(format!(
+                "log file {} is damaged at byte {end}: its records end at number {last}, \
                  but a valid record {seq} follows at byte {at}; refusing to start with \
                  acknowledged changes lost (the log files and the database are left as \
                  they are). {}",
-                    p.display(),
-                    repair_hint(db)
-                )))
-            }
-        };
-        unacknowledged.extend(stale.into_iter().map(|off| (i, off as u64)));
+                p.display(),
+                repair_hint(db)
+            )));
+        }
         for (seq, payload) in chained {
             if seq > checkpoint {
                 records.push((seq, payload.to_vec()));
@@ -372,26 +304,7 @@ pub fn recover(disk: &dyn MetaDisk, db: &Path, checkpoint: u64) -> Result<Recove
         decode_into(*seq, payload, &mut gen)?;
         last = *seq;
     }
-    Ok(Recovered {
-        records: records.len(),
-        gen,
-        last,
-        unacknowledged,
-    })
-}
-
-/// What [`recover`] found.
-#[derive(Debug)]
-pub struct Recovered {
-    /// The changes after the checkpoint.
-    pub gen: Gen,
-    /// The number of the last record.
-    pub last: u64,
-    /// Records after the checkpoint.
-    pub records: usize,
-    /// Records beyond a chain's end that were in flight with its missing record (never
-    /// acknowledged): (file index, byte offset). [`Wal::forget`] zeroes them.
-    pub unacknowledged: Vec<(usize, u64)>,
+    Ok((gen, last, records.len()))
 }
 
 /// What to do about a log a server refuses to start on.
@@ -413,9 +326,11 @@ fn log_dir(db: &Path) -> &Path {
 pub struct Wal {
     files: [Arc<dyn LogFile>; 2],
     /// Appends are written direct and synchronous (false once the file system refused).
-    direct: Arc<AtomicBool>,
+    direct: [bool; 2],
     /// The bytes of the current file from the last block boundary to `off`.
     tail: Vec<u8>,
+    /// Reused buffer for direct writes (aligned inside by `aligned`).
+    scratch: Vec<u8>,
     paths: [PathBuf; 2],
     /// Bytes of each file known to be allocated (zero-filled or written).
     lens: [u64; 2],
@@ -438,51 +353,15 @@ fn fill(f: &dyn LogFile, p: &Path, from: u64, to: u64) -> Result<(), WireError> 
         .map_err(|e| io_err(format!("syncing {}", p.display()), e))
 }
 
-/// A record placed in the log by [`Wal::place`], not yet written.
-pub struct Placed {
-    file: Arc<dyn LogFile>,
-    path: PathBuf,
-    direct: Arc<AtomicBool>,
-    /// The blocks to write start at `buf[align]`: the `tail` bytes before the record
-    /// (unchanged), the record, zeros to the block's end.
-    buf: Vec<u8>,
-    align: usize,
-    padded: usize,
-    /// File offsets of the first block and of the record.
-    start: u64,
-    tail: usize,
-    at: u64,
-    pub seq: u64,
-}
-
-impl Placed {
-    /// Writes the record and waits until it is durable: direct and synchronous, or
-    /// where the file system refuses direct I/O, `pwrite` + `fdatasync` (and no later
-    /// append tries direct I/O).
-    pub fn write(self) -> Result<(), WireError> {
-        let io = |e| io_err(format!("writing {}", self.path.display()), e);
-        if self.direct.load(Ordering::Relaxed) {
-            let blocks = &self.buf[self.align..self.align + self.padded];
-            match self.file.write_direct(blocks, self.start) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    if self.direct.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(
-                            "{}: direct writes refused ({e}); using write + fdatasync",
-                            self.path.display()
-                        );
-                    }
-                }
-                Err(e) => return Err(io(e)),
-            }
-        }
-        let rec = &self.buf[self.align + self.tail..self.align + self.padded];
-        let len = HEADER + u32::from_le_bytes(rec[4..8].try_into().expect("4 bytes")) as usize;
-        self.file.write_at(&rec[..len], self.at).map_err(io)?;
-        self.file
-            .sync_data()
-            .map_err(|e| io_err(format!("syncing {}", self.path.display()), e))
+/// `n` zeroed bytes of `buf` starting at a `BLOCK`-aligned address.
+fn aligned(buf: &mut Vec<u8>, n: usize) -> &mut [u8] {
+    if buf.len() < n + BLOCK {
+        buf.resize(n + BLOCK, 0);
     }
+    let at = buf.as_ptr().align_offset(BLOCK);
+    let out = &mut buf[at..at + n];
+    out.fill(0);
+    out
 }
 
 impl Wal {
@@ -511,8 +390,9 @@ impl Wal {
         disk.sync_dir(dir)
             .map_err(|e| io_err(format!("syncing directory {}", dir.display()), e))?;
         Ok(Wal {
-            direct: Arc::new(AtomicBool::new(true)),
+            direct: [true, true],
             tail: Vec::new(),
+            scratch: Vec::new(),
             files: [f0, f1],
             paths,
             lens: [l0, l1],
@@ -522,12 +402,14 @@ impl Wal {
         })
     }
 
-    /// Makes sure the current file has room for `bytes` from block-aligned `start`,
+    /// Makes sure the current file has room for a record of `payload_len` bytes,
     /// growing it ahead in zeros (rarely), so that appends never change its size. A
     /// failure (a full disk) leaves the log as it was: the records are untouched.
-    fn make_room(&mut self, start: u64, bytes: usize) -> Result<(), WireError> {
-        let end = start + bytes as u64;
-        if end > self.lens[self.cur] {
+    pub fn make_room(&mut self, payload_len: usize) -> Result<(), WireError> {
+        let end = self.off + (HEADER + payload_len) as u64;
+        let start = self.off - self.tail.len() as u64;
+        let padded = (self.tail.len() + HEADER + payload_len).next_multiple_of(BLOCK);
+        if start + padded as u64 > self.lens[self.cur] {
             let to = end + FILE_BYTES;
             fill(
                 self.files[self.cur].as_ref(),
@@ -541,41 +423,27 @@ impl Wal {
     }
 
     /// Appends one record and waits until it is durable; returns its number.
-    #[cfg(test)]
     pub fn append(&mut self, payload: &[u8]) -> Result<u64, WireError> {
-        let placed = self.place(payload, 0)?;
-        let seq = placed.seq;
-        placed.write()?;
-        Ok(seq)
-    }
-
-    /// Gives the next record its number and place in the log and returns it, to be
-    /// written with [`Placed::write`] (outside the caller's lock: several may be in
-    /// flight). `flying`: bit j set if record `seq - 1 - j` is still being written; then
-    /// the record starts at the next block boundary, so that it shares no block with a
-    /// write in flight. An error (the file cannot grow) has written nothing and placed
-    /// nothing.
-    pub fn place(&mut self, payload: &[u8], flying: u32) -> Result<Placed, WireError> {
+        self.make_room(payload.len())?;
         let seq = self.next_seq;
-        let rec = frame_flying(seq, flying, payload);
-        let (at, tail) = if flying == 0 {
-            (self.off, self.tail.len())
-        } else {
-            (self.off.next_multiple_of(BLOCK as u64), 0)
-        };
-        // A direct append writes whole blocks, from the block that holds the end of
-        // the previous record (rewriting its leading bytes unchanged) to the end of
-        // the record's last block.
-        let start = at - tail as u64;
+        let rec = frame(seq, payload);
+        let end = self.off + rec.len() as u64;
+        // A direct append writes up to the end of the record's last block.
+        let start = self.off - self.tail.len() as u64;
         assert_eq!(start % BLOCK as u64, 0, "direct appends start on a block");
-        let used = tail + rec.len();
+        let used = self.tail.len() + rec.len();
         let padded = used.next_multiple_of(BLOCK);
-        self.make_room(start, padded)?;
-        let mut buf = vec![0u8; padded + BLOCK];
-        let align = buf.as_ptr().align_offset(BLOCK);
-        buf[align..align + tail].copy_from_slice(&self.tail[self.tail.len() - tail..]);
-        buf[align + tail..align + used].copy_from_slice(&rec);
-        let end = at + rec.len() as u64;
+        assert!(
+            start + padded as u64 <= self.lens[self.cur],
+            "room was made"
+        );
+        if !(self.direct[self.cur] && self.write_direct(&rec, start, used, padded)?) {
+            let (f, p) = (&self.files[self.cur], &self.paths[self.cur]);
+            f.write_at(&rec, self.off)
+                .map_err(|e| io_err(format!("writing {}", p.display()), e))?;
+            f.sync_data()
+                .map_err(|e| io_err(format!("syncing {}", p.display()), e))?;
+        }
         // The bytes from the last block boundary to the new end.
         let keep = (end % BLOCK as u64) as usize;
         if keep <= rec.len() {
@@ -587,31 +455,36 @@ impl Wal {
         assert_eq!(self.tail.len(), keep);
         self.off = end;
         self.next_seq += 1;
-        Ok(Placed {
-            file: self.files[self.cur].clone(),
-            path: self.paths[self.cur].clone(),
-            direct: self.direct.clone(),
-            buf,
-            align,
-            padded,
-            start,
-            tail,
-            at,
-            seq,
-        })
+        Ok(seq)
     }
 
-    /// Zeroes the headers of records that were in flight at a crash and never
-    /// acknowledged ([`Recovered::unacknowledged`]), durably, so that no later chain
-    /// through the file can take them for its own.
-    pub fn forget(&mut self, records: &[(usize, u64)]) -> Result<(), WireError> {
-        for &(i, off) in records {
-            let (f, p) = (&self.files[i], &self.paths[i]);
-            f.write_at(&[0u8; HEADER], off)
-                .and_then(|()| f.sync_data())
-                .map_err(|e| io_err(format!("zeroing a record of {}", p.display()), e))?;
+    /// Writes `tail` and `rec` as the `padded` bytes at `start`, direct and synchronous;
+    /// `false` if the file system refuses direct I/O (then no later append tries it).
+    fn write_direct(
+        &mut self,
+        rec: &[u8],
+        start: u64,
+        used: usize,
+        padded: usize,
+    ) -> Result<bool, WireError> {
+        let buf = aligned(&mut self.scratch, padded);
+        buf[..self.tail.len()].copy_from_slice(&self.tail);
+        buf[self.tail.len()..used].copy_from_slice(rec);
+        match self.files[self.cur].write_direct(buf, start) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(
+                    "{}: direct writes refused ({e}); using write + fdatasync",
+                    self.paths[self.cur].display()
+                );
+                self.direct = [false, false];
+                Ok(false)
+            }
+            Err(e) => Err(io_err(
+                format!("writing {}", self.paths[self.cur].display()),
+                e,
+            )),
         }
-        Ok(())
     }
 
     /// Continues in the other file, from its start. The caller guarantees that all its
@@ -739,12 +612,7 @@ mod tests {
             wal.append(&encode(&gen(i))).unwrap();
         }
         drop(wal);
-        let Recovered {
-            gen: g,
-            last,
-            records: n,
-            ..
-        } = recover(&FsDisk, &db, 2).unwrap();
+        let (g, last, n) = recover(&FsDisk, &db, 2).unwrap();
         assert_eq!((last, n), (5, 3));
         let mut want = Gen::default();
         for i in 3..=5 {
@@ -756,9 +624,7 @@ mod tests {
         let mut wal = Wal::open(&FsDisk, &db, 5).unwrap();
         wal.append(&encode(&gen(6))).unwrap();
         drop(wal);
-        let Recovered {
-            last, records: n, ..
-        } = recover(&FsDisk, &db, 5).unwrap();
+        let (_, last, n) = recover(&FsDisk, &db, 5).unwrap();
         assert_eq!((last, n), (6, 1));
     }
 
@@ -791,8 +657,8 @@ mod tests {
             let mut want = Vec::new();
             for (i, len) in sizes.iter().cycle().take(60).enumerate() {
                 match (i, direct_first) {
-                    (0, true) | (20, false) => wal.direct.store(true, Ordering::Relaxed),
-                    (20, true) | (0, false) => wal.direct.store(false, Ordering::Relaxed),
+                    (0, true) | (20, false) => wal.direct = [true, true],
+                    (20, true) | (0, false) => wal.direct = [false, false],
                     (40, _) => wal.switch(),
                     _ => {}
                 }
@@ -830,7 +696,7 @@ mod tests {
             err.message.contains("records 10 to 10 are missing"),
             "{err}"
         );
-        assert_eq!(recover(&FsDisk, &db, 10).unwrap().last, 11);
+        assert_eq!(recover(&FsDisk, &db, 10).unwrap().1, 11);
     }
 
     /// A damaged record in the middle, with acknowledged records behind it, refuses to
@@ -848,7 +714,7 @@ mod tests {
         drop(wal);
         let [log0, _] = paths(&db);
         let clean = std::fs::read(&log0).unwrap();
-        assert_eq!(recover(&FsDisk, &db, 0).unwrap().last, 5);
+        assert_eq!(recover(&FsDisk, &db, 0).unwrap().1, 5);
 
         // A flipped byte inside record 3: records 4 and 5 lie beyond it.
         let mut bad = clean.clone();
@@ -859,104 +725,14 @@ mod tests {
         assert!(err.message.contains("record 4"), "{err}");
         assert!(err.message.contains("end at number 2"), "{err}");
         // Once the tables hold everything up to record 5, nothing acknowledged is lost.
-        assert_eq!(recover(&FsDisk, &db, 5).unwrap().last, 5);
+        assert_eq!(recover(&FsDisk, &db, 5).unwrap().1, 5);
 
         // The last record torn (only part of it reached the disk): the log ends at 4.
         let mut torn = clean.clone();
         let from = ends[3] as usize + HEADER + 2;
         torn[from..ends[4] as usize].fill(0);
         std::fs::write(&log0, &torn).unwrap();
-        assert_eq!(recover(&FsDisk, &db, 0).unwrap().last, 4);
-    }
-
-    /// Appends in flight together (`Wal::place` with `flying` bits, written in any
-    /// order) make one chain: each starts at a block of its own.
-    #[test]
-    fn appends_written_out_of_order_make_one_chain() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("meta.redb");
-        let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
-        wal.append(&encode(&gen(1))).unwrap();
-        let a = wal.place(&encode(&gen(2)), 0).unwrap();
-        let b = wal.place(&encode(&gen(3)), 0b1).unwrap();
-        let c = wal.place(&encode(&gen(4)), 0b11).unwrap();
-        assert_eq!(b.at % BLOCK as u64, 0, "an append beside one in flight");
-        assert_eq!(c.at % BLOCK as u64, 0);
-        c.write().unwrap();
-        a.write().unwrap();
-        b.write().unwrap();
-        // Once they are written, the next append continues right after the last.
-        let d = wal.place(&encode(&gen(5)), 0).unwrap();
-        assert_ne!(d.at % BLOCK as u64, 0);
-        d.write().unwrap();
-        drop(wal);
-        let r = recover(&FsDisk, &db, 0).unwrap();
-        assert_eq!((r.last, r.records), (5, 5));
-        assert!(r.unacknowledged.is_empty());
-        let mut want = Gen::default();
-        for i in 1..=5 {
-            want.absorb(gen(i));
-        }
-        assert_eq!(r.gen, want);
-    }
-
-    /// A crash with appends in flight: a record written while an earlier one that never
-    /// reached the disk was in flight was never acknowledged. Recovery ends the log
-    /// before the missing one, and the server zeroes the later ones before it writes
-    /// again, so that no later chain takes them for its own; a record written after the
-    /// missing one had been written is damage.
-    #[test]
-    fn appends_in_flight_at_a_crash_are_discarded_and_damage_is_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("meta.redb");
-        let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
-        wal.append(&encode(&gen(1))).unwrap();
-        let lost = wal.place(&encode(&gen(2)), 0).unwrap();
-        let later = wal.place(&encode(&gen(3)), 0b1).unwrap();
-        let later_at = later.at;
-        let third = wal.place(&encode(&gen(4)), 0b11).unwrap();
-        later.write().unwrap();
-        third.write().unwrap();
-        drop(lost); // the crash: record 2 never reached the disk
-        drop(wal);
-        let r = recover(&FsDisk, &db, 0).unwrap();
-        assert_eq!(r.last, 1);
-        assert_eq!(r.unacknowledged.len(), 2);
-        assert_eq!(r.unacknowledged[0], (0, later_at));
-        // The restarted server forgets them and writes records 2 and 3 anew from the
-        // start of file 0: the old 3 and 4 are never chained.
-        let mut wal = Wal::open(&FsDisk, &db, 1).unwrap();
-        wal.forget(&r.unacknowledged).unwrap();
-        wal.append(&encode(&gen(20))).unwrap();
-        wal.append(&encode(&gen(30))).unwrap();
-        drop(wal);
-        let r = recover(&FsDisk, &db, 1).unwrap();
-        assert_eq!((r.last, r.records), (3, 2));
-        assert!(r.unacknowledged.is_empty());
-        let mut want = gen(20);
-        want.absorb(gen(30));
-        assert_eq!(r.gen, want);
-
-        // Record 2 written and acknowledged, record 3 written after it (no bit for 2),
-        // then 2 damaged: refused.
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("meta.redb");
-        let [log0, _] = paths(&db);
-        let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
-        wal.append(&encode(&gen(1))).unwrap();
-        let two = wal.place(&encode(&gen(2)), 0).unwrap();
-        let two_at = two.at as usize;
-        two.write().unwrap();
-        let three = wal.place(&encode(&gen(3)), 0).unwrap();
-        let four = wal.place(&encode(&gen(4)), 0b1).unwrap();
-        four.write().unwrap();
-        three.write().unwrap();
-        drop(wal);
-        let mut bytes = std::fs::read(&log0).unwrap();
-        bytes[two_at + HEADER] ^= 1;
-        std::fs::write(&log0, &bytes).unwrap();
-        let err = recover(&FsDisk, &db, 0).unwrap_err();
-        assert!(err.message.contains("damaged"), "{err}");
+        assert_eq!(recover(&FsDisk, &db, 0).unwrap().1, 4);
     }
 
     /// A log file that is gone is an error once records were written (both are made
@@ -965,7 +741,7 @@ mod tests {
     fn a_missing_log_file_refuses_to_start() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("meta.redb");
-        assert_eq!(recover(&FsDisk, &db, 0).unwrap().last, 0, "new database");
+        assert_eq!(recover(&FsDisk, &db, 0).unwrap().1, 0, "new database");
         let mut wal = Wal::open(&FsDisk, &db, 0).unwrap();
         wal.append(&encode(&gen(1))).unwrap();
         drop(wal);

@@ -12,18 +12,6 @@
 //! operation that arrived while the previous one ran, and no operation passes through
 //! another thread on its way (each hand-over costs a wake-up).
 //!
-//! Pipelining: a leader gives up the lead once its batch is applied and placed in the
-//! log, and then writes the record itself, so the next leader can apply and write the
-//! next batch while the first write is still in the disk (up to
-//! [`overlay::MAX_PENDING`] batches at once; a disk serves several synchronous writes at
-//! once nearly as fast as one). A batch being written is a `pending` layer that only
-//! the writer sees (`overlay.rs`); when its write returns and every batch before it has
-//! been published, it moves into the active layer and its operations are answered, so
-//! batches are still answered and made visible in log order. A failed log write fails
-//! every batch after it too and halts the server. What is not the common case (a
-//! checkpoint request, a freeze due, back-pressure, a halted server, a batch too large
-//! for one record) first waits until nothing is in flight and then commits as above.
-//!
 //! The redb tables are brought up to date by checkpoints: when the active layer is large
 //! or old enough (and the previous checkpoint is done), the leader freezes it, continues
 //! the log in the other file, and a checkpoint thread writes the frozen layer into redb
@@ -51,11 +39,11 @@
 //! operation that large is refused. Neither halts the server.
 
 use crate::ops::{self, remove, Ctx};
-use crate::overlay::{self, Gen, View, Wr};
+use crate::overlay::{Gen, View, Wr};
 use crate::store::{commit_gen, is_fatal, Rd};
-use crate::wal::{self, Placed, Wal};
+use crate::wal::{self, Wal};
 use crate::{Core, Tuning};
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, Sender};
@@ -119,60 +107,6 @@ struct Queue {
     leading: bool,
     /// Operations in the last batch.
     last_len: usize,
-    /// Batches being written, not yet answered (at most [`overlay::MAX_PENDING`]).
-    flying: usize,
-}
-
-/// The batches being written to the log: they land in any order and are published in
-/// the order they were staged.
-#[derive(Default)]
-struct Flights {
-    /// Number of the next batch to stage, and of the next to publish.
-    staged: u64,
-    published: u64,
-    /// Log records whose writes have not returned.
-    unwritten: BTreeSet<u64>,
-    /// Batches whose writes returned, by number, waiting for the ones before them.
-    landed: BTreeMap<u64, Landed>,
-    /// A log write failed: every batch after it fails with its error.
-    failed: Option<WireError>,
-}
-
-/// A batch applied and placed in the log, to be written by its leader.
-struct Flight {
-    no: u64,
-    /// Its batch id (`Dying`).
-    id: u64,
-    tickets: Vec<u64>,
-    answers: Vec<Answer>,
-    purged: bool,
-    /// `None` for a batch that changed nothing.
-    write: Option<Placed>,
-}
-
-/// A flight whose write returned.
-struct Landed {
-    flight: Flight,
-    /// The log record it wrote, and how the write went.
-    seq: Option<u64>,
-    result: Result<(), WireError>,
-}
-
-/// What a leader does with its batch once it has staged it.
-enum Staged {
-    /// Committed (or failed) already: the answers.
-    Done(Vec<Answer>),
-    /// Write it, then land it.
-    Fly(Flight),
-}
-
-/// How staging a batch for the pipeline went.
-enum Stage {
-    /// Nothing to write and nothing in flight: answered now.
-    Now(Vec<Answer>, bool),
-    Fly(Flight),
-    /// Its record would be too large for the log: commit it the slow way.
-    TooLarge,
 }
 
 /// The group-commit queue and the leader's state.
@@ -184,9 +118,6 @@ pub struct Writer {
     answered: Condvar,
     /// The leader's state; locked only by the leader and at shutdown.
     log: Mutex<Option<Log>>,
-    flights: Mutex<Flights>,
-    /// Signalled when a batch is published (a draining leader waits for the last).
-    drained: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -200,8 +131,6 @@ impl Writer {
             arrived: Condvar::new(),
             answered: Condvar::new(),
             log: Mutex::new(None),
-            flights: Mutex::default(),
-            drained: Condvar::new(),
         }
     }
 
@@ -245,7 +174,6 @@ impl Writer {
         };
         core.stopping.store(true, Ordering::SeqCst);
         core.wake_stop();
-        drain(core);
         if let Some((tx, thread)) = log.ckpt.take() {
             drop(tx);
             let _ = thread.join();
@@ -271,17 +199,14 @@ impl Writer {
             if let Some(answer) = q.answers.remove(&ticket) {
                 return answer;
             }
-            // Lead only with this operation still queued (not in a batch being written).
-            let queued = q.jobs.front().is_some_and(|(t, _)| *t <= ticket);
-            if q.leading || q.flying >= overlay::MAX_PENDING || !queued {
+            if q.leading {
                 q = w.answered.wait(q).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
-            // Lead the next batch, first letting the stragglers of the last one arrive
-            // (unless a batch is being written: then a second write costs little).
+            // Lead the next batch, first letting the stragglers of the last one arrive.
             q.leading = true;
             let deadline = Instant::now() + GATHER_WAIT;
-            while q.flying == 0 && q.jobs.len() < q.last_len.min(MAX_BATCH) {
+            while q.jobs.len() < q.last_len.min(MAX_BATCH) {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
@@ -296,11 +221,10 @@ impl Writer {
             let batch: Vec<(u64, Job)> = q.jobs.drain(..n).collect();
             q.last_len = batch.len();
             drop(q);
-            let staged = match lock(&w.log).as_mut() {
-                // A panic here (outside an operation, which `commit` and `stage` guard
-                // themselves) must not leave `leading` set, or every later mutation
-                // would wait forever.
-                Some(log) => catch_unwind(AssertUnwindSafe(|| log.stage(core, &batch)))
+            let answers = match lock(&w.log).as_mut() {
+                // A panic here (outside an operation, which `commit` guards itself) must
+                // not leave `leading` set, or every later mutation would wait forever.
+                Some(log) => catch_unwind(AssertUnwindSafe(|| log.commit(core, &batch)))
                     .unwrap_or_else(|_| {
                         core.halted.store(true, Ordering::SeqCst);
                         let e = WireError::new(
@@ -308,133 +232,21 @@ impl Writer {
                             "metadata writer panicked after a batch; accepting no more changes",
                         );
                         tracing::error!("{e}");
-                        Staged::Done(vec![Err(e); batch.len()])
+                        vec![Err(e); batch.len()]
                     }),
                 None => {
                     let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
-                    Staged::Done(vec![Err(e); batch.len()])
+                    vec![Err(e); batch.len()]
                 }
             };
+            assert_eq!(answers.len(), batch.len(), "one answer per operation");
             q = lock(&w.queue);
+            for ((t, _), a) in batch.into_iter().zip(answers) {
+                q.answers.insert(t, a);
+            }
             q.leading = false;
-            match staged {
-                Staged::Done(answers) => {
-                    assert_eq!(answers.len(), batch.len(), "one answer per operation");
-                    for ((t, _), a) in batch.into_iter().zip(answers) {
-                        q.answers.insert(t, a);
-                    }
-                    w.answered.notify_all();
-                }
-                Staged::Fly(mut flight) => {
-                    assert_eq!(
-                        flight.answers.len(),
-                        batch.len(),
-                        "one answer per operation"
-                    );
-                    flight.tickets = batch.into_iter().map(|(t, _)| t).collect();
-                    q.flying += 1;
-                    drop(q);
-                    // The next leader may stage while this batch is being written.
-                    w.answered.notify_all();
-                    fly(core, flight);
-                    q = lock(&w.queue);
-                }
-            }
+            w.answered.notify_all();
         }
-    }
-}
-
-/// Writes a staged batch's log record and lands it.
-fn fly(core: &Core, mut flight: Flight) {
-    let (seq, result) = match flight.write.take() {
-        Some(placed) => {
-            let seq = placed.seq;
-            (Some(seq), placed.write())
-        }
-        None => (None, Ok(())),
-    };
-    let w = &core.writer;
-    let mut fl = lock(&w.flights);
-    if let Some(seq) = seq {
-        fl.unwritten.remove(&seq);
-    }
-    fl.landed.insert(
-        flight.no,
-        Landed {
-            flight,
-            seq,
-            result,
-        },
-    );
-    // Publish every landed batch whose predecessors are all published, in order.
-    loop {
-        let next = fl.published;
-        let Some(landed) = fl.landed.remove(&next) else {
-            break;
-        };
-        fl.published += 1;
-        publish(core, &mut fl, landed);
-    }
-    drop(fl);
-    w.drained.notify_all();
-}
-
-/// Makes a landed batch visible and answers it, or fails it if its write (or an earlier
-/// one) failed.
-fn publish(core: &Core, fl: &mut Flights, landed: Landed) {
-    let Landed {
-        flight,
-        seq,
-        result,
-    } = landed;
-    if let (None, Err(e)) = (&fl.failed, result) {
-        // What the log holds now is unknown: accept no further change.
-        core.halted.store(true, Ordering::SeqCst);
-        tracing::error!("{e}; the metadata server accepts no more changes");
-        fl.failed = Some(e);
-    }
-    let ok = fl.failed.is_none();
-    {
-        let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
-        let delta = l
-            .pending
-            .pop_front()
-            .expect("a pending layer per batch in flight");
-        if ok {
-            l.active.absorb(delta);
-        }
-    }
-    let answers = match &fl.failed {
-        None => {
-            if seq.is_some() {
-                core.commits.fetch_add(1, Ordering::Relaxed);
-            }
-            core.committed_ops
-                .fetch_add(flight.tickets.len() as u64, Ordering::Relaxed);
-            flight.answers
-        }
-        Some(e) => vec![Err(e.clone()); flight.tickets.len()],
-    };
-    core.opens.lock().dying.settle(flight.id);
-    let w = &core.writer;
-    let mut q = lock(&w.queue);
-    for (t, a) in flight.tickets.into_iter().zip(answers) {
-        q.answers.insert(t, a);
-    }
-    q.flying -= 1;
-    drop(q);
-    w.answered.notify_all();
-    if ok && flight.purged {
-        core.kick_purge();
-    }
-}
-
-/// Waits until every batch in flight is published.
-fn drain(core: &Core) {
-    let w = &core.writer;
-    let mut fl = lock(&w.flights);
-    while fl.published != fl.staged {
-        fl = w.drained.wait(fl).unwrap_or_else(|p| p.into_inner());
     }
 }
 
@@ -457,108 +269,6 @@ pub struct Log {
 }
 
 impl Log {
-    /// Stages a batch for the pipeline (see the module comment), or commits it at once
-    /// when it is not the common case.
-    fn stage(&mut self, core: &Core, batch: &[(u64, Job)]) -> Staged {
-        let slow = core.halted.load(Ordering::SeqCst)
-            || self.retry.is_some()
-            || batch.iter().any(|(_, j)| matches!(j, Job::Checkpoint))
-            || self.freeze_due(core)
-            || self.over_bounds(core);
-        if slow {
-            drain(core);
-            return Staged::Done(self.commit(core, batch));
-        }
-        self.batch_id += 1;
-        let id = self.batch_id;
-        let out = catch_unwind(AssertUnwindSafe(|| self.stage_batch(core, id, batch)));
-        let (answers, purged) = match out {
-            Ok(Ok(Stage::Fly(flight))) => return Staged::Fly(flight),
-            Ok(Ok(Stage::TooLarge)) => {
-                drain(core);
-                return Staged::Done(self.commit(core, batch));
-            }
-            Ok(Ok(Stage::Now(answers, purged))) => (answers, purged),
-            Ok(Err(e)) => {
-                tracing::error!("batch of {} operations failed: {e}", batch.len());
-                (vec![Err(e); batch.len()], false)
-            }
-            Err(_) => {
-                let e = WireError::new(
-                    ErrorCode::Internal,
-                    "metadata writer panicked; batch discarded",
-                );
-                tracing::error!("{e}");
-                (vec![Err(e); batch.len()], false)
-            }
-        };
-        core.opens.lock().dying.settle(id);
-        if purged {
-            core.kick_purge();
-        }
-        Staged::Done(answers)
-    }
-
-    /// Applies a batch over the batches in flight and places its record in the log.
-    /// `Err` means nothing of the batch was committed or placed.
-    fn stage_batch(
-        &mut self,
-        core: &Core,
-        id: u64,
-        batch: &[(u64, Job)],
-    ) -> Result<Stage, WireError> {
-        let (answers, purged, delta) = apply_batch(core, id, batch, None)?;
-        let payload = if delta.is_empty() {
-            None
-        } else {
-            let payload = wal::encode(&delta);
-            if payload.len() > core.tuning.max_log_record.min(wal::MAX_RECORD as usize - 1) {
-                return Ok(Stage::TooLarge);
-            }
-            Some(payload)
-        };
-        let w = &core.writer;
-        let mut fl = lock(&w.flights);
-        if payload.is_none() && fl.staged == fl.published {
-            core.commits.fetch_add(1, Ordering::Relaxed);
-            core.committed_ops
-                .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            return Ok(Stage::Now(answers, purged));
-        }
-        let write = match payload {
-            Some(payload) => {
-                // Bit j: record `seq - 1 - j` is still being written.
-                let seq = self.wal.last_seq() + 1;
-                let flying = fl
-                    .unwritten
-                    .iter()
-                    .filter(|&&s| seq - 1 - s < 32)
-                    .fold(0u32, |bits, &s| bits | 1 << (seq - 1 - s));
-                // A file that cannot grow has had nothing written: refuse the batch.
-                let placed = self.wal.place(&payload, flying)?;
-                assert_eq!(placed.seq, seq, "records are numbered in order");
-                fl.unwritten.insert(seq);
-                Some(placed)
-            }
-            None => None,
-        };
-        core.layers
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .pending
-            .push_back(delta);
-        let no = fl.staged;
-        fl.staged += 1;
-        Ok(Stage::Fly(Flight {
-            no,
-            id,
-            tickets: Vec::new(),
-            answers,
-            purged,
-            write,
-        }))
-    }
-
     /// Applies, logs and publishes one batch, then does what it asked for.
     fn commit(&mut self, core: &Core, batch: &[(u64, Job)]) -> Vec<Answer> {
         self.batch_id += 1;
@@ -624,7 +334,31 @@ impl Log {
         batch: &[(u64, Job)],
         refuse: Option<&WireError>,
     ) -> Result<(Vec<Answer>, bool), WireError> {
-        let (answers, purged, delta) = apply_batch(core, id, batch, refuse)?;
+        let mut answers = Vec::with_capacity(batch.len());
+        let mut purged = false;
+        let delta = {
+            let layers = core.layers();
+            // Begun under the lock, so no checkpoint can drop a layer this view misses.
+            let (_db, txn) = core.read_txn()?;
+            let rd = Rd::open(&txn)?;
+            let mut w = Wr::new(View::new(&layers, &rd));
+            core.opens.lock().dying.batch = id;
+            for (_, job) in batch {
+                if let (Some(e), Job::Client { .. }) = (refuse, job) {
+                    answers.push(Err(e.clone()));
+                    continue;
+                }
+                let (answer, p) = apply(core, &mut w, job);
+                if let Err(e) = &answer {
+                    if is_fatal(e) {
+                        return Err(e.clone());
+                    }
+                }
+                purged |= p;
+                answers.push(answer);
+            }
+            w.delta
+        };
         if !delta.is_empty() {
             let payload = wal::encode(&delta);
             if payload.len() > core.tuning.max_log_record.min(wal::MAX_RECORD as usize - 1) {
@@ -632,8 +366,8 @@ impl Log {
                 return self.commit_one_by_one(core, id, batch, refuse, payload.len());
             }
             // A file that cannot grow has had nothing written: refuse the batch only.
-            let placed = self.wal.place(&payload, 0)?;
-            if let Err(e) = placed.write() {
+            self.wal.make_room(payload.len())?;
+            if let Err(e) = self.wal.append(&payload) {
                 // What the log holds now is unknown: accept no further change.
                 core.halted.store(true, Ordering::SeqCst);
                 tracing::error!("{e}; the metadata server accepts no more changes");
@@ -684,30 +418,19 @@ impl Log {
     /// Freezes the active layer for a checkpoint when it is due and the previous
     /// checkpoint is done: by size, or by age when checkpoints run in the background.
     fn maybe_freeze(&mut self, core: &Core) {
-        if self.freeze_due(core) {
+        let due = {
+            let l = core.layers();
+            l.frozen.is_none()
+                && !l.active.is_empty()
+                && (l.active.len() >= FREEZE_KEYS
+                    || self.wal.offset() >= FREEZE_BYTES
+                    || (core.tuning.background
+                        && core.clock.monotonic().saturating_sub(self.last_freeze)
+                            >= core.tuning.freeze_age))
+        };
+        if due {
             self.start_checkpoint(core);
         }
-    }
-
-    fn freeze_due(&self, core: &Core) -> bool {
-        let l = core.layers();
-        l.frozen.is_none()
-            && !l.active.is_empty()
-            && (l.active.len() >= FREEZE_KEYS
-                || self.wal.offset() >= FREEZE_BYTES
-                || (core.tuning.background
-                    && core.clock.monotonic().saturating_sub(self.last_freeze)
-                        >= core.tuning.freeze_age))
-    }
-
-    /// The layers in memory or the log file are at their bounds (see [`Log::pressure`]).
-    fn over_bounds(&self, core: &Core) -> bool {
-        let t: &Tuning = &core.tuning;
-        let keys = {
-            let l = core.layers();
-            l.active.len() + l.frozen.as_ref().map_or(0, |f| f.len())
-        };
-        keys >= t.max_overlay_keys || self.wal.offset() >= t.max_overlay_log_bytes
     }
 
     /// Freezes the active layer and checkpoints it: on the checkpoint thread, or here
@@ -935,41 +658,6 @@ fn checkpoint_retrying(core: &Core, gen: &Gen, seq: u64) {
         core.wait_stop(delay);
         delay = (delay * 2).min(CHECKPOINT_RETRY_MAX);
     }
-}
-
-/// Applies a batch's operations in order to one delta over the layers (the batches in
-/// flight included): their answers, whether any queued a purge, and the delta. `Err`
-/// (a storage or corruption error) means the batch must be discarded. Clients'
-/// mutations are answered `refuse` without being applied when it is given.
-fn apply_batch(
-    core: &Core,
-    id: u64,
-    batch: &[(u64, Job)],
-    refuse: Option<&WireError>,
-) -> Result<(Vec<Answer>, bool, Gen), WireError> {
-    let mut answers = Vec::with_capacity(batch.len());
-    let mut purged = false;
-    let layers = core.layers();
-    // Begun under the lock, so no checkpoint can drop a layer this view misses.
-    let (_db, txn) = core.read_txn()?;
-    let rd = Rd::open(&txn)?;
-    let mut w = Wr::new(View::new(&layers, &rd));
-    core.opens.lock().dying.batch = id;
-    for (_, job) in batch {
-        if let (Some(e), Job::Client { .. }) = (refuse, job) {
-            answers.push(Err(e.clone()));
-            continue;
-        }
-        let (answer, p) = apply(core, &mut w, job);
-        if let Err(e) = &answer {
-            if is_fatal(e) {
-                return Err(e.clone());
-            }
-        }
-        purged |= p;
-        answers.push(answer);
-    }
-    Ok((answers, purged, w.delta))
 }
 
 fn apply(core: &Core, w: &mut Wr, job: &Job) -> (Answer, bool) {

@@ -136,6 +136,14 @@ fn an_explicit_server_order_is_kept_and_bad_ones_are_refused() {
     c.ok(&["setstripe", "/d", "--servers", "1,2,0", "--count", "3"]);
     let d = json(&c, &["getstripe", "/d", "--json"]);
     assert_eq!(d["servers"], serde_json::json!([1, 2, 0]), "{d}");
+    // A list without --count: the count is the servers', and getstripe says so.
+    c.ok(&["mkdir", "/e"]);
+    c.ok(&["setstripe", "/e", "--servers", "2,1"]);
+    let shown = c.ok(&["getstripe", "/e"]);
+    assert!(
+        shown.contains("stripe_count: 2 (the servers listed)"),
+        "{shown}"
+    );
     let src = local_file(100 << 10);
     c.ok(&["put", src.path().to_str().unwrap(), "/d/g"]);
     assert_eq!(servers_of(&c, "/d/g"), [1, 2, 0]);

@@ -699,9 +699,12 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
             Some(l.servers.len() as u32),
             Some(l.servers.iter().map(|s| s.0).collect::<Vec<_>>()),
         ),
+        // A server list without a count fixes the count: one stripe per server listed.
         (None, FileType::Dir) => (
             at.dir_layout.stripe_size_bytes.map(u64::from),
-            at.dir_layout.stripe_count,
+            at.dir_layout
+                .stripe_count
+                .or_else(|| at.dir_layout.servers.as_ref().map(|s| s.len() as u32)),
             at.dir_layout.servers.clone(),
         ),
         _ => (None, None, None),
@@ -730,12 +733,15 @@ pub fn getstripe(a: PathArgs) -> Result<()> {
         Some(s) => println!("  stripe_size:  {}{dflt}", format_size(s)),
         None => println!("  stripe_size:  cluster default{dflt}"),
     }
-    match (count, &servers) {
-        (Some(0), _) => println!("  stripe_count: all data servers{dflt}"),
-        (Some(c), _) => println!("  stripe_count: {c}{dflt}"),
-        // A server list fixes the count: one stripe per server listed.
-        (None, Some(list)) => println!("  stripe_count: {} (the servers listed){dflt}", list.len()),
-        (None, None) => println!("  stripe_count: cluster default{dflt}"),
+    let listed = if at.layout.is_none() && at.dir_layout.stripe_count.is_none() {
+        " (the servers listed)"
+    } else {
+        ""
+    };
+    match count {
+        Some(0) => println!("  stripe_count: all data servers{dflt}"),
+        Some(c) => println!("  stripe_count: {c}{listed}{dflt}"),
+        None => println!("  stripe_count: cluster default{dflt}"),
     }
     if let Some(s) = servers {
         let list: Vec<String> = s.iter().map(|x| x.to_string()).collect();

@@ -144,6 +144,8 @@ fn an_explicit_server_order_is_kept_and_bad_ones_are_refused() {
         shown.contains("stripe_count: 2 (the servers listed)"),
         "{shown}"
     );
+    let e = json(&c, &["getstripe", "/e", "--json"]);
+    assert_eq!(e["stripe_count"], 2, "{e}");
     let src = local_file(100 << 10);
     c.ok(&["put", src.path().to_str().unwrap(), "/d/g"]);
     assert_eq!(servers_of(&c, "/d/g"), [1, 2, 0]);

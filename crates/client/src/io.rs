@@ -1373,7 +1373,7 @@ impl InodeIo {
     pub fn flush(&self, cred: &Cred, data_sync: bool) -> Result<(), WireError> {
         // First: a file found moved meanwhile gets its inline writes queued for the data
         // servers, which the wait below covers.
-        if self.flush_inline(cred)? {
+        if self.flush_inline(cred, data_sync)? {
             return Ok(());
         }
         self.wait_all();

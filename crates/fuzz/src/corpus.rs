@@ -304,9 +304,9 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             token: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
         },
         Opcode::TokenRevoke => Request::TokenRevoke { id: rng.gen() },
-        Opcode::WriteInline => Request::WriteInline {
-            ino: ino(rng),
-            pieces: (0..rng.gen_range(0..4))
+        Opcode::WriteInline | Opcode::WriteInlineUnsynced => {
+            let (ino, mtime_ns) = (ino(rng), rng.gen());
+            let pieces = (0..rng.gen_range(0..4))
                 .map(|_| {
                     let data: Vec<u8> = (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect();
                     InlinePiece {
@@ -319,9 +319,22 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
                         data,
                     }
                 })
-                .collect(),
-            mtime_ns: rng.gen(),
-        },
+                .collect();
+            if op == Opcode::WriteInline {
+                Request::WriteInline {
+                    ino,
+                    pieces,
+                    mtime_ns,
+                }
+            } else {
+                Request::WriteInlineUnsynced {
+                    ino,
+                    pieces,
+                    mtime_ns,
+                }
+            }
+        }
+        Opcode::SyncMeta => Request::SyncMeta {},
         Opcode::ReadInline => Request::ReadInline { ino: ino(rng) },
         Opcode::Uninline => Request::Uninline { ino: ino(rng) },
         Opcode::GetXattr => Request::GetXattr {
@@ -453,6 +466,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::SetAttr
         | Opcode::SetLayout
         | Opcode::WriteInline
+        | Opcode::WriteInlineUnsynced
         | Opcode::ReadInline
         | Opcode::Uninline
         | Opcode::SetXattr
@@ -568,6 +582,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Punch
         | Opcode::Allocate
         | Opcode::SessionEnd
+        | Opcode::SyncMeta
         | Opcode::ClientHost
         | Opcode::SetCompression
         | Opcode::TokenRevoke

@@ -51,6 +51,7 @@ mod sessions;
 mod store;
 mod wal;
 mod writer;
+pub use writer::CARRY_WAIT;
 
 pub use clock::{Clock, FixedClock, SimClock, SystemClock};
 pub use disk::{FsDisk, LogFile, MetaDisk};
@@ -526,7 +527,8 @@ impl MetaService {
     }
 
     /// Stops committing at once, as a crash would: queued and later mutations fail with
-    /// `Busy`. Whatever was acknowledged is durable.
+    /// `Busy`. Whatever was acknowledged as durable is durable (a close's inline bytes
+    /// not yet written are lost, as in a crash).
     pub fn halt(&self) {
         self.core.halted.store(true, Ordering::SeqCst);
     }
@@ -675,6 +677,9 @@ impl MetaService {
                 end_session(&self.core, session, "the client ended it");
                 Ok(Response::Done)
             }
+            // Batches are written to the log in order, each before the next is applied:
+            // once this one's turn comes, everything answered before it is durable.
+            Request::SyncMeta {} => self.submit(Job::Sync),
             Request::MetaStatus {} => self.status(),
             Request::DataServers {} => {
                 let p = &self.core.placement;

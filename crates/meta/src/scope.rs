@@ -238,6 +238,7 @@ impl Scopes {
             | Request::SessionOpen {}
             | Request::SessionRenew { .. }
             | Request::SessionEnd { .. }
+            | Request::SyncMeta {}
             | Request::DataServers {} => Ok(()),
             Request::Lookup { parent, .. }
             | Request::Mkdir { parent, .. }
@@ -273,6 +274,7 @@ impl Scopes {
             | Request::ExtendSize { ino, .. }
             | Request::SetLayout { ino, .. }
             | Request::WriteInline { ino, .. }
+            | Request::WriteInlineUnsynced { ino, .. }
             | Request::ReadInline { ino }
             | Request::Uninline { ino }
             | Request::GetXattr { ino, .. }

@@ -8,9 +8,22 @@
 //! waiter its answer and wakes them; one of those that queued meanwhile leads the next
 //! batch. A gathering leader is woken only when as many operations as its last batch
 //! held are queued, or after [`GATHER_WAIT`].
-//! Nothing is acknowledged or visible before it is durable, one sync serves every
-//! operation that arrived while the previous one ran, and no operation passes through
-//! another thread on its way (each hand-over costs a wake-up).
+//! Nothing is acknowledged before it is durable, one sync serves every operation that
+//! arrived while the previous one ran, and no operation passes through another thread
+//! on its way (each hand-over costs a wake-up).
+//!
+//! Early jobs are the exception ([`Job::early`]: WriteInlineUnsynced, a close's inline
+//! bytes, which need not be durable before fsync). A batch holding one is published
+//! before its record is written, and its early jobs are answered then, so its other
+//! changes are visible (not acknowledged) before they are durable too. The log stays one
+//! sequence in the order of application, so whatever a later answer acknowledges as
+//! durable has everything published before it durable too. A leader whose own job is
+//! early answers it and does not write: a batch with other waiters is left *pending*
+//! and the next leader (one of them) writes it before anything else; a batch of early
+//! jobs only joins the *carry*, written with the next record (the next create's, say)
+//! or, if none comes within [`CARRY_WAIT`], by the sync thread. A small file's create,
+//! write and close thus cost one log write. A `Sync` job (SyncMeta, an fsync of an
+//! inline file) is answered once everything before it is written.
 //!
 //! The redb tables are brought up to date by checkpoints: when the active layer is large
 //! or old enough (and the previous checkpoint is done), the leader freezes it, continues
@@ -45,7 +58,7 @@ use crate::wal::{self, Wal};
 use crate::{Core, Tuning};
 use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -63,6 +76,11 @@ pub const FREEZE_AGE: Duration = Duration::from_secs(2);
 /// batch held. Clients answered together send again together, but not at the same
 /// instant; without this wait their operations would split over two syncs.
 pub const GATHER_WAIT: Duration = Duration::from_micros(200);
+/// Longest a batch of early jobs only (a close's inline bytes, not fsync) waits to be
+/// written with a later commit before the sync thread writes it alone.
+pub const CARRY_WAIT: Duration = Duration::from_millis(5);
+/// A carry holding this many changed keys is written at once.
+const CARRY_MAX_KEYS: usize = 4096;
 /// Retries of a failed checkpoint wait this long at first, doubling up to the maximum.
 pub const CHECKPOINT_RETRY_MIN: Duration = Duration::from_millis(100);
 pub const CHECKPOINT_RETRY_MAX: Duration = Duration::from_secs(5);
@@ -75,6 +93,10 @@ pub const MAX_OVERLAY_LOG_BYTES: u64 = 8 * FREEZE_BYTES;
 const PRESSURE_WAIT: Duration = Duration::from_secs(10);
 
 pub type Answer = Result<Response, WireError>;
+
+/// A batch applied: its answers, whether it queued files for purging, and its log
+/// record when that is still to be written (published already, see `commit_batch`).
+type Applied = (Vec<Answer>, bool, Option<Vec<u8>>);
 
 pub enum Job {
     /// A client's mutation.
@@ -94,6 +116,22 @@ pub enum Job {
     BeginMove(u64),
     /// The move is done: the bytes of change count `gen` are durable there.
     EndMove { ino: u64, gen: u64 },
+    /// Changes nothing: answered once everything answered before it is durable (SyncMeta).
+    Sync,
+}
+
+impl Job {
+    /// Answered once its batch is applied and visible, before the batch is durable
+    /// (WriteInlineUnsynced: a close's inline bytes).
+    fn early(&self) -> bool {
+        matches!(
+            self,
+            Job::Client {
+                req: Request::WriteInlineUnsynced { .. },
+                ..
+            }
+        )
+    }
 }
 
 #[derive(Default)]
@@ -107,6 +145,9 @@ struct Queue {
     leading: bool,
     /// Operations in the last batch.
     last_len: usize,
+    /// A batch is applied, visible and partly answered, but its log record is not
+    /// written yet (`Log::pending`): the next leader writes it before anything else.
+    pending: bool,
 }
 
 /// The group-commit queue and the leader's state.
@@ -118,6 +159,14 @@ pub struct Writer {
     answered: Condvar,
     /// The leader's state; locked only by the leader and at shutdown.
     log: Mutex<Option<Log>>,
+    /// Set (and signalled) when a carry begins (`Log::carry`): the sync thread writes
+    /// it after [`CARRY_WAIT`] unless a commit has taken it along.
+    sync_wanted: Mutex<bool>,
+    sync_cv: Condvar,
+    /// A carry is waiting to be written.
+    carrying: AtomicBool,
+    /// Carries begun so far (the sync thread writes only one at least CARRY_WAIT old).
+    carries: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -131,6 +180,10 @@ impl Writer {
             arrived: Condvar::new(),
             answered: Condvar::new(),
             log: Mutex::new(None),
+            sync_wanted: Mutex::new(false),
+            sync_cv: Condvar::new(),
+            carrying: AtomicBool::new(false),
+            carries: AtomicU64::new(0),
         }
     }
 
@@ -153,6 +206,37 @@ impl Writer {
         } else {
             None
         };
+        // A carry (early jobs only, visible, not yet written) goes out with the next
+        // commit; if none comes within CARRY_WAIT, this thread commits a Sync for it.
+        // Without background threads there is no carry: such a batch is written at once.
+        let syncer = if core.tuning.background {
+            let c = core.clone();
+            let thread = std::thread::Builder::new()
+                .name("meta-sync".into())
+                .spawn(move || loop {
+                    let w = &c.writer;
+                    let mut want = lock(&w.sync_wanted);
+                    while !*want && !c.stopping.load(Ordering::SeqCst) {
+                        want = w.sync_cv.wait(want).unwrap_or_else(|p| p.into_inner());
+                    }
+                    *want = false;
+                    drop(want);
+                    let seen = w.carries.load(Ordering::SeqCst);
+                    c.wait_stop(CARRY_WAIT);
+                    if c.stopping.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    // A newer carry has its own CARRY_WAIT (it set `sync_wanted` again).
+                    if w.carrying.load(Ordering::SeqCst) && w.carries.load(Ordering::SeqCst) == seen
+                    {
+                        let _ = Writer::submit(&c, Job::Sync);
+                    }
+                })
+                .map_err(|e| format!("cannot start the metadata sync thread: {e}"))?;
+            Some(thread)
+        } else {
+            None
+        };
         *lock(&core.writer.log) = Some(Log {
             wal,
             last_freeze: core.clock.monotonic(),
@@ -160,6 +244,10 @@ impl Writer {
             frozen_seq: 0,
             retry: None,
             batch_id: 0,
+            pending: None,
+            syncer,
+            carry: None,
+            carry_ops: 0,
         });
         Ok(())
     }
@@ -174,18 +262,65 @@ impl Writer {
         };
         core.stopping.store(true, Ordering::SeqCst);
         core.wake_stop();
+        {
+            let _g = lock(&core.writer.sync_wanted);
+            core.writer.sync_cv.notify_all();
+        }
+        if let Some(thread) = log.syncer.take() {
+            let _ = thread.join();
+        }
+        if let Some(p) = log.pending.take() {
+            // Its waiters are answered: with its record written, or (halted) an error.
+            let done = log.finish(core, p);
+            core.writer.deliver(done);
+        }
         if let Some((tx, thread)) = log.ckpt.take() {
             drop(tx);
             let _ = thread.join();
         }
         if !core.halted.load(Ordering::SeqCst) {
+            let _ = log.write_carry(core);
             log.final_checkpoint(core);
         }
     }
 
-    /// Queues `job` and returns its answer once it is committed (or has failed).
+    /// Hands answers to their waiters.
+    fn deliver(&self, answers: Vec<(u64, Answer)>) {
+        if answers.is_empty() {
+            return;
+        }
+        let mut q = lock(&self.queue);
+        q.answers.extend(answers);
+        self.answered.notify_all();
+    }
+
+    /// Writes the log record of the batch left pending (if `stop` has not), and returns
+    /// the answers still owed for it.
+    fn finish_pending(&self, core: &Core) -> Vec<(u64, Answer)> {
+        let mut g = lock(&self.log);
+        let Some(log) = g.as_mut() else {
+            return Vec::new();
+        };
+        let Some(p) = log.pending.take() else {
+            return Vec::new();
+        };
+        let owed = p.owed_tickets();
+        catch_unwind(AssertUnwindSafe(|| log.finish(core, p))).unwrap_or_else(|_| {
+            core.halted.store(true, Ordering::SeqCst);
+            let e = WireError::new(
+                ErrorCode::Internal,
+                "metadata writer panicked writing a batch; accepting no more changes",
+            );
+            tracing::error!("{e}");
+            owed.into_iter().map(|t| (t, Err(e.clone()))).collect()
+        })
+    }
+
+    /// Queues `job` and returns its answer once it is committed (or has failed); an
+    /// early job's ([`Job::early`]) once its batch is visible.
     pub fn submit(core: &Core, job: Job) -> Answer {
         let w = &core.writer;
+        let mine_early = job.early();
         let mut q = lock(&w.queue);
         let ticket = q.next_ticket;
         q.next_ticket += 1;
@@ -203,9 +338,29 @@ impl Writer {
                 q = w.answered.wait(q).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
-            // Lead the next batch, first letting the stragglers of the last one arrive.
             q.leading = true;
-            let deadline = Instant::now() + GATHER_WAIT;
+            if q.pending {
+                // The last batch was answered in part and waits for its log record:
+                // written before anything else, then this thread leads only if its own
+                // answer is still to come.
+                q.pending = false;
+                drop(q);
+                let done = w.finish_pending(core);
+                q = lock(&w.queue);
+                q.answers.extend(done);
+                q.leading = false;
+                w.answered.notify_all();
+                continue;
+            }
+            // Lead the next batch, first letting the stragglers of the last one arrive
+            // (not for an early job: it writes nothing now, and the durable jobs that
+            // arrive meanwhile form the next batch).
+            let deadline = Instant::now()
+                + if mine_early {
+                    Duration::ZERO
+                } else {
+                    GATHER_WAIT
+                };
             while q.jobs.len() < q.last_len.min(MAX_BATCH) {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -221,28 +376,34 @@ impl Writer {
             let batch: Vec<(u64, Job)> = q.jobs.drain(..n).collect();
             q.last_len = batch.len();
             drop(q);
-            let answers = match lock(&w.log).as_mut() {
+            // An early job of its own lets the leader answer it and leave the log write
+            // to the batch's other waiters, who wait for it anyway.
+            let defer = mine_early && batch.iter().any(|(t, _)| *t == ticket);
+            let fail_all = |e: WireError| batch.iter().map(|(t, _)| (*t, Err(e.clone()))).collect();
+            let answers: Option<Vec<(u64, Answer)>> = match lock(&w.log).as_mut() {
                 // A panic here (outside an operation, which `commit` guards itself) must
                 // not leave `leading` set, or every later mutation would wait forever.
-                Some(log) => catch_unwind(AssertUnwindSafe(|| log.commit(core, &batch)))
-                    .unwrap_or_else(|_| {
-                        core.halted.store(true, Ordering::SeqCst);
-                        let e = WireError::new(
-                            ErrorCode::Internal,
-                            "metadata writer panicked after a batch; accepting no more changes",
-                        );
-                        tracing::error!("{e}");
-                        vec![Err(e); batch.len()]
-                    }),
-                None => {
-                    let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
-                    vec![Err(e); batch.len()]
-                }
+                Some(log) => catch_unwind(AssertUnwindSafe(|| {
+                    log.commit(core, &batch, defer, &|a| w.deliver(a))
+                }))
+                .unwrap_or_else(|_| {
+                    core.halted.store(true, Ordering::SeqCst);
+                    let e = WireError::new(
+                        ErrorCode::Internal,
+                        "metadata writer panicked after a batch; accepting no more changes",
+                    );
+                    tracing::error!("{e}");
+                    Some(fail_all(e))
+                }),
+                None => Some(fail_all(WireError::new(
+                    ErrorCode::Busy,
+                    "metadata server is stopping",
+                ))),
             };
-            assert_eq!(answers.len(), batch.len(), "one answer per operation");
             q = lock(&w.queue);
-            for ((t, _), a) in batch.into_iter().zip(answers) {
-                q.answers.insert(t, a);
+            match answers {
+                Some(a) => q.answers.extend(a),
+                None => q.pending = true,
             }
             q.leading = false;
             w.answered.notify_all();
@@ -266,37 +427,186 @@ pub struct Log {
     /// current delay.
     retry: Option<(Duration, Duration)>,
     batch_id: u64,
+    /// A batch applied and visible, its early jobs answered, whose record is not written
+    /// yet: its leader answered its own early job and left the write to the next leader
+    /// (one of the batch's other waiters, or whoever comes first).
+    pending: Option<Pending>,
+    /// The sync thread (with background threads only).
+    syncer: Option<JoinHandle<()>>,
+    /// Batches of early jobs only, applied and visible (and answered) but not written:
+    /// the next record written holds them too, or the sync thread's after CARRY_WAIT.
+    carry: Option<Gen>,
+    /// Operations in the carry.
+    carry_ops: u64,
+}
+
+/// A batch between its application and its end (see [`Log::finish`]).
+struct Pending {
+    id: u64,
+    tickets: Vec<u64>,
+    answers: Vec<Answer>,
+    /// Answered already (early jobs of a batch published before its record is written).
+    delivered: Vec<bool>,
+    /// The log record still to be written; `None` when written (or nothing to write).
+    payload: Option<Vec<u8>>,
+    purged: bool,
+    /// Which operations are Checkpoint jobs (done after the record is written).
+    checkpoints: Vec<bool>,
+}
+
+impl Pending {
+    fn owed_tickets(&self) -> Vec<u64> {
+        self.tickets
+            .iter()
+            .zip(&self.delivered)
+            .filter(|(_, d)| !**d)
+            .map(|(t, _)| *t)
+            .collect()
+    }
 }
 
 impl Log {
-    /// Applies, logs and publishes one batch, then does what it asked for.
-    fn commit(&mut self, core: &Core, batch: &[(u64, Job)]) -> Vec<Answer> {
+    /// Applies, logs and publishes one batch, then does what it asked for, and returns
+    /// the answers (ticket, answer) not handed out yet. A batch with early jobs is
+    /// published before its record is written and their answers go to `early` at once;
+    /// then, if `defer`, the batch is left in `self.pending` for the next leader to
+    /// write and finish, and `None` is returned.
+    fn commit(
+        &mut self,
+        core: &Core,
+        batch: &[(u64, Job)],
+        defer: bool,
+        early: &dyn Fn(Vec<(u64, Answer)>),
+    ) -> Option<Vec<(u64, Answer)>> {
+        if let Some(p) = self.pending.take() {
+            // Never reached through `submit`, which finishes a pending batch first.
+            let done = self.finish(core, p);
+            early(done);
+        }
         self.batch_id += 1;
         let id = self.batch_id;
         self.retry_due_checkpoint(core);
-        let (mut answers, purged) = if core.halted.load(Ordering::SeqCst) {
+        // A leader with an early job of its own and nobody else waiting may carry the
+        // batch (see `carry`): the sync thread bounds how long it stays unwritten.
+        let carry_ok = defer && self.syncer.is_some() && batch.iter().all(|(_, j)| j.early());
+        let (answers, purged, payload) = if core.halted.load(Ordering::SeqCst) {
             let e = WireError::new(ErrorCode::Busy, "metadata server is stopping");
-            (vec![Err(e); batch.len()], false)
+            (vec![Err(e); batch.len()], false, None)
         } else {
             let refuse = self.pressure(core);
-            self.commit_guarded(core, id, batch, refuse.as_ref())
+            self.commit_guarded(core, id, batch, refuse.as_ref(), carry_ok)
         };
-        // The batch is committed (or not): Opens may look at its inodes again.
-        core.opens.lock().dying.settle(id);
-        if batch.iter().any(|(_, j)| matches!(j, Job::Checkpoint)) {
-            if let Err(e) = self.checkpoint_now(core) {
-                for ((_, job), a) in batch.iter().zip(answers.iter_mut()) {
-                    if matches!(job, Job::Checkpoint) {
+        let mut p = Pending {
+            id,
+            tickets: batch.iter().map(|(t, _)| *t).collect(),
+            delivered: vec![false; batch.len()],
+            answers,
+            payload,
+            purged,
+            checkpoints: batch
+                .iter()
+                .map(|(_, j)| matches!(j, Job::Checkpoint))
+                .collect(),
+        };
+        if p.payload.is_some() {
+            let mut now = Vec::new();
+            for (i, (t, job)) in batch.iter().enumerate() {
+                if job.early() {
+                    p.delivered[i] = true;
+                    now.push((*t, p.answers[i].clone()));
+                }
+            }
+            early(now);
+            if defer && p.delivered.iter().any(|d| !d) {
+                self.pending = Some(p);
+                return None;
+            }
+        }
+        Some(self.finish(core, p))
+    }
+
+    /// Writes the batch's log record if it is still to be written, then does what the
+    /// batch asked for; returns the answers not handed out yet. A failed write (or a
+    /// halt meanwhile) fails every operation not answered yet; those answered early
+    /// are then lost as in a crash, which their rule allows (they were not fsync).
+    fn finish(&mut self, core: &Core, mut p: Pending) -> Vec<(u64, Answer)> {
+        if let Some(payload) = p.payload.take() {
+            let written = if core.halted.load(Ordering::SeqCst) {
+                Err(WireError::new(
+                    ErrorCode::Busy,
+                    "metadata server is stopping",
+                ))
+            } else {
+                self.append(core, &payload)
+            };
+            match written {
+                Ok(()) => {
+                    core.commits.fetch_add(1, Ordering::Relaxed);
+                    core.committed_ops
+                        .fetch_add(p.tickets.len() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    for a in p.answers.iter_mut() {
                         *a = Err(e.clone());
                     }
                 }
             }
         }
-        if purged {
+        // The batch is committed (or not): Opens may look at its inodes again.
+        core.opens.lock().dying.settle(p.id);
+        if p.checkpoints.iter().any(|c| *c) {
+            if let Err(e) = self.checkpoint_now(core) {
+                // Only Checkpoint jobs are told: the rest is durable in the log.
+                for (a, c) in p.answers.iter_mut().zip(&p.checkpoints) {
+                    if *c {
+                        *a = Err(e.clone());
+                    }
+                }
+            }
+        }
+        if p.purged {
             core.kick_purge();
         }
         self.maybe_freeze(core);
-        answers
+        p.tickets
+            .into_iter()
+            .zip(p.answers)
+            .zip(p.delivered)
+            .filter(|(_, d)| !d)
+            .map(|(ta, _)| ta)
+            .collect()
+    }
+
+    /// The carry is in a record now (written, or pending with its batch).
+    fn end_carry(&mut self, core: &Core) {
+        if self.carry.take().is_some() {
+            core.writer.carrying.store(false, Ordering::SeqCst);
+            core.committed_ops
+                .fetch_add(std::mem::take(&mut self.carry_ops), Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the carry in a record of its own.
+    fn write_carry(&mut self, core: &Core) -> Result<(), WireError> {
+        let Some(c) = &self.carry else {
+            return Ok(());
+        };
+        let payload = wal::encode(c);
+        self.wal.make_room(payload.len())?;
+        self.append(core, &payload)?;
+        self.end_carry(core);
+        core.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Appends one record; a failure halts the server (the log's contents are unknown).
+    fn append(&mut self, core: &Core, payload: &[u8]) -> Result<(), WireError> {
+        if let Err(e) = self.wal.append(payload) {
+            core.halted.store(true, Ordering::SeqCst);
+            tracing::error!("{e}; the metadata server accepts no more changes");
+            return Err(e);
+        }
+        Ok(())
     }
 
     fn commit_guarded(
@@ -305,14 +615,15 @@ impl Log {
         id: u64,
         batch: &[(u64, Job)],
         refuse: Option<&WireError>,
-    ) -> (Vec<Answer>, bool) {
+        carry_ok: bool,
+    ) -> Applied {
         match catch_unwind(AssertUnwindSafe(|| {
-            self.commit_batch(core, id, batch, refuse)
+            self.commit_batch(core, id, batch, refuse, true, carry_ok)
         })) {
             Ok(Ok(x)) => x,
             Ok(Err(e)) => {
                 tracing::error!("batch of {} operations failed: {e}", batch.len());
-                (vec![Err(e); batch.len()], false)
+                (vec![Err(e); batch.len()], false, None)
             }
             Err(_) => {
                 let e = WireError::new(
@@ -320,20 +631,26 @@ impl Log {
                     "metadata writer panicked; batch discarded",
                 );
                 tracing::error!("{e}");
-                (vec![Err(e); batch.len()], false)
+                (vec![Err(e); batch.len()], false, None)
             }
         }
     }
 
     /// `Err` means nothing of the batch was committed. Clients' mutations are answered
-    /// `refuse` without being applied when it is given (back-pressure).
+    /// `refuse` without being applied when it is given (back-pressure). With
+    /// `early_ok`, a batch holding early jobs is published before its record is
+    /// written, and the record is returned to be written by the caller; with
+    /// `carry_ok` too (early jobs only), it joins the carry and nothing is written.
+    /// Any carry is written in this batch's record.
     fn commit_batch(
         &mut self,
         core: &Core,
         id: u64,
         batch: &[(u64, Job)],
         refuse: Option<&WireError>,
-    ) -> Result<(Vec<Answer>, bool), WireError> {
+        early_ok: bool,
+        carry_ok: bool,
+    ) -> Result<Applied, WireError> {
         let mut answers = Vec::with_capacity(batch.len());
         let mut purged = false;
         let delta = {
@@ -359,27 +676,68 @@ impl Log {
             }
             w.delta
         };
-        if !delta.is_empty() {
-            let payload = wal::encode(&delta);
+        if carry_ok && early_ok && !delta.is_empty() {
+            // Visible now, written with the next record (the log is one sequence, so
+            // nothing answered after it is durable without it).
+            let first = self.carry.is_none();
+            let c = self.carry.get_or_insert_with(Gen::default);
+            c.absorb(delta.clone());
+            let big = c.len() >= CARRY_MAX_KEYS;
+            self.carry_ops += batch.len() as u64;
+            core.layers
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .active
+                .absorb(delta);
+            if big {
+                self.write_carry(core)?;
+            } else if first {
+                core.writer.carries.fetch_add(1, Ordering::SeqCst);
+                core.writer.carrying.store(true, Ordering::SeqCst);
+                *lock(&core.writer.sync_wanted) = true;
+                core.writer.sync_cv.notify_one();
+            }
+            return Ok((answers, purged, None));
+        }
+        // The record holds the carry (already visible) and this batch's changes.
+        let record = match &self.carry {
+            None => None,
+            Some(c) => {
+                let mut r = c.clone();
+                r.absorb(delta.clone());
+                Some(r)
+            }
+        };
+        let to_log = record.as_ref().unwrap_or(&delta);
+        if !to_log.is_empty() {
+            let payload = wal::encode(to_log);
             if payload.len() > core.tuning.max_log_record.min(wal::MAX_RECORD as usize - 1) {
-                // Nothing was written: the batch's operations go one record each.
+                // Nothing of the batch was written: the carry goes alone, then the
+                // batch's operations one record each.
+                self.write_carry(core)?;
                 return self.commit_one_by_one(core, id, batch, refuse, payload.len());
             }
-            // A file that cannot grow has had nothing written: refuse the batch only.
+            // A file that cannot grow has had nothing written: refuse the batch only
+            // (the carry stays for the next).
             self.wal.make_room(payload.len())?;
-            if let Err(e) = self.wal.append(&payload) {
-                // What the log holds now is unknown: accept no further change.
-                core.halted.store(true, Ordering::SeqCst);
-                tracing::error!("{e}; the metadata server accepts no more changes");
-                return Err(e);
+            if early_ok && batch.iter().any(|(_, j)| j.early()) {
+                // Visible before durable, so that the early jobs can be answered; the
+                // log is one sequence, so nothing after it is durable without it.
+                self.end_carry(core);
+                let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
+                l.active.absorb(delta);
+                return Ok((answers, purged, Some(payload)));
             }
+            // What the log holds after a failure is unknown: accept no further change.
+            self.append(core, &payload)?;
+            self.end_carry(core);
             let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
             l.active.absorb(delta);
         }
         core.commits.fetch_add(1, Ordering::Relaxed);
         core.committed_ops
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        Ok((answers, purged))
+        Ok((answers, purged, None))
     }
 
     /// A batch whose record would be too large for the log (many inodes with large
@@ -392,7 +750,7 @@ impl Log {
         batch: &[(u64, Job)],
         refuse: Option<&WireError>,
         len: usize,
-    ) -> Result<(Vec<Answer>, bool), WireError> {
+    ) -> Result<Applied, WireError> {
         if batch.len() == 1 {
             return Ok((
                 vec![Err(WireError::new(
@@ -400,6 +758,7 @@ impl Log {
                     format!("one change of {len} bytes is too large for the metadata log"),
                 ))],
                 false,
+                None,
             ));
         }
         tracing::info!(
@@ -408,11 +767,11 @@ impl Log {
         );
         let (mut answers, mut purged) = (Vec::with_capacity(batch.len()), false);
         for one in batch.chunks(1) {
-            let (a, p) = self.commit_batch(core, id, one, refuse)?;
+            let (a, p, _) = self.commit_batch(core, id, one, refuse, false, false)?;
             answers.extend(a);
             purged |= p;
         }
-        Ok((answers, purged))
+        Ok((answers, purged, None))
     }
 
     /// Freezes the active layer for a checkpoint when it is due and the previous
@@ -541,6 +900,10 @@ impl Log {
     /// Moves the active layer to `frozen` and continues the log in the other file.
     /// Only when no checkpoint is running: the other file's records are all in redb.
     fn freeze(&mut self, core: &Core) -> Arc<Gen> {
+        // The carry goes into the file it belongs to first (a failure halts the
+        // server; the carry is then lost as in a crash, which its rule allows).
+        let _ = self.write_carry(core);
+        self.end_carry(core);
         let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
         assert!(l.frozen.is_none(), "freeze while a checkpoint runs");
         let gen = Arc::new(std::mem::take(&mut l.active));
@@ -680,7 +1043,7 @@ fn apply(core: &Core, w: &mut Wr, job: &Job) -> (Answer, bool) {
         Job::Client { req, .. } => ops::apply(&mut ctx, req),
         Job::Reap(ino) => remove::reap(&mut ctx, *ino).map(|_| Response::Done),
         Job::PurgeDone(inos) => purge_done(&mut ctx, inos),
-        Job::Checkpoint => Ok(Response::Done),
+        Job::Checkpoint | Job::Sync => Ok(Response::Done),
         Job::BeginMove(ino) => crate::inline::begin_move(&mut ctx, *ino),
         Job::EndMove { ino, gen } => crate::inline::end_move(&mut ctx, *ino, *gen),
     };

@@ -473,6 +473,14 @@ requests! {
     // refused with `StaleHandle` (so a repeated request cannot swap them back). Answered
     // with `Done`.
     42 => Exchange { a_parent: InodeId, a_name: String, a_ino: InodeId, b_parent: InodeId, b_name: String, b_ino: InodeId },
+    // Metadata: as WriteInline, but answered once the change is applied and visible to
+    // every client, before it is durable (a close's bytes: close is not fsync). It is
+    // durable once the log record of its batch is written, which happens before any
+    // later change is answered, and before a SyncMeta is answered.
+    43 => WriteInlineUnsynced { ino: InodeId, pieces: Vec<InlinePiece>, mtime_ns: i64 },
+    // Metadata: answered with `Done` once every change answered before it arrived is
+    // durable (an fsync of an inline file after WriteInlineUnsynced).
+    44 => SyncMeta {},
 }
 
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).
@@ -1077,7 +1085,9 @@ impl Request {
                 Ok(())
             }
             Request::SetLayout { hint, .. } => validate_hint(hint),
-            Request::WriteInline { pieces, .. } => validate_inline_pieces(pieces),
+            Request::WriteInline { pieces, .. } | Request::WriteInlineUnsynced { pieces, .. } => {
+                validate_inline_pieces(pieces)
+            }
             Request::GetXattr { name, .. } | Request::RemoveXattr { name, .. } => {
                 xattr_name_ok(name)
             }

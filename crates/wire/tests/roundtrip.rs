@@ -267,6 +267,20 @@ fn sparse_request() -> impl Strategy<Value = Request> {
                     .map(|(offset, crc, data)| InlinePiece { offset, crc, data })
                     .collect(),
             }),
+        (
+            any::<u64>(),
+            prop::collection::vec((any::<u64>(), any::<u32>(), vec(any::<u8>(), 0..32)), 0..4),
+            any::<i64>()
+        )
+            .prop_map(|(i, pieces, mtime_ns)| Request::WriteInlineUnsynced {
+                ino: InodeId(i),
+                mtime_ns,
+                pieces: pieces
+                    .into_iter()
+                    .map(|(offset, crc, data)| InlinePiece { offset, crc, data })
+                    .collect(),
+            }),
+        Just(Request::SyncMeta {}),
         any::<u64>().prop_map(|i| Request::ReadInline { ino: InodeId(i) }),
         any::<u64>().prop_map(|i| Request::Uninline { ino: InodeId(i) }),
     ]
@@ -796,6 +810,8 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (40, "RemoveXattr"),
     (41, "OpenPath"),
     (42, "Exchange"),
+    (43, "WriteInlineUnsynced"),
+    (44, "SyncMeta"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -976,6 +992,12 @@ fn ping_like(op: Opcode) -> Request {
             pieces: vec![],
             mtime_ns: 0,
         },
+        Opcode::WriteInlineUnsynced => Request::WriteInlineUnsynced {
+            ino,
+            pieces: vec![],
+            mtime_ns: 0,
+        },
+        Opcode::SyncMeta => Request::SyncMeta {},
         Opcode::ReadInline => Request::ReadInline { ino },
         Opcode::Uninline => Request::Uninline { ino },
         Opcode::GetXattr => Request::GetXattr { ino, name },

@@ -1,7 +1,8 @@
 //! Inline files on the client side (docs/objects.md, "Inline files"): while the
 //! metadata server holds a file's bytes, this client's writes to it are applied to a
-//! copy here and sent as one WriteInline at flush, fsync or close (one metadata commit,
-//! no data server); reads are served from the bytes the open brought, or fetched with
+//! copy here and sent as one WriteInline at flush, fsync or close (no data server; at
+//! flush and close answered once visible, before the commit that makes it durable, which
+//! an fsync waits for); reads are served from the bytes the open brought, or fetched with
 //! ReadInline when they reach past what is known, as a striped read asks for the size.
 //! A write past the file's threshold, or any operation on space (fallocate, punch),
 //! first moves the file to its data servers (`Uninline`), after which it is striped for
@@ -135,7 +136,7 @@ impl InodeIo {
             s.unflushed_mtime_ns = super::now_ns();
         }
         if st.dirty.len() >= MAX_DIRTY_PIECES {
-            return match self.send_dirty(cred, st) {
+            return match self.send_dirty(cred, st, false) {
                 Err(e) if is_not_inline(&e) => {
                     drop(il);
                     self.move_out(cred).map(|()| true)
@@ -146,9 +147,15 @@ impl InodeIo {
         Ok(true)
     }
 
-    /// Sends the unsent inline writes as one WriteInline (one commit on the metadata
-    /// server, durable when answered).
-    fn send_dirty(&self, cred: &Cred, st: &mut InlineState) -> Result<(), WireError> {
+    /// Sends the unsent inline writes as one request: WriteInline, durable when
+    /// answered, if `durable`, else WriteInlineUnsynced, answered once the bytes are
+    /// visible to every client (and durable with the metadata server's next commit).
+    fn send_dirty(
+        &self,
+        cred: &Cred,
+        st: &mut InlineState,
+        durable: bool,
+    ) -> Result<(), WireError> {
         if st.dirty.is_empty() {
             return Ok(());
         }
@@ -161,26 +168,30 @@ impl InodeIo {
                 data: data.clone(),
             })
             .collect();
-        let attr = self
-            .inner
-            .meta_attr(
-                cred,
-                Request::WriteInline {
-                    ino: self.ino,
-                    pieces,
-                    mtime_ns: lock_state(&self.state).unflushed_mtime_ns,
-                },
-            )
-            .map_err(|e| {
-                if is_not_inline(&e) {
-                    e
-                } else {
-                    context(
-                        e,
-                        format!("writing the inline bytes of {}", self.describe()),
-                    )
-                }
-            })?;
+        let (ino, mtime_ns) = (self.ino, lock_state(&self.state).unflushed_mtime_ns);
+        let req = if durable {
+            Request::WriteInline {
+                ino,
+                pieces,
+                mtime_ns,
+            }
+        } else {
+            Request::WriteInlineUnsynced {
+                ino,
+                pieces,
+                mtime_ns,
+            }
+        };
+        let attr = self.inner.meta_attr(cred, req).map_err(|e| {
+            if is_not_inline(&e) {
+                e
+            } else {
+                context(
+                    e,
+                    format!("writing the inline bytes of {}", self.describe()),
+                )
+            }
+        })?;
         st.dirty.clear();
         // Another client's writes in between make our copy stale: fetched again when read.
         let same = match (&st.bytes, &attr.inline) {
@@ -204,7 +215,8 @@ impl InodeIo {
         let Some(st) = il.as_mut() else {
             return Ok(());
         };
-        let left = match self.send_dirty(cred, st) {
+        // Uninline is durable when answered, and so is all that came before it.
+        let left = match self.send_dirty(cred, st, false) {
             Ok(()) => Vec::new(),
             Err(e) if is_not_inline(&e) => std::mem::take(&mut st.dirty),
             Err(e) => return Err(e),
@@ -235,15 +247,24 @@ impl InodeIo {
         Ok(())
     }
 
-    /// Flush of an inline file: its unsent writes are sent (durable once answered, so
-    /// this is an fsync too). `Ok(false)` when the file is striped: the caller flushes
-    /// the data servers' way.
-    pub(super) fn flush_inline(&self, cred: &Cred) -> Result<bool, WireError> {
+    /// Flush of an inline file: its unsent writes are sent, visible to every client
+    /// once answered; with `durable` (fsync) also durable, and with nothing to send a
+    /// SyncMeta makes what earlier closes sent durable (this client's, from any handle,
+    /// and others'). `Ok(false)` when the file is striped: the caller flushes the data
+    /// servers' way.
+    pub(super) fn flush_inline(&self, cred: &Cred, durable: bool) -> Result<bool, WireError> {
         let mut il = lock(&self.inline);
         let Some(st) = il.as_mut() else {
             return Ok(false);
         };
-        match self.send_dirty(cred, st) {
+        let nothing = st.dirty.is_empty();
+        match self.send_dirty(cred, st, durable) {
+            Ok(()) if durable && nothing => {
+                self.inner
+                    .meta_call(cred, Request::SyncMeta {})
+                    .map_err(|e| context(e, format!("syncing {}", self.describe())))?;
+                Ok(true)
+            }
             Ok(()) => Ok(true),
             Err(e) if is_not_inline(&e) => {
                 drop(il);
@@ -269,7 +290,7 @@ impl InodeIo {
         };
         let known = st.bytes.as_ref().map(|b| b.len() as u64);
         if known.map_or(true, |n| offset.saturating_add(len) > n) {
-            match self.send_dirty(cred, st) {
+            match self.send_dirty(cred, st, false) {
                 Ok(()) => {}
                 Err(e) if is_not_inline(&e) => {
                     drop(il);
@@ -310,7 +331,7 @@ impl InodeIo {
         let Some(st) = il.as_mut() else {
             return Ok(None);
         };
-        let sent = self.send_dirty(cred, st);
+        let sent = self.send_dirty(cred, st, false);
         let fits = size <= st.max as u64;
         let answer = match sent {
             Ok(()) if fits => Some(self.inner.meta_attr(cred, req)),

@@ -112,6 +112,11 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             ino,
             pieces,
             mtime_ns,
+        }
+        | Request::WriteInlineUnsynced {
+            ino,
+            pieces,
+            mtime_ns,
         } => crate::inline::write(ctx, ino.0, pieces, *mtime_ns),
         Request::SetXattr {
             ino,
@@ -144,6 +149,7 @@ pub fn is_mutation(req: &Request) -> bool {
             | Request::ExtendSize { .. }
             | Request::SetLayout { .. }
             | Request::WriteInline { .. }
+            | Request::WriteInlineUnsynced { .. }
             | Request::SetXattr { .. }
             | Request::RemoveXattr { .. }
     )

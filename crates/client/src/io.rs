@@ -1385,11 +1385,30 @@ impl InodeIo {
             let mut st = lock(&self.state);
             (st.unflushed_end.take(), st.unflushed_mtime_ns)
         };
-        let Some(end) = end else { return Ok(()) };
-        let req = Request::ExtendSize {
-            ino: self.ino,
-            size: end,
-            mtime_ns,
+        let Some(end) = end else {
+            if data_sync {
+                // A size an earlier close recorded (from any handle, or another client)
+                // may not be durable yet: made so before the fsync returns.
+                self.inner
+                    .meta_call(cred, Request::SyncMeta {})
+                    .map_err(|e| context(e, format!("syncing {}", self.describe())))?;
+            }
+            return Ok(());
+        };
+        // Durable when answered only for an fsync: a close's or flush's size is answered
+        // once visible, as the data servers answer its writes (docs/protocol.md).
+        let req = if data_sync {
+            Request::ExtendSize {
+                ino: self.ino,
+                size: end,
+                mtime_ns,
+            }
+        } else {
+            Request::ExtendSizeUnsynced {
+                ino: self.ino,
+                size: end,
+                mtime_ns,
+            }
         };
         match self.inner.meta_call(cred, req) {
             Ok(resp) => {

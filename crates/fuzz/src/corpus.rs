@@ -224,6 +224,11 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             size: rng.gen(),
             mtime_ns: rng.gen(),
         },
+        Opcode::ExtendSizeUnsynced => Request::ExtendSizeUnsynced {
+            ino: ino(rng),
+            size: rng.gen(),
+            mtime_ns: rng.gen(),
+        },
         Opcode::SetLayout => Request::SetLayout {
             ino: ino(rng),
             hint: hint(rng),
@@ -575,6 +580,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Exchange
         | Opcode::Close
         | Opcode::ExtendSize
+        | Opcode::ExtendSizeUnsynced
         | Opcode::Access
         | Opcode::Truncate
         | Opcode::Remove

@@ -272,6 +272,7 @@ impl Scopes {
             | Request::Open { ino, .. }
             | Request::Close { ino, .. }
             | Request::ExtendSize { ino, .. }
+            | Request::ExtendSizeUnsynced { ino, .. }
             | Request::SetLayout { ino, .. }
             | Request::WriteInline { ino, .. }
             | Request::WriteInlineUnsynced { ino, .. }

@@ -122,12 +122,12 @@ pub enum Job {
 
 impl Job {
     /// Answered once its batch is applied and visible, before the batch is durable
-    /// (WriteInlineUnsynced: a close's inline bytes).
+    /// (WriteInlineUnsynced and ExtendSizeUnsynced: a close's inline bytes or size).
     fn early(&self) -> bool {
         matches!(
             self,
             Job::Client {
-                req: Request::WriteInlineUnsynced { .. },
+                req: Request::WriteInlineUnsynced { .. } | Request::ExtendSizeUnsynced { .. },
                 ..
             }
         )

@@ -481,6 +481,10 @@ requests! {
     // Metadata: answered with `Done` once every change answered before it arrived is
     // durable (an fsync of an inline file after WriteInlineUnsynced).
     44 => SyncMeta {},
+    // Metadata: as ExtendSize, answered once the change is applied and visible, before it
+    // is durable (a close's or flush's size; fsync sends ExtendSize), written as
+    // WriteInlineUnsynced's is.
+    45 => ExtendSizeUnsynced { ino: InodeId, size: u64, mtime_ns: i64 },
 }
 
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).

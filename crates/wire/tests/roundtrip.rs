@@ -185,6 +185,13 @@ fn more_request() -> impl Strategy<Value = Request> {
                 mtime_ns,
             }
         }),
+        (inode(), any::<u64>(), any::<i64>()).prop_map(|(ino, size, mtime_ns)| {
+            Request::ExtendSizeUnsynced {
+                ino,
+                size,
+                mtime_ns,
+            }
+        }),
         (inode(), hint()).prop_map(|(ino, hint)| Request::SetLayout { ino, hint }),
         Just(Request::MetaStatus {}),
         (inode(), any::<u32>()).prop_map(|(ino, mask)| Request::Access { ino, mask }),
@@ -812,6 +819,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (42, "Exchange"),
     (43, "WriteInlineUnsynced"),
     (44, "SyncMeta"),
+    (45, "ExtendSizeUnsynced"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -889,6 +897,11 @@ fn ping_like(op: Opcode) -> Request {
         },
         Opcode::Close => Request::Close { ino, session: 0 },
         Opcode::ExtendSize => Request::ExtendSize {
+            ino,
+            size: 0,
+            mtime_ns: 0,
+        },
+        Opcode::ExtendSizeUnsynced => Request::ExtendSizeUnsynced {
             ino,
             size: 0,
             mtime_ns: 0,

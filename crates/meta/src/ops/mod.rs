@@ -106,6 +106,11 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             ino,
             size,
             mtime_ns,
+        }
+        | Request::ExtendSizeUnsynced {
+            ino,
+            size,
+            mtime_ns,
         } => attr::extend_size(ctx, ino.0, *size, *mtime_ns),
         Request::SetLayout { ino, hint } => attr::set_layout(ctx, ino.0, hint),
         Request::WriteInline {
@@ -147,6 +152,7 @@ pub fn is_mutation(req: &Request) -> bool {
             | Request::Exchange { .. }
             | Request::SetAttr { .. }
             | Request::ExtendSize { .. }
+            | Request::ExtendSizeUnsynced { .. }
             | Request::SetLayout { .. }
             | Request::WriteInline { .. }
             | Request::WriteInlineUnsynced { .. }

@@ -834,11 +834,11 @@ impl InodeIo {
         sequential: bool,
         iobuf: bool,
     ) -> Result<usize, WireError> {
-        if let Some(b) = self.read_inline(cred, offset, buf.len() as u64)? {
+        if let Some(b) = self.read_inline(cred, offset, buf.len() as u64, false)? {
             buf[..b.len()].copy_from_slice(&b);
             return Ok(b.len());
         }
-        let (n, size) = self.clamp(cred, offset, buf.len() as u64)?;
+        let (n, size) = self.clamp(cred, offset, buf.len() as u64, false)?;
         if n == 0 {
             return Ok(0);
         }
@@ -931,7 +931,9 @@ impl InodeIo {
         if hi == lo {
             return Ok(());
         }
-        if let Some(b) = self.read_inline(cred, lo, hi - lo)? {
+        // Read whole (bytes past the end read as zeros): the size is asked for whenever
+        // the extents reach past the known one.
+        if let Some(b) = self.read_inline(cred, lo, hi - lo, true)? {
             let mut at = 0;
             for &(offset, len) in extents {
                 let from = ((offset - lo) as usize).min(b.len());
@@ -941,7 +943,7 @@ impl InodeIo {
             }
             return Ok(());
         }
-        let (_, size) = self.clamp(cred, lo, hi - lo)?;
+        let (_, size) = self.clamp(cred, lo, hi - lo, true)?;
         self.wait_overlapping(lo, hi);
         // The block-aligned chunks of every extent, per server, merged where they meet.
         let clipped: Vec<(u64, u64)> = extents
@@ -1090,10 +1092,10 @@ impl InodeIo {
         sequential: bool,
         f: impl FnOnce(&[&[u8]]) -> R,
     ) -> Result<R, WireError> {
-        if let Some(b) = self.read_inline(cred, offset, len)? {
+        if let Some(b) = self.read_inline(cred, offset, len, false)? {
             return Ok(if b.is_empty() { f(&[]) } else { f(&[&b]) });
         }
-        let (n, size) = self.clamp(cred, offset, len)?;
+        let (n, size) = self.clamp(cred, offset, len, false)?;
         if n == 0 {
             return Ok(f(&[]));
         }
@@ -1146,12 +1148,22 @@ impl InodeIo {
         Ok(out)
     }
 
-    /// How many of `len` bytes at `offset` exist, and the size that says so. Reads that
-    /// reach past the known size ask the metadata server, since another client may have
-    /// extended the file.
-    fn clamp(&self, cred: &Cred, offset: u64, len: u64) -> Result<(u64, u64), WireError> {
+    /// How many of `len` bytes at `offset` exist, and the size that says so. A read
+    /// that reaches past the known size asks the metadata server, since another client
+    /// may have extended the file; without `whole` only one that starts at or past it
+    /// does: one that starts before it returns what the known size holds (a short read,
+    /// after which a reader asks again from the end, so no end of file is reported
+    /// without asking).
+    fn clamp(
+        &self,
+        cred: &Cred,
+        offset: u64,
+        len: u64,
+        whole: bool,
+    ) -> Result<(u64, u64), WireError> {
         let mut size = self.size();
-        if offset.saturating_add(len) > size {
+        let end = offset.saturating_add(len);
+        if len > 0 && ((whole && end > size) || offset >= size) {
             let attr = self.inner.getattr(cred, self.ino)?;
             self.note_meta_size(attr.size);
             size = self.size();

@@ -230,3 +230,46 @@ fn a_move_that_cannot_reach_a_data_server_leaves_the_file_inline_and_whole() {
     assert_eq!(attr.size, 3000);
     assert_eq!(cl.client().read_file("/stay").unwrap(), data);
 }
+
+/// A reader's handle sees another client's later growth (inline and striped): a read
+/// that starts inside the size the reader knows returns those bytes (a short read), and
+/// the next read, from that end, asks again and finds the new bytes, never an end of
+/// file the metadata server would not confirm; a list read reaching past the known size
+/// asks at once.
+#[test]
+fn reads_past_the_known_size_ask_again_before_reporting_the_end() {
+    let cl = Cluster::start();
+    let s = seed("reads_past_the_known_size");
+    for (name, first, more) in [("/small", 1000, 900), ("/big", 70_000, 50_000)] {
+        let (a, b) = (cl.client(), cl.client());
+        let data = pattern(s, first + more);
+        a.write_file(name, &data[..first], 0o644).unwrap();
+        let r = b.open(name, &OpenOptions::read_only()).unwrap();
+        let r2 = cl.client().open(name, &OpenOptions::read_only()).unwrap();
+        let w = a.open(name, &OpenOptions::write_only()).unwrap();
+        w.write_at(first as u64, &data[first..]).unwrap();
+        w.close().unwrap();
+        let mut buf = vec![0u8; first + more + 10];
+        let n = r.read_at(0, &mut buf).unwrap();
+        assert!(
+            n >= first,
+            "seed {s}: {name}: {n} bytes of at least {first}"
+        );
+        assert_eq!(&buf[..n], &data[..n], "seed {s}: {name}");
+        let mut got = n;
+        while got < buf.len() {
+            let k = r.read_at(got as u64, &mut buf[got..]).unwrap();
+            if k == 0 {
+                break;
+            }
+            got += k;
+        }
+        assert_eq!(&buf[..got], &data[..], "seed {s}: {name}: read to the end");
+        let mut whole = vec![0u8; first + more];
+        r2.read_list(&[(0, (first + more) as u64)], &mut whole)
+            .unwrap();
+        assert_eq!(whole, data, "seed {s}: {name}: list read");
+        r.close().unwrap();
+        r2.close().unwrap();
+    }
+}

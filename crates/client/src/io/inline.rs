@@ -276,20 +276,24 @@ impl InodeIo {
     }
 
     /// Up to `len` bytes at `offset` of an inline file; `None` when the file is striped.
-    /// A read reaching past the bytes known here fetches them again (ReadInline), after
-    /// sending this client's unsent writes.
+    /// A read reaching past the end of the bytes known here (or with none known)
+    /// fetches them again (ReadInline), after sending this client's unsent writes;
+    /// without `whole` only one starting at or past it does, one that starts before it
+    /// returns what is known (a short read, as `clamp` does for striped files).
     pub(super) fn read_inline(
         &self,
         cred: &Cred,
         offset: u64,
         len: u64,
+        whole: bool,
     ) -> Result<Option<Vec<u8>>, WireError> {
         let mut il = lock(&self.inline);
         let Some(st) = il.as_mut() else {
             return Ok(None);
         };
         let known = st.bytes.as_ref().map(|b| b.len() as u64);
-        if known.map_or(true, |n| offset.saturating_add(len) > n) {
+        let end = offset.saturating_add(len);
+        if known.map_or(true, |n| len > 0 && ((whole && end > n) || offset >= n)) {
             match self.send_dirty(cred, st, false) {
                 Ok(()) => {}
                 Err(e) if is_not_inline(&e) => {

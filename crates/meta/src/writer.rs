@@ -76,8 +76,9 @@ pub const FREEZE_AGE: Duration = Duration::from_secs(2);
 /// batch held. Clients answered together send again together, but not at the same
 /// instant; without this wait their operations would split over two syncs.
 pub const GATHER_WAIT: Duration = Duration::from_micros(200);
-/// Longest a batch of early jobs only (a close's inline bytes, not fsync) waits to be
-/// written with a later commit before the sync thread writes it alone.
+/// How long a batch of early jobs only (a close's inline bytes, not fsync) waits to be
+/// written with a later commit before the sync thread writes it alone (between one and
+/// two of these, as the thread checks the carry it saw begin).
 pub const CARRY_WAIT: Duration = Duration::from_millis(5);
 /// A carry holding this many changed keys is written at once.
 const CARRY_MAX_KEYS: usize = 4096;
@@ -262,17 +263,18 @@ impl Writer {
         };
         core.stopping.store(true, Ordering::SeqCst);
         core.wake_stop();
+        if let Some(p) = log.pending.take() {
+            // Its waiters are answered (the sync thread may be one): with its record
+            // written, or (halted) an error.
+            let done = log.finish(core, p);
+            core.writer.deliver(done);
+        }
         {
             let _g = lock(&core.writer.sync_wanted);
             core.writer.sync_cv.notify_all();
         }
         if let Some(thread) = log.syncer.take() {
             let _ = thread.join();
-        }
-        if let Some(p) = log.pending.take() {
-            // Its waiters are answered: with its record written, or (halted) an error.
-            let done = log.finish(core, p);
-            core.writer.deliver(done);
         }
         if let Some((tx, thread)) = log.ckpt.take() {
             drop(tx);
@@ -900,8 +902,10 @@ impl Log {
     /// Moves the active layer to `frozen` and continues the log in the other file.
     /// Only when no checkpoint is running: the other file's records are all in redb.
     fn freeze(&mut self, core: &Core) -> Arc<Gen> {
-        // The carry goes into the file it belongs to first (a failure halts the
-        // server; the carry is then lost as in a crash, which its rule allows).
+        // The carry goes into the file it belongs to first. If it cannot (a full disk,
+        // or a failed write, which halts the server), it is frozen with the layer and
+        // reaches the tables with its checkpoint, or is lost as in a crash, which its
+        // rule allows.
         let _ = self.write_carry(core);
         self.end_carry(core);
         let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());

@@ -325,19 +325,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
                     }
                 })
                 .collect();
-            if op == Opcode::WriteInline {
-                Request::WriteInline {
-                    ino,
-                    pieces,
-                    mtime_ns,
-                }
-            } else {
-                Request::WriteInlineUnsynced {
-                    ino,
-                    pieces,
-                    mtime_ns,
-                }
-            }
+            Request::write_inline(ino, pieces, mtime_ns, op == Opcode::WriteInline)
         }
         Opcode::SyncMeta => Request::SyncMeta {},
         Opcode::ReadInline => Request::ReadInline { ino: ino(rng) },

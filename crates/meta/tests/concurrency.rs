@@ -109,6 +109,32 @@ fn concurrent_creates_share_commits() {
     );
 }
 
+/// Lets the storm run a while (chosen by `seed`), halts the server as a crash would,
+/// stops the threads and closes it: its database path, cluster and directory.
+fn halt_storm(
+    fs: Fs,
+    seed: u64,
+    stop: &AtomicBool,
+    handles: Vec<std::thread::JoinHandle<()>>,
+) -> (
+    std::path::PathBuf,
+    stripefs_rpc::ClusterConfig,
+    tempfile::TempDir,
+) {
+    std::thread::sleep(std::time::Duration::from_millis(100 + seed % 200));
+    fs.svc.halt();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    stop.store(true, Ordering::SeqCst);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let db = fs.db();
+    let cluster = fs.cluster.clone();
+    let Fs { svc, dir, .. } = fs;
+    drop(svc);
+    (db, cluster, dir)
+}
+
 #[test]
 fn halt_mid_storm_keeps_every_acknowledged_create() {
     let seed = seed("halt_mid_storm");
@@ -138,17 +164,7 @@ fn halt_mid_storm_keeps_every_acknowledged_create() {
             })
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(100 + seed % 200));
-    fs.svc.halt();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    stop.store(true, Ordering::SeqCst);
-    for h in handles {
-        h.join().unwrap();
-    }
-    let db = fs.db();
-    let cluster = fs.cluster.clone();
-    let Fs { svc, dir, .. } = fs;
-    drop(svc);
+    let (db, cluster, dir) = halt_storm(fs, seed, &stop, handles);
     let report = stripefs_meta::check(&db).unwrap();
     let acked = acked.lock().unwrap().clone();
     assert!(!acked.is_empty());
@@ -305,17 +321,7 @@ fn small_file_storm_halted_keeps_synced_bytes_and_never_others() {
             })
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(100 + seed % 200));
-    fs.svc.halt();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    stop.store(true, Ordering::SeqCst);
-    for h in handles {
-        h.join().unwrap();
-    }
-    let db = fs.db();
-    let cluster = fs.cluster.clone();
-    let Fs { svc, dir, .. } = fs;
-    drop(svc);
+    let (db, cluster, dir) = halt_storm(fs, seed, &stop, handles);
     let svc = MetaService::open(&db, &cluster).unwrap();
     let acked = acked.lock().unwrap().clone();
     let synced = acked.iter().filter(|a| a.2).count();

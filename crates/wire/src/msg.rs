@@ -1049,6 +1049,29 @@ fn check_range(offset: u64, len: u64) -> Result<(), WireError> {
 }
 
 impl Request {
+    /// A write of inline pieces: WriteInline (durable when answered) if `durable`,
+    /// else WriteInlineUnsynced (answered once visible).
+    pub fn write_inline(
+        ino: InodeId,
+        pieces: Vec<InlinePiece>,
+        mtime_ns: i64,
+        durable: bool,
+    ) -> Request {
+        if durable {
+            Request::WriteInline {
+                ino,
+                pieces,
+                mtime_ns,
+            }
+        } else {
+            Request::WriteInlineUnsynced {
+                ino,
+                pieces,
+                mtime_ns,
+            }
+        }
+    }
+
     /// Semantic checks that need no server state: names, paths, limits, alignment and
     /// that a write's CRC list matches its data. Returns the reason the request is bad.
     pub fn validate(&self, data_len: u32) -> Result<(), WireError> {

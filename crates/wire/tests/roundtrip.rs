@@ -264,28 +264,15 @@ fn sparse_request() -> impl Strategy<Value = Request> {
         (
             any::<u64>(),
             prop::collection::vec((any::<u64>(), any::<u32>(), vec(any::<u8>(), 0..32)), 0..4),
-            any::<i64>()
+            any::<i64>(),
+            any::<bool>()
         )
-            .prop_map(|(i, pieces, mtime_ns)| Request::WriteInline {
-                ino: InodeId(i),
-                mtime_ns,
-                pieces: pieces
+            .prop_map(|(i, pieces, mtime_ns, durable)| {
+                let pieces = pieces
                     .into_iter()
                     .map(|(offset, crc, data)| InlinePiece { offset, crc, data })
-                    .collect(),
-            }),
-        (
-            any::<u64>(),
-            prop::collection::vec((any::<u64>(), any::<u32>(), vec(any::<u8>(), 0..32)), 0..4),
-            any::<i64>()
-        )
-            .prop_map(|(i, pieces, mtime_ns)| Request::WriteInlineUnsynced {
-                ino: InodeId(i),
-                mtime_ns,
-                pieces: pieces
-                    .into_iter()
-                    .map(|(offset, crc, data)| InlinePiece { offset, crc, data })
-                    .collect(),
+                    .collect();
+                Request::write_inline(InodeId(i), pieces, mtime_ns, durable)
             }),
         Just(Request::SyncMeta {}),
         any::<u64>().prop_map(|i| Request::ReadInline { ino: InodeId(i) }),

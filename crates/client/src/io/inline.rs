@@ -169,19 +169,7 @@ impl InodeIo {
             })
             .collect();
         let (ino, mtime_ns) = (self.ino, lock_state(&self.state).unflushed_mtime_ns);
-        let req = if durable {
-            Request::WriteInline {
-                ino,
-                pieces,
-                mtime_ns,
-            }
-        } else {
-            Request::WriteInlineUnsynced {
-                ino,
-                pieces,
-                mtime_ns,
-            }
-        };
+        let req = Request::write_inline(ino, pieces, mtime_ns, durable);
         let attr = self.inner.meta_attr(cred, req).map_err(|e| {
             if is_not_inline(&e) {
                 e

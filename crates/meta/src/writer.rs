@@ -149,6 +149,35 @@ struct Queue {
     /// A batch is applied, visible and partly answered, but its log record is not
     /// written yet (`Log::pending`): the next leader writes it before anything else.
     pending: bool,
+    /// Threads asleep waiting for their answer (or to lead), by ticket.
+    sleepers: HashMap<u64, std::thread::Thread>,
+}
+
+impl Queue {
+    /// Wakes exactly who has something to do: each sleeper whose answer is in, and,
+    /// when no leader runs but work waits (queued jobs or a pending batch), one more
+    /// to lead. (Waking every waiter on each batch cost a trip through the scheduler
+    /// for each one that found nothing.)
+    fn wake(&mut self) {
+        let ready: Vec<u64> = self
+            .sleepers
+            .keys()
+            .filter(|t| self.answers.contains_key(t))
+            .copied()
+            .collect();
+        for t in ready {
+            if let Some(th) = self.sleepers.remove(&t) {
+                th.unpark();
+            }
+        }
+        if !self.leading && (self.pending || !self.jobs.is_empty()) {
+            if let Some(&t) = self.sleepers.keys().min() {
+                if let Some(th) = self.sleepers.remove(&t) {
+                    th.unpark();
+                }
+            }
+        }
+    }
 }
 
 /// The group-commit queue and the leader's state.
@@ -156,8 +185,6 @@ pub struct Writer {
     queue: Mutex<Queue>,
     /// Signalled when an operation is queued (a gathering leader waits for it).
     arrived: Condvar,
-    /// Signalled when a batch is answered (waiters look for their answer, or lead).
-    answered: Condvar,
     /// The leader's state; locked only by the leader and at shutdown.
     log: Mutex<Option<Log>>,
     /// Set (and signalled) when a carry begins (`Log::carry`): the sync thread writes
@@ -179,7 +206,6 @@ impl Writer {
         Writer {
             queue: Mutex::default(),
             arrived: Condvar::new(),
-            answered: Condvar::new(),
             log: Mutex::new(None),
             sync_wanted: Mutex::new(false),
             sync_cv: Condvar::new(),
@@ -293,7 +319,7 @@ impl Writer {
         }
         let mut q = lock(&self.queue);
         q.answers.extend(answers);
-        self.answered.notify_all();
+        q.wake();
     }
 
     /// Writes the log record of the batch left pending (if `stop` has not), and returns
@@ -337,7 +363,13 @@ impl Writer {
                 return answer;
             }
             if q.leading {
-                q = w.answered.wait(q).unwrap_or_else(|p| p.into_inner());
+                // Asleep until `Queue::wake` finds an answer for us or work to lead; a
+                // wake-up before the park is kept by the thread's token.
+                q.sleepers.insert(ticket, std::thread::current());
+                drop(q);
+                std::thread::park();
+                q = lock(&w.queue);
+                q.sleepers.remove(&ticket);
                 continue;
             }
             q.leading = true;
@@ -351,7 +383,7 @@ impl Writer {
                 q = lock(&w.queue);
                 q.answers.extend(done);
                 q.leading = false;
-                w.answered.notify_all();
+                q.wake();
                 continue;
             }
             // Lead the next batch, first letting the stragglers of the last one arrive
@@ -408,7 +440,7 @@ impl Writer {
                 None => q.pending = true,
             }
             q.leading = false;
-            w.answered.notify_all();
+            q.wake();
         }
     }
 }

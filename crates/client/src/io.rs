@@ -1162,8 +1162,7 @@ impl InodeIo {
         whole: bool,
     ) -> Result<(u64, u64), WireError> {
         let mut size = self.size();
-        let end = offset.saturating_add(len);
-        if len > 0 && ((whole && end > size) || offset >= size) {
+        if must_ask(offset, len, size, whole) {
             let attr = self.inner.getattr(cred, self.ino)?;
             self.note_meta_size(attr.size);
             size = self.size();
@@ -1401,9 +1400,7 @@ impl InodeIo {
             if data_sync {
                 // A size an earlier close recorded (from any handle, or another client)
                 // may not be durable yet: made so before the fsync returns.
-                self.inner
-                    .meta_call(cred, Request::SyncMeta {})
-                    .map_err(|e| context(e, format!("syncing {}", self.describe())))?;
+                self.sync_meta(cred)?;
             }
             return Ok(());
         };
@@ -1441,6 +1438,16 @@ impl InodeIo {
                 ))
             }
         }
+    }
+
+    /// Makes every change the metadata server answered so far durable (SyncMeta): what
+    /// closes recorded without waiting for the disk (docs/protocol.md, "A close's inline
+    /// bytes").
+    fn sync_meta(&self, cred: &Cred) -> Result<(), WireError> {
+        self.inner
+            .meta_call(cred, Request::SyncMeta {})
+            .map(|_| ())
+            .map_err(|e| context(e, format!("syncing {}", self.describe())))
     }
 
     /// Sends Fsync to every server of the layout; fails with `ServerRestarted` if a
@@ -1749,4 +1756,39 @@ pub(crate) fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// Whether a read of `len` bytes at `offset` must ask the metadata server for the size
+/// (or an inline file's bytes) before answering, when `known` bytes are known here: one
+/// starting at or past them must (no end of file without asking); one reaching past
+/// them must only if it is read `whole` (a list read, whose bytes past the end read as
+/// zeros); otherwise it returns what is known, a short read.
+pub(crate) fn must_ask(offset: u64, len: u64, known: u64, whole: bool) -> bool {
+    len > 0 && (offset >= known || (whole && offset.saturating_add(len) > known))
+}
+
+#[cfg(test)]
+mod must_ask_tests {
+    use super::must_ask;
+
+    #[test]
+    fn reads_ask_only_at_the_known_end_unless_read_whole() {
+        for known in [0u64, 1, 4096] {
+            for offset in [0u64, 1, 4095, 4096, 4097] {
+                for len in [0u64, 1, 4096, u64::MAX] {
+                    let end = offset.saturating_add(len);
+                    assert_eq!(
+                        must_ask(offset, len, known, false),
+                        len > 0 && offset >= known,
+                        "{offset} {len} {known}"
+                    );
+                    assert_eq!(
+                        must_ask(offset, len, known, true),
+                        len > 0 && end > known,
+                        "{offset} {len} {known} whole"
+                    );
+                }
+            }
+        }
+    }
 }

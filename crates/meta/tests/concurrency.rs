@@ -109,6 +109,17 @@ fn concurrent_creates_share_commits() {
     );
 }
 
+/// An exclusive create of a regular file `name` in the root directory.
+fn create_in_root(name: &str) -> Request {
+    Request::Create {
+        parent: InodeId(ROOT),
+        name: name.into(),
+        mode: 0o644,
+        exclusive: true,
+        layout: LayoutHint::default(),
+    }
+}
+
 /// Lets the storm run a while (chosen by `seed`), halts the server as a crash would,
 /// stops the threads and closes it: its database path, cluster and directory.
 fn halt_storm(
@@ -148,13 +159,7 @@ fn halt_mid_storm_keeps_every_acknowledged_create() {
                 let mut i = 0;
                 while !stop.load(Ordering::SeqCst) {
                     let name = format!("s{t}-{i}");
-                    let req = Request::Create {
-                        parent: InodeId(ROOT),
-                        name: name.clone(),
-                        mode: 0o644,
-                        exclusive: true,
-                        layout: LayoutHint::default(),
-                    };
+                    let req = create_in_root(&name);
                     match call(&svc, &Cred::root(), req) {
                         Ok(_) => acked.lock().unwrap().push(name),
                         Err(e) => assert_eq!(e.code, ErrorCode::Busy, "{e}"),
@@ -264,13 +269,7 @@ fn small_file_storm_halted_keeps_synced_bytes_and_never_others() {
                 while !stop.load(Ordering::SeqCst) {
                     let name = format!("s{t}-{i}");
                     i += 1;
-                    let req = Request::Create {
-                        parent: InodeId(ROOT),
-                        name: name.clone(),
-                        mode: 0o644,
-                        exclusive: true,
-                        layout: LayoutHint::default(),
-                    };
+                    let req = create_in_root(&name);
                     let ino = match call(&svc, &r, req) {
                         Ok(Response::Attr(a)) => a.ino,
                         Err(e) if e.code == ErrorCode::Busy => continue,

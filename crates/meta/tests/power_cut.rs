@@ -270,14 +270,19 @@ fn honest(mem: &MemDisk) -> Arc<dyn MetaDisk> {
     Arc::new(mem.clone())
 }
 
+/// `STRIPEFS_SEED` (to replay a run), else a random seed.
+fn seed_from_env() -> u64 {
+    std::env::var("STRIPEFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::random::<u64>() >> 16)
+}
+
 /// Every acknowledged create, mkdir, rename and unlink survives any power cut (with
 /// checkpoints at random points and torn log appends), and the namespace checks clean.
 #[test]
 fn acknowledged_changes_survive_any_power_cut() {
-    let base: u64 = std::env::var("STRIPEFS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::random::<u64>() >> 16);
+    let base = seed_from_env();
     println!("seeds {base}..{} (STRIPEFS_SEED={base} replays)", base + 40);
     for seed in base..base + 40 {
         if let Err(e) = run_seed(seed, &honest) {
@@ -372,10 +377,7 @@ fn power_cut_tears_unsynced_writes_and_keeps_synced_ones() {
 /// power cut before any of those returns the old bytes or the new ones, never others.
 #[test]
 fn unsynced_inline_bytes_are_durable_with_the_next_commit_or_soon_after() {
-    let seed: u64 = std::env::var("STRIPEFS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::random::<u64>() >> 16);
+    let seed = seed_from_env();
     println!("seed {seed} (STRIPEFS_SEED={seed} replays)");
     let mem = MemDisk::with_seed(seed);
     let disk: Arc<dyn MetaDisk> = Arc::new(mem.clone());

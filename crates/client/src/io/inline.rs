@@ -247,12 +247,7 @@ impl InodeIo {
         };
         let nothing = st.dirty.is_empty();
         match self.send_dirty(cred, st, durable) {
-            Ok(()) if durable && nothing => {
-                self.inner
-                    .meta_call(cred, Request::SyncMeta {})
-                    .map_err(|e| context(e, format!("syncing {}", self.describe())))?;
-                Ok(true)
-            }
+            Ok(()) if durable && nothing => self.sync_meta(cred).map(|()| true),
             Ok(()) => Ok(true),
             Err(e) if is_not_inline(&e) => {
                 drop(il);
@@ -280,8 +275,7 @@ impl InodeIo {
             return Ok(None);
         };
         let known = st.bytes.as_ref().map(|b| b.len() as u64);
-        let end = offset.saturating_add(len);
-        if known.map_or(true, |n| len > 0 && ((whole && end > n) || offset >= n)) {
+        if known.map_or(true, |n| super::must_ask(offset, len, n, whole)) {
             match self.send_dirty(cred, st, false) {
                 Ok(()) => {}
                 Err(e) if is_not_inline(&e) => {

@@ -120,6 +120,13 @@ struct State {
     inflight_bytes: u64,
     /// First error of a background write not yet reported to a caller.
     latched: Option<WireError>,
+    /// First error of a background write not yet reported by a flush, fsync or close:
+    /// reported by the next of them even when the next call took `latched`. That call
+    /// may not be the write whose bytes were lost (the mount's kernel turns an error
+    /// after a partial write into a short count and drops it; a program may retry only
+    /// the write that failed), so a flush, close or fsync that succeeds says that every
+    /// write before it landed, as NFS's close and Linux's fsync do.
+    lost_write: Option<WireError>,
     /// Highest end written since the size was last sent to the metadata server.
     unflushed_end: Option<u64>,
     /// When the last of those writes was made: the mtime to record, and to show
@@ -178,6 +185,7 @@ impl State {
                     let p = self.pending.remove(i).expect("index in range");
                     self.inflight_bytes -= p.bytes;
                     if let Err(e) = r {
+                        self.lost_write.get_or_insert_with(|| e.clone());
                         self.latched.get_or_insert(e);
                     }
                 }
@@ -259,6 +267,7 @@ impl InodeIo {
                 pending: VecDeque::new(),
                 inflight_bytes: 0,
                 latched: None,
+                lost_write: None,
                 unflushed_end: None,
                 unflushed_mtime_ns: attr.mtime_ns,
                 meta_size: attr.size,
@@ -419,6 +428,7 @@ impl InodeIo {
         st.reap();
         st.pending.is_empty()
             && st.latched.is_none()
+            && st.lost_write.is_none()
             && st.unflushed_end.is_none()
             && self.lost.get().is_none()
     }
@@ -442,6 +452,22 @@ impl InodeIo {
         st.reap();
         match st.latched.take() {
             Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// For a flush, fsync or close: returns (and clears) the first error of a background
+    /// write since the last of them, whether or not a call reported it already (see
+    /// `lost_write`).
+    fn take_lost_write(&self) -> Result<(), WireError> {
+        let mut st = lock(&self.state);
+        st.reap();
+        match st.lost_write.take() {
+            Some(e) => {
+                // Reported here: no later call reports it again.
+                st.latched = None;
+                Err(e)
+            }
             None => Ok(()),
         }
     }
@@ -1388,6 +1414,7 @@ impl InodeIo {
             return Ok(());
         }
         self.wait_all();
+        self.take_lost_write()?;
         self.take_latched()?;
         if data_sync {
             self.fsync_servers(cred)?;

@@ -203,12 +203,14 @@ fn full_disk_under_pipelining_and_tls_fails_cleanly_and_recovers() {
 }
 
 /// A write the client acknowledged (write-behind) and the server then failed for lack
-/// of space, whose error a later call took and its caller ignored: the next fsync still
-/// fails. The mount's kernel does that ignoring: an error after part of a write became
-/// a short count, and the program retried from there, never rewriting the lost bytes.
-/// Before the fix the fsync succeeded with the bytes gone (the CI failure of
+/// of space, whose error a later call took and its caller ignored: the next fsync of
+/// every handle open at the time still fails. The mount does both: its kernel turns an
+/// error after part of a write into a short count and drops it (the program retries
+/// from there, never rewriting the lost bytes), and all processes writing a file through
+/// one mount share its client's inode, so one process's write may take another's
+/// error. Before the fix the fsync succeeded with the bytes gone (the CI failure of
 /// `failed_write_on_a_full_disk_leaves_the_file_whole`). The fsync after that reports
-/// nothing old: each loss is reported once, as Linux's write-back errors are.
+/// nothing old: each handle reports a loss once, as Linux's write-back errors are.
 #[test]
 fn a_lost_background_write_fails_the_next_fsync_though_a_call_took_its_error() {
     use stripefs_client::{Client, ErrorCode, OpenOptions};
@@ -229,6 +231,9 @@ fn a_lost_background_write_fails_the_next_fsync_though_a_call_took_its_error() {
     let f = cl.open("/f", &OpenOptions::create_new(0o644)).unwrap();
     f.write_at(0, &random_bytes(1 << 20)).unwrap();
     f.fsync().unwrap();
+    // A second handle, as another process's on a mount; and a third opened after the
+    // loss, which has nothing to report.
+    let g = cl.open("/f", &OpenOptions::new().write(true)).unwrap();
     let filler = fill(&target);
 
     // Queued behind (or failed at once, then nothing is lost unreported).
@@ -236,10 +241,10 @@ fn a_lost_background_write_fails_the_next_fsync_though_a_call_took_its_error() {
         eprintln!("the write failed at once: {e}");
     } else {
         // A zero-length write queues nothing: it only takes the latched error, once
-        // the background write has failed.
+        // the background write has failed; here through the other handle.
         let t = std::time::Instant::now();
         let taken = loop {
-            match f.write_at(3 << 20, &[]) {
+            match g.write_at(3 << 20, &[]) {
                 Err(e) => break e,
                 Ok(()) if t.elapsed().as_secs() < 20 => {
                     std::thread::sleep(std::time::Duration::from_millis(10))
@@ -248,13 +253,21 @@ fn a_lost_background_write_fails_the_next_fsync_though_a_call_took_its_error() {
             }
         };
         assert_eq!(taken.code, ErrorCode::NoSpace, "{taken:?}");
-        let e = f
+        let later = cl.open("/f", &OpenOptions::new().write(true)).unwrap();
+        later
             .fsync()
-            .expect_err("fsync succeeded after a write was lost");
-        assert_eq!(e.code, ErrorCode::NoSpace, "{e:?}");
+            .expect("a handle opened after the loss reports nothing");
+        for (name, h) in [("the writer's", &f), ("the other", &g)] {
+            let e = h
+                .fsync()
+                .expect_err(&format!("{name} fsync succeeded after a write was lost"));
+            assert_eq!(e.code, ErrorCode::NoSpace, "{name}: {e:?}");
+        }
     }
     std::fs::remove_file(filler).unwrap();
     f.fsync()
+        .expect("nothing new was lost since the last fsync");
+    g.close()
         .expect("nothing new was lost since the last fsync");
     let _ = f.close();
     drop(cl);

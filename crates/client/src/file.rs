@@ -146,6 +146,9 @@ pub struct File {
     window: u64,
     last_read_end: AtomicU64,
     closed: AtomicBool,
+    /// The inode's count of failed background writes this handle has reported (from
+    /// its open on): its flush, fsync and close report any failure after it.
+    seen_write_errors: AtomicU64,
     /// Attributes the metadata server returned when the handle was opened.
     opened_attr: Attr,
 }
@@ -160,6 +163,7 @@ impl File {
         opened_attr: Attr,
     ) -> File {
         File {
+            seen_write_errors: AtomicU64::new(io.write_errors()),
             inner,
             cred,
             io,
@@ -338,6 +342,7 @@ impl File {
     /// return at once, without waiting or a round trip.
     pub fn flush_is_noop(&self) -> bool {
         self.io.flush_is_noop()
+            && self.seen_write_errors.load(Ordering::Acquire) == self.io.write_errors()
     }
 
     /// Waits for queued writes and records the file's size on the metadata server, so
@@ -349,14 +354,22 @@ impl File {
         if !self.write {
             return Ok(());
         }
-        self.io.flush(&self.cred, false)
+        self.flushed(false)
+    }
+
+    /// `InodeIo::flush`, and then any background write that failed since this handle
+    /// last reported one (see `seen_write_errors`).
+    fn flushed(&self, data_sync: bool) -> Result<(), WireError> {
+        let r = self.io.flush(&self.cred, data_sync);
+        let lost = self.io.write_errors_since(&self.seen_write_errors);
+        r.and(lost)
     }
 
     /// Makes all writes so far durable on every data server of the layout, then records
     /// the size on the metadata server.
     pub fn fsync(&self) -> Result<(), WireError> {
         self.io.check_lost()?;
-        self.io.flush(&self.cred, true)
+        self.flushed(true)
     }
 
     /// Makes the data servers drop their cached pages of this file, so that the next
@@ -470,7 +483,7 @@ impl File {
         // A read-only handle has no writes of its own to wait for; flushing would only
         // take errors that belong to a writer's handle.
         let flushed = if self.write {
-            self.io.flush(&self.cred, false)
+            self.flushed(false)
         } else {
             Ok(())
         };

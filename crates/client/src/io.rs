@@ -18,6 +18,7 @@ use crate::{
     READAHEAD_BASE_BYTES, READAHEAD_MAX_BYTES,
 };
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 mod inline;
@@ -120,13 +121,16 @@ struct State {
     inflight_bytes: u64,
     /// First error of a background write not yet reported to a caller.
     latched: Option<WireError>,
-    /// First error of a background write not yet reported by a flush, fsync or close:
-    /// reported by the next of them even when the next call took `latched`. That call
-    /// may not be the write whose bytes were lost (the mount's kernel turns an error
-    /// after a partial write into a short count and drops it; a program may retry only
-    /// the write that failed), so a flush, close or fsync that succeeds says that every
-    /// write before it landed, as NFS's close and Linux's fsync do.
-    lost_write: Option<WireError>,
+    /// Background writes that failed so far, and the last one's error: every handle
+    /// open at the time reports it at its next flush, fsync or close
+    /// ([`InodeIo::write_errors_since`]), even when another call took `latched`. That
+    /// call may not be the write whose bytes were lost, nor of the same handle (the
+    /// mount's kernel turns an error after part of a write into a short count and drops
+    /// it; another process's write on the mount shares the inode), so a flush, close or
+    /// fsync that succeeds says every write before it landed, as Linux's `errseq_t`
+    /// does for fsync and NFS's close does.
+    write_errors: u64,
+    last_write_error: Option<WireError>,
     /// Highest end written since the size was last sent to the metadata server.
     unflushed_end: Option<u64>,
     /// When the last of those writes was made: the mtime to record, and to show
@@ -185,7 +189,8 @@ impl State {
                     let p = self.pending.remove(i).expect("index in range");
                     self.inflight_bytes -= p.bytes;
                     if let Err(e) = r {
-                        self.lost_write.get_or_insert_with(|| e.clone());
+                        self.write_errors += 1;
+                        self.last_write_error = Some(e.clone());
                         self.latched.get_or_insert(e);
                     }
                 }
@@ -267,7 +272,8 @@ impl InodeIo {
                 pending: VecDeque::new(),
                 inflight_bytes: 0,
                 latched: None,
-                lost_write: None,
+                write_errors: 0,
+                last_write_error: None,
                 unflushed_end: None,
                 unflushed_mtime_ns: attr.mtime_ns,
                 meta_size: attr.size,
@@ -428,7 +434,6 @@ impl InodeIo {
         st.reap();
         st.pending.is_empty()
             && st.latched.is_none()
-            && st.lost_write.is_none()
             && st.unflushed_end.is_none()
             && self.lost.get().is_none()
     }
@@ -456,20 +461,26 @@ impl InodeIo {
         }
     }
 
-    /// For a flush, fsync or close: returns (and clears) the first error of a background
-    /// write since the last of them, whether or not a call reported it already (see
-    /// `lost_write`).
-    fn take_lost_write(&self) -> Result<(), WireError> {
+    /// Background writes failed so far (to start a handle's count at its open).
+    pub fn write_errors(&self) -> u64 {
         let mut st = lock(&self.state);
         st.reap();
-        match st.lost_write.take() {
-            Some(e) => {
-                // Reported here: no later call reports it again.
-                st.latched = None;
-                Err(e)
-            }
-            None => Ok(()),
+        st.write_errors
+    }
+
+    /// For a handle's flush, fsync or close: the last background write error if any
+    /// failed since the handle's count `seen`, which moves to now (each handle reports
+    /// a failure once, whether or not another call reported it already).
+    pub fn write_errors_since(&self, seen: &AtomicU64) -> Result<(), WireError> {
+        let mut st = lock(&self.state);
+        st.reap();
+        if seen.swap(st.write_errors, Ordering::AcqRel) == st.write_errors {
+            return Ok(());
         }
+        Err(st
+            .last_write_error
+            .clone()
+            .expect("an error with every count"))
     }
 
     // ---- writes ----
@@ -1414,7 +1425,6 @@ impl InodeIo {
             return Ok(());
         }
         self.wait_all();
-        self.take_lost_write()?;
         self.take_latched()?;
         if data_sync {
             self.fsync_servers(cred)?;

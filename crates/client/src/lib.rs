@@ -21,7 +21,8 @@
 //! has the cluster's timeout, so a dead or hung server yields an error naming its
 //! address within that time, and only requests that need that server fail. Errors of
 //! background writes are latched and reported by the next call on the inode, and again
-//! by the next flush, fsync or close (a call that took one may have been ignored).
+//! by the next flush, fsync or close of every handle open when it failed (a call that
+//! took one may have been ignored, or made through another handle).
 //! The client's opens live in a session with a lease that a background thread renews
 //! (`session.rs`); if the metadata server ended it anyway (a long pause, a partition, a
 //! restart), the client opens a new one and reopens its files, and handles of files

@@ -1441,6 +1441,7 @@ impl InodeIo {
             }
             return Ok(());
         };
+        let session = self.inner.session.id();
         // Durable when answered only for an fsync: a close's or flush's size is answered
         // once visible, as the data servers answer its writes (docs/protocol.md).
         let req = if data_sync {
@@ -1464,6 +1465,14 @@ impl InodeIo {
                     let mut st = lock(&self.state);
                     st.meta_size = st.meta_size.max(end);
                 }
+                if !data_sync {
+                    self.note_unsynced(session);
+                } else if self.has_unsynced() {
+                    // Durable now, and so is everything the same server answered
+                    // before; whether that server is the one that answered the earlier
+                    // close is what SyncMeta checks.
+                    self.sync_meta(cred)?;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -1479,12 +1488,39 @@ impl InodeIo {
 
     /// Makes every change the metadata server answered so far durable (SyncMeta): what
     /// closes recorded without waiting for the disk (docs/protocol.md, "A close's inline
-    /// bytes").
-    fn sync_meta(&self, cred: &Cred) -> Result<(), WireError> {
-        self.inner
-            .meta_call(cred, Request::SyncMeta {})
-            .map(|_| ())
+    /// bytes"). It names the session this inode's oldest such change of this client was
+    /// answered under (`unsynced.rs`), so that a server restarted since, which may have
+    /// lost it, answers `ServerRestarted` instead of reporting it durable.
+    pub(crate) fn sync_meta(&self, cred: &Cred) -> Result<(), WireError> {
+        let mark = self.inner.unsynced.mark(self.ino);
+        let session = mark.map_or(0, |m| m.session);
+        let r = self.inner.meta_call(cred, Request::SyncMeta { session });
+        if let Some(m) = mark {
+            // Confirmed, or its loss reported now: once.
+            if r.is_ok()
+                || r.as_ref()
+                    .is_err_and(|e| e.code == ErrorCode::ServerRestarted)
+            {
+                self.inner.unsynced.checked(self.ino, m);
+            }
+        }
+        r.map(|_| ())
             .map_err(|e| context(e, format!("syncing {}", self.describe())))
+    }
+
+    /// Whether an fsync must send SyncMeta even after a durable request of its own: a
+    /// change of this inode was answered before it was durable, perhaps by a server
+    /// that has restarted since.
+    pub(crate) fn has_unsynced(&self) -> bool {
+        self.inner.unsynced.mark(self.ino).is_some()
+    }
+
+    /// Notes a change answered before it was durable, under the session current when
+    /// it was sent; past the bound, confirms them with one SyncMeta (`unsynced.rs`).
+    pub(crate) fn note_unsynced(&self, session: u64) {
+        if self.inner.unsynced.note(self.ino, session) {
+            self.inner.confirm_unsynced();
+        }
     }
 
     /// Sends Fsync to every server of the layout; fails with `ServerRestarted` if a

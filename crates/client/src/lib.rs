@@ -40,6 +40,7 @@ mod local;
 mod path;
 mod pool;
 mod session;
+mod unsynced;
 
 pub use abuf::IoBuf;
 pub use client::{DataStatus, MetaStatus, StatFs};
@@ -122,6 +123,8 @@ pub(crate) struct Inner {
     pub exec: Executor,
     /// I/O state of inodes open in this client, shared by their handles.
     open: Mutex<HashMap<InodeId, Weak<InodeIo>>>,
+    /// Changes the metadata server answered before they were durable (`unsynced.rs`).
+    pub unsynced: unsynced::Unsynced,
 }
 
 impl Inner {
@@ -289,6 +292,7 @@ impl Client {
             ),
             data,
             open: Mutex::new(HashMap::new()),
+            unsynced: unsynced::Unsynced::default(),
         });
         if via.as_ref().map_or(true, |v| v.renews_in_background()) {
             session::Session::start_renewer(&inner)?;

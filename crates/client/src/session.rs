@@ -135,7 +135,12 @@ fn renewer(inner: Weak<Inner>, stop: &(Mutex<bool>, Condvar)) {
         };
         let lease = inner.session.lease();
         wait = match inner.renew_session() {
-            Ok(()) => lease / LEASE_RENEWALS as u32,
+            Ok(()) => {
+                // The session's server still runs: what it answered unsynced is
+                // durable by now (written within milliseconds).
+                inner.confirm_unsynced();
+                lease / LEASE_RENEWALS as u32
+            }
             Err(e) => {
                 tracing::warn!("renewing the session with {}: {e}", inner.meta.name());
                 (lease / (4 * LEASE_RENEWALS as u32)).max(RETRY_MIN)

@@ -327,7 +327,9 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
                 .collect();
             Request::write_inline(ino, pieces, mtime_ns, op == Opcode::WriteInline)
         }
-        Opcode::SyncMeta => Request::SyncMeta {},
+        Opcode::SyncMeta => Request::SyncMeta {
+            session: if rng.gen() { 0 } else { rng.gen() },
+        },
         Opcode::ReadInline => Request::ReadInline { ino: ino(rng) },
         Opcode::Uninline => Request::Uninline { ino: ino(rng) },
         Opcode::GetXattr => Request::GetXattr {

@@ -679,7 +679,21 @@ impl MetaService {
             }
             // Batches are written to the log in order, each before the next is applied:
             // once this one's turn comes, everything answered before it is durable.
-            Request::SyncMeta {} => self.submit(Job::Sync),
+            // A session of another start: what this server's predecessor answered
+            // unsynced may be lost, which the fsync must report, not bless.
+            Request::SyncMeta { session }
+                if session != 0 && !self.core.opens.lock().sessions.started_here(session) =>
+            {
+                Err(WireError::new(
+                    ErrorCode::ServerRestarted,
+                    format!(
+                        "the metadata server restarted since it answered changes of session \
+                         {session:#x} before they were durable (a close's bytes or size); \
+                         they may be lost"
+                    ),
+                ))
+            }
+            Request::SyncMeta { .. } => self.submit(Job::Sync),
             Request::MetaStatus {} => self.status(),
             Request::DataServers {} => {
                 let p = &self.core.placement;

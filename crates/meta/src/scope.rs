@@ -238,7 +238,7 @@ impl Scopes {
             | Request::SessionOpen {}
             | Request::SessionRenew { .. }
             | Request::SessionEnd { .. }
-            | Request::SyncMeta {}
+            | Request::SyncMeta { .. }
             | Request::DataServers {} => Ok(()),
             Request::Lookup { parent, .. }
             | Request::Mkdir { parent, .. }

@@ -53,6 +53,12 @@ impl Sessions {
         }
     }
 
+    /// Whether session id `id` was made by this server since it started (live or
+    /// ended since): the prefix is this start's.
+    pub fn started_here(&self, id: u64) -> bool {
+        id & !0xffff_ffff == self.prefix
+    }
+
     pub fn lease(&self) -> Duration {
         self.lease
     }

@@ -229,7 +229,10 @@ fn small_files_cost_one_log_write_each() {
             "{r:?}"
         );
     }
-    assert!(matches!(fs.root(Request::SyncMeta {}), Ok(Response::Done)));
+    assert!(matches!(
+        fs.root(Request::SyncMeta { session: 0 }),
+        Ok(Response::Done)
+    ));
     let (c1, o1) = fs.svc.commit_stats();
     let (commits, ops) = (c1 - c0, o1 - o0);
     // The sync thread's own Syncs (one per close it finds unwritten) count too.
@@ -308,7 +311,8 @@ fn small_file_storm_halted_keeps_synced_bytes_and_never_others() {
                     }
                     mine.push(at);
                     if mine.len() == 8 {
-                        if let Ok(Response::Done) = call(&svc, &r, Request::SyncMeta {}) {
+                        if let Ok(Response::Done) = call(&svc, &r, Request::SyncMeta { session: 0 })
+                        {
                             let mut a = acked.lock().unwrap();
                             for k in mine.drain(..) {
                                 a[k].2 = true;

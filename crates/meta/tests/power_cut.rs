@@ -437,7 +437,7 @@ fn unsynced_inline_bytes_are_durable_with_the_next_commit_or_soon_after() {
     write(&svc, f, b"AAAA");
     assert_eq!(bytes(&svc, f), b"AAAA");
     assert!(matches!(
-        call(&svc, Request::SyncMeta {}),
+        call(&svc, Request::SyncMeta { session: 0 }),
         Ok(Response::Done)
     ));
     svc = cut(svc, 1);

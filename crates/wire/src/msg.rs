@@ -479,8 +479,11 @@ requests! {
     // later change is answered, and before a SyncMeta is answered.
     43 => WriteInlineUnsynced { ino: InodeId, pieces: Vec<InlinePiece>, mtime_ns: i64 },
     // Metadata: answered with `Done` once every change answered before it arrived is
-    // durable (an fsync of an inline file after WriteInlineUnsynced).
-    44 => SyncMeta {},
+    // durable (an fsync of an inline file after WriteInlineUnsynced). `session`: the
+    // client's session when the server answered the unsynced changes this fsync covers;
+    // a server that did not start it (it restarted since, and may have lost them)
+    // answers `ServerRestarted`. 0: nothing to check.
+    44 => SyncMeta { session: u64 },
     // Metadata: as ExtendSize, answered once the change is applied and visible, before it
     // is durable (a close's or flush's size; fsync sends ExtendSize), written as
     // WriteInlineUnsynced's is.

@@ -274,7 +274,7 @@ fn sparse_request() -> impl Strategy<Value = Request> {
                     .collect();
                 Request::write_inline(InodeId(i), pieces, mtime_ns, durable)
             }),
-        Just(Request::SyncMeta {}),
+        any::<u64>().prop_map(|session| Request::SyncMeta { session }),
         any::<u64>().prop_map(|i| Request::ReadInline { ino: InodeId(i) }),
         any::<u64>().prop_map(|i| Request::Uninline { ino: InodeId(i) }),
     ]
@@ -997,7 +997,7 @@ fn ping_like(op: Opcode) -> Request {
             pieces: vec![],
             mtime_ns: 0,
         },
-        Opcode::SyncMeta => Request::SyncMeta {},
+        Opcode::SyncMeta => Request::SyncMeta { session: 0 },
         Opcode::ReadInline => Request::ReadInline { ino },
         Opcode::Uninline => Request::Uninline { ino },
         Opcode::GetXattr => Request::GetXattr { ino, name },

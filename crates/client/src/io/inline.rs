@@ -169,6 +169,7 @@ impl InodeIo {
             })
             .collect();
         let (ino, mtime_ns) = (self.ino, lock_state(&self.state).unflushed_mtime_ns);
+        let session = self.inner.session.id();
         let req = Request::write_inline(ino, pieces, mtime_ns, durable);
         let attr = self.inner.meta_attr(cred, req).map_err(|e| {
             if is_not_inline(&e) {
@@ -181,6 +182,9 @@ impl InodeIo {
             }
         })?;
         st.dirty.clear();
+        if !durable {
+            self.note_unsynced(session);
+        }
         // Another client's writes in between make our copy stale: fetched again when read.
         let same = match (&st.bytes, &attr.inline) {
             (Some(b), Some(i)) => crc32c(b) == i.crc && b.len() as u64 == attr.size,
@@ -247,7 +251,11 @@ impl InodeIo {
         };
         let nothing = st.dirty.is_empty();
         match self.send_dirty(cred, st, durable) {
-            Ok(()) if durable && nothing => self.sync_meta(cred).map(|()| true),
+            // With something sent durably, SyncMeta only checks that the server which
+            // answered earlier closes is still the one running.
+            Ok(()) if durable && (nothing || self.has_unsynced()) => {
+                self.sync_meta(cred).map(|()| true)
+            }
             Ok(()) => Ok(true),
             Err(e) if is_not_inline(&e) => {
                 drop(il);

@@ -426,3 +426,37 @@ fn fsync_after_a_metadata_restart_never_reports_lost_unsynced_bytes_durable() {
     f.fsync().expect("nothing unsynced since the last fsync");
     assert_eq!(client(&c).read_file("/kept").unwrap(), data);
 }
+
+/// A striped file written and closed (no fsync), its data server killed and restarted,
+/// then opened again and fsynced: the data server may have lost the writes it answered,
+/// and the fsync through the new handle says so (`ServerRestarted`), as one through the
+/// writing handle would; the next fsync has nothing left to report. A file fsynced
+/// before the restart reports nothing. Before the fix the boot identities went with the
+/// last handle, and the later fsync succeeded.
+#[test]
+fn fsync_through_a_later_handle_reports_a_data_server_restart() {
+    use stripefs_client::ErrorCode;
+    let c = Cluster::up(1, 1, &[]);
+    let cl = client(&c);
+    let data = random_bytes(1 << 20);
+    for (name, sync) in [("/closed", false), ("/synced", true)] {
+        let f = cl.open(name, &OpenOptions::create_new(0o644)).unwrap();
+        f.write_at(0, &data).unwrap();
+        if sync {
+            f.fsync().unwrap();
+        }
+        f.close().unwrap();
+    }
+    stripefs_launch::kill9(c.path(), "data0").unwrap();
+    c.restart();
+    let g = cl.open("/closed", &OpenOptions::new().write(true)).unwrap();
+    let e = g
+        .fsync()
+        .expect_err("fsync after the data server's restart succeeded");
+    assert_eq!(e.code, ErrorCode::ServerRestarted, "{e:?}");
+    g.fsync().expect("reported once");
+    let h = cl.open("/synced", &OpenOptions::new().write(true)).unwrap();
+    h.fsync().expect("nothing unsynced before the restart");
+    // The killed process's page cache outlived it: the bytes are there.
+    assert!(cl.read_file("/closed").unwrap() == data);
+}

@@ -170,6 +170,14 @@ pub(crate) struct InodeIo {
     inline: inline::InlineSlot,
 }
 
+impl Drop for InodeIo {
+    /// The boot identities of writes not yet fsynced stay with the client (`KeptBoots`).
+    fn drop(&mut self) {
+        let boots = std::mem::take(&mut *self.boots.lock().unwrap_or_else(|p| p.into_inner()));
+        self.inner.kept_boots.keep(self.ino, &self.layout, boots);
+    }
+}
+
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -257,6 +265,7 @@ impl InodeIo {
         }
         let round = geo.width() as u64 * geo.unit() as u64;
         let ra_max = READAHEAD_BASE_BYTES.max(2 * round).min(READAHEAD_MAX_BYTES);
+        let boots = inner.kept_boots.take(attr.ino, &layout);
         Ok(InodeIo {
             inner,
             ino: attr.ino,
@@ -265,7 +274,7 @@ impl InodeIo {
             places,
             path,
             ra_max,
-            boots: Arc::new(Mutex::new(HashMap::new())),
+            boots: Arc::new(Mutex::new(boots)),
             lost: std::sync::OnceLock::new(),
             inline: Mutex::new(inline::InlineState::from_attr(attr)),
             state: Mutex::new(State {

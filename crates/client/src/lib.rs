@@ -125,6 +125,8 @@ pub(crate) struct Inner {
     open: Mutex<HashMap<InodeId, Weak<InodeIo>>>,
     /// Changes the metadata server answered before they were durable (`unsynced.rs`).
     pub unsynced: unsynced::Unsynced,
+    /// Data servers' boot identities of files closed since their last fsync.
+    pub kept_boots: unsynced::KeptBoots,
 }
 
 impl Inner {
@@ -293,6 +295,7 @@ impl Client {
             data,
             open: Mutex::new(HashMap::new()),
             unsynced: unsynced::Unsynced::default(),
+            kept_boots: unsynced::KeptBoots::default(),
         });
         if via.as_ref().map_or(true, |v| v.renews_in_background()) {
             session::Session::start_renewer(&inner)?;

@@ -15,7 +15,52 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use stripefs_wire::{Cred, InodeId, Request};
+use stripefs_wire::{Cred, InodeId, Layout, Request};
+
+/// Files whose data servers' boot identities are kept after their last handle closed.
+pub(crate) const MAX_KEPT_BOOTS: usize = 65_536;
+
+/// The data-server side of the same rule: a file's boot identities per place (the data
+/// servers that answered its writes since its last fsync, `InodeIo::boots`) outlive its
+/// last handle, so that an fsync through a handle opened later still fails if one of
+/// those servers restarted in between (write, close, reopen, fsync). Kept while the
+/// layout stays the same, for at most [`MAX_KEPT_BOOTS`] files (past it, an arbitrary
+/// one is forgotten and its later fsync cannot tell).
+/// Per place of a layout, the boot identity its data server answered writes with.
+type Boots = HashMap<u32, u64>;
+
+#[derive(Default)]
+pub(crate) struct KeptBoots {
+    inner: Mutex<HashMap<InodeId, (Layout, Boots)>>,
+}
+
+impl KeptBoots {
+    fn lock(&self) -> MutexGuard<'_, HashMap<InodeId, (Layout, Boots)>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the boot identities of a file whose I/O state goes away.
+    pub fn keep(&self, ino: InodeId, layout: &Layout, boots: Boots) {
+        if boots.is_empty() {
+            return;
+        }
+        let mut m = self.lock();
+        if m.len() >= MAX_KEPT_BOOTS && !m.contains_key(&ino) {
+            if let Some(k) = m.keys().next().copied() {
+                m.remove(&k);
+            }
+        }
+        m.insert(ino, (layout.clone(), boots));
+    }
+
+    /// Takes back what was kept for `ino` under the same layout.
+    pub fn take(&self, ino: InodeId, layout: &Layout) -> Boots {
+        match self.lock().remove(&ino) {
+            Some((l, boots)) if &l == layout => boots,
+            _ => HashMap::new(),
+        }
+    }
+}
 
 /// Entries kept before the client confirms them all with one SyncMeta.
 pub(crate) const MAX_UNSYNCED: usize = 4096;

@@ -61,6 +61,24 @@ impl Drop for Tmpfs {
     }
 }
 
+/// A one-server cluster whose data server's only target is a tmpfs of `size`, or
+/// `None` (with the reason printed) when not root.
+fn cluster_on_tmpfs(extra: &[&str], size: &str) -> Option<(Cluster, Tmpfs)> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return None;
+    }
+    let c = Cluster::up(1, 1, extra);
+    c.down();
+    let target = c.path().join("data0/t0");
+    std::fs::remove_dir_all(&target).unwrap();
+    std::fs::create_dir(&target).unwrap();
+    let disk = Tmpfs::mount(&target, size, c.path());
+    c.restart();
+    Some((c, disk))
+}
+
 /// Fills the file system holding `dir` with a file of zeros until it is full.
 fn fill(dir: &Path) -> PathBuf {
     let path = dir.join("filler");
@@ -89,18 +107,10 @@ fn failed_write_on_a_full_disk_leaves_the_file_whole() {
         eprintln!("skipped: {why}");
         return;
     }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
+    let Some((c, disk)) = cluster_on_tmpfs(&[], "64m") else {
         return;
-    }
-    let c = Cluster::up(1, 1, &[]);
-    c.down();
+    };
     let target = c.path().join("data0/t0");
-    std::fs::remove_dir_all(&target).unwrap();
-    std::fs::create_dir(&target).unwrap();
-    let disk = Tmpfs::mount(&target, "64m", c.path());
-    c.restart();
     let m = FuseMount::new(&c.cluster_file());
 
     let old = random_bytes(8 << 10);
@@ -144,22 +154,14 @@ fn failed_write_on_a_full_disk_leaves_the_file_whole() {
 #[test]
 fn full_disk_under_pipelining_and_tls_fails_cleanly_and_recovers() {
     use stripefs_client::{Client, ErrorCode, OpenOptions};
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    }
     for (name, extra, pipeline) in [
         ("pipelined", &[][..], Some(4)),
         ("tls", &["--tls"][..], None),
     ] {
-        let c = Cluster::up(1, 1, extra);
-        c.down();
+        let Some((c, disk)) = cluster_on_tmpfs(extra, "48m") else {
+            return;
+        };
         let target = c.path().join("data0/t0");
-        std::fs::remove_dir_all(&target).unwrap();
-        std::fs::create_dir(&target).unwrap();
-        let disk = Tmpfs::mount(&target, "48m", c.path());
-        c.restart();
         let mut cfg = stripefs_rpc::ClusterConfig::load(&c.cluster_file()).unwrap();
         cfg.pipeline = pipeline;
         let cl = Client::connect(&cfg).unwrap();
@@ -214,18 +216,10 @@ fn full_disk_under_pipelining_and_tls_fails_cleanly_and_recovers() {
 #[test]
 fn a_lost_background_write_fails_the_next_fsync_though_a_call_took_its_error() {
     use stripefs_client::{Client, ErrorCode, OpenOptions};
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
+    let Some((c, disk)) = cluster_on_tmpfs(&[], "48m") else {
         return;
-    }
-    let c = Cluster::up(1, 1, &[]);
-    c.down();
+    };
     let target = c.path().join("data0/t0");
-    std::fs::remove_dir_all(&target).unwrap();
-    std::fs::create_dir(&target).unwrap();
-    let disk = Tmpfs::mount(&target, "48m", c.path());
-    c.restart();
     let cl =
         Client::connect(&stripefs_rpc::ClusterConfig::load(&c.cluster_file()).unwrap()).unwrap();
     let f = cl.open("/f", &OpenOptions::create_new(0o644)).unwrap();

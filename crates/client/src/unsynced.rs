@@ -20,15 +20,15 @@ use stripefs_wire::{Cred, InodeId, Layout, Request};
 /// Files whose data servers' boot identities are kept after their last handle closed.
 pub(crate) const MAX_KEPT_BOOTS: usize = 65_536;
 
+/// Per place of a layout, the boot identity its data server answered writes with.
+type Boots = HashMap<u32, u64>;
+
 /// The data-server side of the same rule: a file's boot identities per place (the data
 /// servers that answered its writes since its last fsync, `InodeIo::boots`) outlive its
 /// last handle, so that an fsync through a handle opened later still fails if one of
 /// those servers restarted in between (write, close, reopen, fsync). Kept while the
 /// layout stays the same, for at most [`MAX_KEPT_BOOTS`] files (past it, an arbitrary
 /// one is forgotten and its later fsync cannot tell).
-/// Per place of a layout, the boot identity its data server answered writes with.
-type Boots = HashMap<u32, u64>;
-
 #[derive(Default)]
 pub(crate) struct KeptBoots {
     inner: Mutex<HashMap<InodeId, (Layout, Boots)>>,

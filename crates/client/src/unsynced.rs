@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use stripefs_wire::{Cred, InodeId, Layout, Request};
 
 /// Files whose data servers' boot identities are kept after their last handle closed.
@@ -23,19 +24,31 @@ pub(crate) const MAX_KEPT_BOOTS: usize = 65_536;
 /// Per place of a layout, the boot identity its data server answered writes with.
 type Boots = HashMap<u32, u64>;
 
+/// How long a file's boot identities are kept after its last handle closed. A data
+/// server's acknowledged writes are in its kernel's page cache, which writes them back
+/// within about 30 s (Linux's `dirty_expire_centisecs`); keeping them longer would mostly
+/// turn a restart long after the writes into a false alarm at the next write or fsync.
+pub(crate) const KEEP_BOOTS_FOR: Duration = Duration::from_secs(60);
+
 /// The data-server side of the same rule: a file's boot identities per place (the data
 /// servers that answered its writes since its last fsync, `InodeIo::boots`) outlive its
 /// last handle, so that an fsync through a handle opened later still fails if one of
 /// those servers restarted in between (write, close, reopen, fsync). Kept while the
-/// layout stays the same, for at most [`MAX_KEPT_BOOTS`] files (past it, an arbitrary
-/// one is forgotten and its later fsync cannot tell).
+/// layout stays the same, for [`KEEP_BOOTS_FOR`] and at most [`MAX_KEPT_BOOTS`] files
+/// (past it, the expired go, then arbitrary ones, whose later fsync cannot tell).
 #[derive(Default)]
 pub(crate) struct KeptBoots {
-    inner: Mutex<HashMap<InodeId, (Layout, Boots)>>,
+    inner: Mutex<HashMap<InodeId, Kept>>,
+}
+
+struct Kept {
+    layout: Layout,
+    boots: Boots,
+    at: Instant,
 }
 
 impl KeptBoots {
-    fn lock(&self) -> MutexGuard<'_, HashMap<InodeId, (Layout, Boots)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<InodeId, Kept>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -44,19 +57,32 @@ impl KeptBoots {
         if boots.is_empty() {
             return;
         }
+        let now = Instant::now();
         let mut m = self.lock();
         if m.len() >= MAX_KEPT_BOOTS && !m.contains_key(&ino) {
-            if let Some(k) = m.keys().next().copied() {
-                m.remove(&k);
+            m.retain(|_, k| now.duration_since(k.at) < KEEP_BOOTS_FOR);
+            if m.len() >= MAX_KEPT_BOOTS {
+                if let Some(k) = m.keys().next().copied() {
+                    m.remove(&k);
+                }
             }
         }
-        m.insert(ino, (layout.clone(), boots));
+        let kept = Kept {
+            layout: layout.clone(),
+            boots,
+            at: now,
+        };
+        m.insert(ino, kept);
     }
 
-    /// Takes back what was kept for `ino` under the same layout.
+    /// Takes back what was kept for `ino` under the same layout, if not expired.
     pub fn take(&self, ino: InodeId, layout: &Layout) -> Boots {
+        self.take_at(ino, layout, Instant::now())
+    }
+
+    fn take_at(&self, ino: InodeId, layout: &Layout, now: Instant) -> Boots {
         match self.lock().remove(&ino) {
-            Some((l, boots)) if &l == layout => boots,
+            Some(k) if &k.layout == layout && now.duration_since(k.at) < KEEP_BOOTS_FOR => k.boots,
             _ => HashMap::new(),
         }
     }
@@ -200,6 +226,35 @@ mod tests {
         let mb = u.mark(b).unwrap();
         u.checked(b, mb);
         assert_eq!(u.mark(b), None);
+    }
+
+    #[test]
+    fn boots_come_back_once_under_the_same_layout_within_their_time() {
+        use stripefs_wire::ServerId;
+        let kept = KeptBoots::default();
+        let a = Layout {
+            stripe_size_bytes: 1 << 20,
+            servers: vec![ServerId(0), ServerId(1)],
+        };
+        let b = Layout {
+            stripe_size_bytes: 1 << 20,
+            servers: vec![ServerId(1)],
+        };
+        let boots: Boots = [(0, 11), (1, 12)].into_iter().collect();
+        kept.keep(InodeId(5), &a, HashMap::new());
+        assert!(kept.take(InodeId(5), &a).is_empty(), "nothing to keep");
+        kept.keep(InodeId(5), &a, boots.clone());
+        assert_eq!(kept.take(InodeId(5), &a), boots);
+        assert!(kept.take(InodeId(5), &a).is_empty(), "taken once");
+        kept.keep(InodeId(5), &a, boots.clone());
+        assert!(kept.take(InodeId(5), &b).is_empty(), "another layout");
+        kept.keep(InodeId(5), &a, boots.clone());
+        let later = Instant::now() + KEEP_BOOTS_FOR;
+        assert!(kept.take_at(InodeId(5), &a, later).is_empty(), "expired");
+        for i in 0..=MAX_KEPT_BOOTS as u64 {
+            kept.keep(InodeId(100 + i), &a, boots.clone());
+        }
+        assert_eq!(kept.lock().len(), MAX_KEPT_BOOTS, "bounded");
     }
 
     #[test]

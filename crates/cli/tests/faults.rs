@@ -372,49 +372,36 @@ fn data_server_dying_mid_write_into_known_zeros_keeps_the_shared_block() {
 /// A close (or flush) sends an inline file's bytes unsynced: the metadata server makes
 /// them durable within a few milliseconds. Killed before that and restarted, it has
 /// lost them; an fsync afterwards through a handle that had them acknowledged must not
-/// report them durable (it fails, as a data server's restart fails an fsync). Rounds of
-/// write, flush, kill -9 at once, restart, fsync: whenever the bytes are gone the fsync
-/// failed, and the test needs at least one round where they were gone (else it proved
-/// nothing; the kill comes within the server's 5 ms wait often enough).
+/// report them durable (it fails, as a data server's restart fails an fsync). The fault
+/// point `STRIPEFS_FAULT_CARRY_WAIT_MS` holds them unwritten for a minute, so that the
+/// kill loses them every time: two rounds of write, flush, kill -9, restart, fsync.
+/// Then, with the server's own wait, bytes an fsync confirmed outlive a kill and the
+/// next fsync (nothing unsynced left) does not fail for the restart.
 #[test]
 fn fsync_after_a_metadata_restart_never_reports_lost_unsynced_bytes_durable() {
     use stripefs_client::ErrorCode;
-    let c = Cluster::up(1, 1, &[]);
-    let mut lost_rounds = 0;
-    for round in 0..12 {
+    let hold = [("STRIPEFS_FAULT_CARRY_WAIT_MS", "60000")];
+    let c = Cluster::up_with_env("stripefs-test-", 1, 1, &[], &hold);
+    for round in 0..2 {
         let cl = client(&c);
         let name = format!("/r{round}");
         let f = cl.open(&name, &OpenOptions::create_new(0o644)).unwrap();
-        let data = random_bytes(1000);
-        f.write_at(0, &data).unwrap();
+        f.write_at(0, &random_bytes(1000)).unwrap();
         f.flush().unwrap();
         stripefs_launch::kill9(c.path(), "meta").unwrap();
-        c.restart();
+        c.restart_with_env(&hold);
         let back = client(&c).read_file(&name).unwrap();
-        let lost = back != data;
         assert!(
-            back.is_empty() || back == data,
-            "round {round}: {} bytes that nobody wrote",
-            back.len()
+            back.is_empty(),
+            "round {round}: the held bytes were written"
         );
-        match f.fsync() {
-            Ok(()) => {
-                assert!(!lost, "round {round}: fsync succeeded, the bytes are gone");
-                assert_eq!(client(&c).read_file(&name).unwrap(), data);
-            }
-            Err(e) => {
-                assert_eq!(e.code, ErrorCode::ServerRestarted, "round {round}: {e:?}");
-            }
-        }
-        lost_rounds += lost as u32;
-        if lost_rounds >= 2 {
-            break;
-        }
+        let e = f.fsync().expect_err("fsync succeeded, the bytes are gone");
+        assert_eq!(e.code, ErrorCode::ServerRestarted, "round {round}: {e:?}");
+        f.fsync().expect("reported once");
     }
-    assert!(lost_rounds > 0, "no round lost the unsynced bytes");
 
-    // Confirmed by an fsync, the bytes outlive a kill -9, and the next fsync (nothing
-    // unsynced left) does not fail for the restart.
+    c.down();
+    c.restart();
     let cl = client(&c);
     let f = cl.open("/kept", &OpenOptions::create_new(0o644)).unwrap();
     let data = random_bytes(1000);

@@ -155,6 +155,9 @@ pub struct Tuning {
     /// without root privileges owns (and can write) its root, as root does when it
     /// starts one. An existing root keeps its owner.
     pub root_owner: (u32, u32),
+    /// How long changes answered unsynced wait for a commit to take them along before
+    /// the sync thread writes them ([`CARRY_WAIT`]).
+    pub carry_wait: Duration,
 }
 
 impl Default for Tuning {
@@ -167,6 +170,7 @@ impl Default for Tuning {
             max_log_record: wal::MAX_RECORD as usize - 1,
             // SAFETY: geteuid and getegid cannot fail.
             root_owner: unsafe { (libc::geteuid(), libc::getegid()) },
+            carry_wait: CARRY_WAIT,
         }
     }
 }
@@ -321,8 +325,20 @@ pub struct MetaService {
 impl MetaService {
     /// Opens (creating if new, with a root dir ino 1 mode 0755 owned by 0:0) the redb
     /// database.
+    /// Fault injection for tests: `STRIPEFS_FAULT_CARRY_WAIT_MS=N` makes the sync thread
+    /// wait N ms (not [`CARRY_WAIT`]) before it writes changes answered unsynced, so
+    /// that a kill in between loses them for certain.
     pub fn open(db: &Path, cluster: &ClusterConfig) -> Result<Arc<MetaService>, String> {
-        MetaService::open_with_clock(db, cluster, Arc::new(SystemClock))
+        let mut tuning = Tuning::default();
+        const FAULT: &str = "STRIPEFS_FAULT_CARRY_WAIT_MS";
+        if let Ok(v) = std::env::var(FAULT) {
+            let ms: u64 = v
+                .parse()
+                .map_err(|_| format!("{FAULT}={v}: expected a number of milliseconds"))?;
+            tracing::warn!("fault injection {FAULT}={ms} is on");
+            tuning.carry_wait = Duration::from_millis(ms);
+        }
+        MetaService::open_tuned(db, cluster, Arc::new(SystemClock), tuning)
     }
 
     /// [`MetaService::open`] with a chosen clock (tests fix time).

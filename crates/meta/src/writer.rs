@@ -249,7 +249,7 @@ impl Writer {
                     *want = false;
                     drop(want);
                     let seen = w.carries.load(Ordering::SeqCst);
-                    c.wait_stop(CARRY_WAIT);
+                    c.wait_stop(c.tuning.carry_wait);
                     if c.stopping.load(Ordering::SeqCst) {
                         return;
                     }

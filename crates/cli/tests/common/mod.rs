@@ -97,9 +97,15 @@ impl Cluster {
     }
 
     pub fn restart(&self) {
+        self.restart_with_env(&[]);
+    }
+
+    /// [`Cluster::restart`] with environment variables for the servers it starts.
+    pub fn restart_with_env(&self, env: &[(&str, &str)]) {
         let out = Command::new(exe())
             .args(["cluster", "up", "--dir"])
             .arg(self.dir.path())
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         assert!(

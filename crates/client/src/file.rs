@@ -341,8 +341,8 @@ impl File {
     /// Whether [`File::flush`] (and so [`File::close`], whose Close is deferred) would
     /// return at once, without waiting or a round trip.
     pub fn flush_is_noop(&self) -> bool {
-        self.io.flush_is_noop()
-            && self.seen_write_errors.load(Ordering::Acquire) == self.io.write_errors()
+        self.io
+            .flush_is_noop(self.seen_write_errors.load(Ordering::Acquire))
     }
 
     /// Waits for queued writes and records the file's size on the metadata server, so

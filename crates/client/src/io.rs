@@ -436,13 +436,15 @@ impl InodeIo {
         }
     }
 
-    /// Whether [`InodeIo::flush`] without a data sync would return at once: no write
-    /// queued or in flight, no error to report, no size to record.
-    pub fn flush_is_noop(&self) -> bool {
+    /// Whether [`InodeIo::flush`] without a data sync would return at once for a handle
+    /// that has reported `seen` failed background writes: no write queued or in flight,
+    /// no error to report, no size to record.
+    pub fn flush_is_noop(&self, seen: u64) -> bool {
         let mut st = lock(&self.state);
         st.reap();
         st.pending.is_empty()
             && st.latched.is_none()
+            && st.write_errors == seen
             && st.unflushed_end.is_none()
             && self.lost.get().is_none()
     }
@@ -1444,9 +1446,7 @@ impl InodeIo {
         };
         let Some(end) = end else {
             if data_sync {
-                // A size an earlier close recorded (from any handle, or another client)
-                // may not be durable yet: made so before the fsync returns.
-                self.sync_meta(cred)?;
+                self.sync_meta_after(cred, false)?;
             }
             return Ok(());
         };
@@ -1474,13 +1474,10 @@ impl InodeIo {
                     let mut st = lock(&self.state);
                     st.meta_size = st.meta_size.max(end);
                 }
-                if !data_sync {
+                if data_sync {
+                    self.sync_meta_after(cred, true)?;
+                } else {
                     self.note_unsynced(session);
-                } else if self.has_unsynced() {
-                    // Durable now, and so is everything the same server answered
-                    // before; whether that server is the one that answered the earlier
-                    // close is what SyncMeta checks.
-                    self.sync_meta(cred)?;
                 }
                 Ok(())
             }
@@ -1500,7 +1497,7 @@ impl InodeIo {
     /// bytes"). It names the session this inode's oldest such change of this client was
     /// answered under (`unsynced.rs`), so that a server restarted since, which may have
     /// lost it, answers `ServerRestarted` instead of reporting it durable.
-    pub(crate) fn sync_meta(&self, cred: &Cred) -> Result<(), WireError> {
+    fn sync_meta(&self, cred: &Cred) -> Result<(), WireError> {
         let mark = self.inner.unsynced.mark(self.ino);
         let session = mark.map_or(0, |m| m.session);
         let r = self.inner.meta_call(cred, Request::SyncMeta { session });
@@ -1517,11 +1514,17 @@ impl InodeIo {
             .map_err(|e| context(e, format!("syncing {}", self.describe())))
     }
 
-    /// Whether an fsync must send SyncMeta even after a durable request of its own: a
-    /// change of this inode was answered before it was durable, perhaps by a server
-    /// that has restarted since.
-    pub(crate) fn has_unsynced(&self) -> bool {
-        self.inner.unsynced.mark(self.ino).is_some()
+    /// The end of an fsync's metadata part. With nothing sent durably (`sent` false), a
+    /// change an earlier close recorded (from any handle, or another client) may not be
+    /// durable yet: SyncMeta makes it so. After a durable request of its own everything
+    /// the same server answered before is durable too, and SyncMeta is needed only if
+    /// this client had a change of the inode answered unsynced, to check that the
+    /// server which answered it is still the one running (`unsynced.rs`).
+    pub(crate) fn sync_meta_after(&self, cred: &Cred, sent: bool) -> Result<(), WireError> {
+        if sent && self.inner.unsynced.mark(self.ino).is_none() {
+            return Ok(());
+        }
+        self.sync_meta(cred)
     }
 
     /// Notes a change answered before it was durable, under the session current when

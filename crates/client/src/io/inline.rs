@@ -251,11 +251,7 @@ impl InodeIo {
         };
         let nothing = st.dirty.is_empty();
         match self.send_dirty(cred, st, durable) {
-            // With something sent durably, SyncMeta only checks that the server which
-            // answered earlier closes is still the one running.
-            Ok(()) if durable && (nothing || self.has_unsynced()) => {
-                self.sync_meta(cred).map(|()| true)
-            }
+            Ok(()) if durable => self.sync_meta_after(cred, !nothing).map(|()| true),
             Ok(()) => Ok(true),
             Err(e) if is_not_inline(&e) => {
                 drop(il);

@@ -158,6 +158,9 @@ pub struct Tuning {
     /// How long changes answered unsynced wait for a commit to take them along before
     /// the sync thread writes them ([`CARRY_WAIT`]).
     pub carry_wait: Duration,
+    /// Fault point for tests: each metadata-log write waits this long first (zero: not
+    /// at all), so that a test can act while a commit's write is in flight.
+    pub log_write_delay: Duration,
 }
 
 impl Default for Tuning {
@@ -171,6 +174,7 @@ impl Default for Tuning {
             // SAFETY: geteuid and getegid cannot fail.
             root_owner: unsafe { (libc::geteuid(), libc::getegid()) },
             carry_wait: CARRY_WAIT,
+            log_write_delay: Duration::ZERO,
         }
     }
 }

@@ -49,6 +49,14 @@ impl Gen {
         self.len() == 0
     }
 
+    /// Whether only inodes changed (no entries, counters, purge or orphan marks).
+    pub fn only_inodes(&self) -> bool {
+        self.dirents.is_empty()
+            && self.counters.is_empty()
+            && self.purge.is_empty()
+            && self.orphans.is_empty()
+    }
+
     /// Takes in the changes of `newer`, which override ours.
     pub fn absorb(&mut self, newer: Gen) {
         self.inodes.extend(newer.inodes);

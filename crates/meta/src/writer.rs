@@ -25,6 +25,15 @@
 //! write and close thus cost one log write. A `Sync` job (SyncMeta, an fsync of an
 //! inline file) is answered once everything before it is written.
 //!
+//! An early job does not wait for a leader's log write either: its own thread applies
+//! it beside the commit (`Writer::side_path`), joins it to the carry and answers it.
+//! An early job changes only its own inode, and the batch being written is not visible
+//! yet, so the job is taken that way only when its inode is not one the batch changes
+//! (`Side::unpublished`): it is then ordered before that batch, which changes none of
+//! what it read or wrote, and its change goes in a later record. Otherwise it queues as
+//! any other. Before the side path, a close waited for the write of whatever commit was
+//! running when it came (on a busy server, most of one sync).
+//!
 //! The redb tables are brought up to date by checkpoints: when the active layer is large
 //! or old enough (and the previous checkpoint is done), the leader freezes it, continues
 //! the log in the other file, and a checkpoint thread writes the frozen layer into redb
@@ -56,7 +65,7 @@ use crate::overlay::{Gen, View, Wr};
 use crate::store::{commit_gen, is_fatal, Rd};
 use crate::wal::{self, Wal};
 use crate::{Core, Tuning};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -195,6 +204,74 @@ pub struct Writer {
     carrying: AtomicBool,
     /// Carries begun so far (the sync thread writes only one at least CARRY_WAIT old).
     carries: AtomicU64,
+    /// The carry and the side path of early jobs (lock order: `log`, then this, then
+    /// the layers).
+    side: Mutex<Side>,
+}
+
+/// Changes visible but in no log record yet (the *carry*), and what an early job needs
+/// to know to be applied beside a commit ([`Writer::side_path`]).
+#[derive(Default)]
+struct Side {
+    /// Batches of early jobs, applied and visible (and answered) but not written: the
+    /// next record written holds them too, or the sync thread's after CARRY_WAIT.
+    carry: Option<Gen>,
+    /// Operations in the carry.
+    carry_ops: u64,
+    /// Inodes the batch being written changes; its changes are not visible yet. The
+    /// leader applies its batch under this lock, so no early job is applied meanwhile.
+    unpublished: HashSet<u64>,
+    /// The writer is stopping: nothing joins the carry any more.
+    closed: bool,
+}
+
+impl Side {
+    /// Takes `delta` into the carry and makes it visible; returns whether the carry is
+    /// now large enough to be written at once.
+    fn absorb(&mut self, core: &Core, delta: Gen, ops: u64) -> bool {
+        let first = self.carry.is_none();
+        let c = self.carry.get_or_insert_with(Gen::default);
+        c.absorb(delta.clone());
+        let big = c.len() >= CARRY_MAX_KEYS;
+        self.carry_ops += ops;
+        core.layers
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .active
+            .absorb(delta);
+        if first {
+            Side::began(core);
+        }
+        big
+    }
+
+    /// A carry began: the sync thread writes it after CARRY_WAIT unless a commit takes
+    /// it along first.
+    fn began(core: &Core) {
+        let w = &core.writer;
+        w.carries.fetch_add(1, Ordering::SeqCst);
+        w.carrying.store(true, Ordering::SeqCst);
+        *lock(&w.sync_wanted) = true;
+        w.sync_cv.notify_one();
+    }
+
+    /// Takes the carry out for a record, with its operation count.
+    fn take(&mut self, core: &Core) -> Option<(Gen, u64)> {
+        let c = self.carry.take()?;
+        core.writer.carrying.store(false, Ordering::SeqCst);
+        Some((c, std::mem::take(&mut self.carry_ops)))
+    }
+
+    /// Puts back a carry taken out whose record was not written: older than whatever
+    /// joined since, which overrides it.
+    fn put_back(&mut self, core: &Core, (mut c, ops): (Gen, u64)) {
+        if let Some(newer) = self.carry.take() {
+            c.absorb(newer);
+        }
+        self.carry = Some(c);
+        self.carry_ops += ops;
+        Side::began(core);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -211,6 +288,7 @@ impl Writer {
             sync_cv: Condvar::new(),
             carrying: AtomicBool::new(false),
             carries: AtomicU64::new(0),
+            side: Mutex::default(),
         }
     }
 
@@ -273,8 +351,6 @@ impl Writer {
             batch_id: 0,
             pending: None,
             syncer,
-            carry: None,
-            carry_ops: 0,
         });
         Ok(())
     }
@@ -287,6 +363,8 @@ impl Writer {
         let Some(mut log) = lock(&core.writer.log).take() else {
             return;
         };
+        // No early job joins the carry from now on (they queue, and are refused).
+        lock(&core.writer.side).closed = true;
         core.stopping.store(true, Ordering::SeqCst);
         core.wake_stop();
         if let Some(p) = log.pending.take() {
@@ -349,6 +427,12 @@ impl Writer {
     pub fn submit(core: &Core, job: Job) -> Answer {
         let w = &core.writer;
         let mine_early = job.early();
+        // Without background threads (a deterministic simulator) there is no carry.
+        if mine_early && core.tuning.background {
+            if let Some(answer) = Writer::side_path(core, &job) {
+                return answer;
+            }
+        }
         let mut q = lock(&w.queue);
         let ticket = q.next_ticket;
         q.next_ticket += 1;
@@ -445,6 +529,55 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// The side path of an early job (a close's inline bytes or size; see the module
+    /// comment): applied, made visible and answered on the calling thread, beside any
+    /// commit, and written with the next record (the carry). `None`: not taken, the job
+    /// goes through the queue (its inode is in the batch being written, the job changed
+    /// more than inodes, the carry is full, back-pressure, or a stop).
+    fn side_path(core: &Core, job: &Job) -> Option<Answer> {
+        let mut side = lock(&core.writer.side);
+        if side.closed || core.halted.load(Ordering::SeqCst) || core.stopping.load(Ordering::SeqCst)
+        {
+            return None;
+        }
+        if side.carry.as_ref().map_or(0, Gen::len) + 1 >= CARRY_MAX_KEYS {
+            return None;
+        }
+        let (answer, delta) = {
+            let layers = core.layers();
+            // Back-pressure (refusing changes while checkpoints fail) is the leader's.
+            let keys = layers.active.len() + layers.frozen.as_ref().map_or(0, |f| f.len());
+            if keys >= core.tuning.max_overlay_keys {
+                return None;
+            }
+            // Begun under the lock, so no checkpoint can drop a layer this view misses.
+            let (_db, txn) = core.read_txn().ok()?;
+            let rd = Rd::open(&txn).ok()?;
+            let mut w = Wr::new(View::new(&layers, &rd));
+            // A panic leaves nothing applied; the queue's leader meets it again and
+            // fails the batch as it fails any.
+            let (answer, purged) =
+                catch_unwind(AssertUnwindSafe(|| apply(core, &mut w, job))).ok()?;
+            if purged {
+                return None;
+            }
+            (answer, w.delta)
+        };
+        if matches!(&answer, Err(e) if is_fatal(e)) {
+            return None;
+        }
+        if !delta.only_inodes() || delta.inodes.keys().any(|i| side.unpublished.contains(i)) {
+            return None;
+        }
+        // A refused operation changed nothing.
+        if !delta.is_empty() {
+            side.absorb(core, delta, 1);
+        }
+        Some(answer)
+    }
+}
+
 /// Frozen layers (and the log record they end at) for the checkpoint thread.
 type CheckpointTx = Sender<(Arc<Gen>, u64)>;
 
@@ -467,11 +600,6 @@ pub struct Log {
     pending: Option<Pending>,
     /// The sync thread (with background threads only).
     syncer: Option<JoinHandle<()>>,
-    /// Batches of early jobs only, applied and visible (and answered) but not written:
-    /// the next record written holds them too, or the sync thread's after CARRY_WAIT.
-    carry: Option<Gen>,
-    /// Operations in the carry.
-    carry_ops: u64,
 }
 
 /// A batch between its application and its end (see [`Log::finish`]).
@@ -611,30 +739,40 @@ impl Log {
             .collect()
     }
 
-    /// The carry is in a record now (written, or pending with its batch).
-    fn end_carry(&mut self, core: &Core) {
-        if self.carry.take().is_some() {
-            core.writer.carrying.store(false, Ordering::SeqCst);
-            core.committed_ops
-                .fetch_add(std::mem::take(&mut self.carry_ops), Ordering::Relaxed);
-        }
-    }
-
     /// Writes the carry in a record of its own.
     fn write_carry(&mut self, core: &Core) -> Result<(), WireError> {
-        let Some(c) = &self.carry else {
+        let mut side = lock(&core.writer.side);
+        self.write_carry_locked(core, &mut side)
+    }
+
+    /// [`Log::write_carry`] under the side lock (no early job joins it meanwhile).
+    fn write_carry_locked(&mut self, core: &Core, side: &mut Side) -> Result<(), WireError> {
+        let Some(taken) = side.take(core) else {
             return Ok(());
         };
-        let payload = wal::encode(c);
-        self.wal.make_room(payload.len())?;
-        self.append(core, &payload)?;
-        self.end_carry(core);
-        core.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        let payload = wal::encode(&taken.0);
+        let written = self
+            .wal
+            .make_room(payload.len())
+            .and_then(|()| self.append(core, &payload));
+        match written {
+            Ok(()) => {
+                core.committed_ops.fetch_add(taken.1, Ordering::Relaxed);
+                core.commits.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                side.put_back(core, taken);
+                Err(e)
+            }
+        }
     }
 
     /// Appends one record; a failure halts the server (the log's contents are unknown).
     fn append(&mut self, core: &Core, payload: &[u8]) -> Result<(), WireError> {
+        if !core.tuning.log_write_delay.is_zero() {
+            std::thread::sleep(core.tuning.log_write_delay);
+        }
         if let Err(e) = self.wal.append(payload) {
             core.halted.store(true, Ordering::SeqCst);
             tracing::error!("{e}; the metadata server accepts no more changes");
@@ -687,6 +825,9 @@ impl Log {
     ) -> Result<Applied, WireError> {
         let mut answers = Vec::with_capacity(batch.len());
         let mut purged = false;
+        // Applied under the side lock: no early job is applied beside the application
+        // (`Writer::side_path`); those applied before are visible to it.
+        let mut side = lock(&core.writer.side);
         let delta = {
             let layers = core.layers();
             // Begun under the lock, so no checkpoint can drop a layer this view misses.
@@ -713,60 +854,65 @@ impl Log {
         if carry_ok && early_ok && !delta.is_empty() {
             // Visible now, written with the next record (the log is one sequence, so
             // nothing answered after it is durable without it).
-            let first = self.carry.is_none();
-            let c = self.carry.get_or_insert_with(Gen::default);
-            c.absorb(delta.clone());
-            let big = c.len() >= CARRY_MAX_KEYS;
-            self.carry_ops += batch.len() as u64;
-            core.layers
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .active
-                .absorb(delta);
+            let big = side.absorb(core, delta, batch.len() as u64);
+            drop(side);
             if big {
                 self.write_carry(core)?;
-            } else if first {
-                core.writer.carries.fetch_add(1, Ordering::SeqCst);
-                core.writer.carrying.store(true, Ordering::SeqCst);
-                *lock(&core.writer.sync_wanted) = true;
-                core.writer.sync_cv.notify_one();
             }
             return Ok((answers, purged, None));
         }
         // The record holds the carry (already visible) and this batch's changes.
-        let record = match &self.carry {
-            None => None,
-            Some(c) => {
-                let mut r = c.clone();
-                r.absorb(delta.clone());
-                Some(r)
-            }
-        };
+        let taken = side.take(core);
+        let record = taken.as_ref().map(|(c, _)| {
+            let mut r = c.clone();
+            r.absorb(delta.clone());
+            r
+        });
         let to_log = record.as_ref().unwrap_or(&delta);
         if !to_log.is_empty() {
             let payload = wal::encode(to_log);
             if payload.len() > core.tuning.max_log_record.min(wal::MAX_RECORD as usize - 1) {
                 // Nothing of the batch was written: the carry goes alone, then the
                 // batch's operations one record each.
+                if let Some(t) = taken {
+                    side.put_back(core, t);
+                }
+                drop(side);
                 self.write_carry(core)?;
                 return self.commit_one_by_one(core, id, batch, refuse, payload.len());
             }
             // A file that cannot grow has had nothing written: refuse the batch only
             // (the carry stays for the next).
-            self.wal.make_room(payload.len())?;
+            if let Err(e) = self.wal.make_room(payload.len()) {
+                if let Some(t) = taken {
+                    side.put_back(core, t);
+                }
+                return Err(e);
+            }
+            let carried = taken.map_or(0, |(_, n)| n);
             if early_ok && batch.iter().any(|(_, j)| j.early()) {
                 // Visible before durable, so that the early jobs can be answered; the
                 // log is one sequence, so nothing after it is durable without it.
-                self.end_carry(core);
+                core.committed_ops.fetch_add(carried, Ordering::Relaxed);
                 let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
                 l.active.absorb(delta);
                 return Ok((answers, purged, Some(payload)));
             }
+            // Written with the side path open: early jobs on inodes this batch does not
+            // change are applied and answered meanwhile.
+            side.unpublished = delta.inodes.keys().copied().collect();
+            drop(side);
             // What the log holds after a failure is unknown: accept no further change.
-            self.append(core, &payload)?;
-            self.end_carry(core);
-            let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
-            l.active.absorb(delta);
+            let written = self.append(core, &payload);
+            let mut side = lock(&core.writer.side);
+            if written.is_ok() {
+                let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
+                l.active.absorb(delta);
+            }
+            side.unpublished.clear();
+            drop(side);
+            written?;
+            core.committed_ops.fetch_add(carried, Ordering::Relaxed);
         }
         core.commits.fetch_add(1, Ordering::Relaxed);
         core.committed_ops
@@ -938,8 +1084,14 @@ impl Log {
         // or a failed write, which halts the server), it is frozen with the layer and
         // reaches the tables with its checkpoint, or is lost as in a crash, which its
         // rule allows.
-        let _ = self.write_carry(core);
-        self.end_carry(core);
+        // Under the side lock, so that no early job joins the carry between its write
+        // and the freeze.
+        let mut side = lock(&core.writer.side);
+        if self.write_carry_locked(core, &mut side).is_err() {
+            if let Some((_, ops)) = side.take(core) {
+                core.committed_ops.fetch_add(ops, Ordering::Relaxed);
+            }
+        }
         let mut l = core.layers.write().unwrap_or_else(|p| p.into_inner());
         assert!(l.frozen.is_none(), "freeze while a checkpoint runs");
         let gen = Arc::new(std::mem::take(&mut l.active));

@@ -361,3 +361,125 @@ fn small_file_storm_halted_keeps_synced_bytes_and_never_others() {
     drop(svc);
     drop(dir);
 }
+
+/// A server whose log writes each take `delay` (the `log_write_delay` fault point), with
+/// one inline file `f` already written; returns it and the file's inode.
+fn slow_log_with_file(delay: std::time::Duration) -> (Fs, InodeId) {
+    let mut c = cluster(1);
+    c.defaults = stripefs_rpc::Defaults::default();
+    let tuning = stripefs_meta::Tuning {
+        log_write_delay: delay,
+        ..Default::default()
+    };
+    let fs = Fs::tuned(c, tuning);
+    let ino = match fs.root(create_in_root("f")) {
+        Ok(Response::Attr(a)) => a.ino,
+        other => panic!("create f: {other:?}"),
+    };
+    (fs, ino)
+}
+
+fn inline_write(ino: InodeId, data: &[u8]) -> Request {
+    Request::WriteInlineUnsynced {
+        ino,
+        pieces: vec![InlinePiece {
+            offset: 0,
+            crc: crc32c(data),
+            data: data.to_vec(),
+        }],
+        mtime_ns: 0,
+    }
+}
+
+fn inline_bytes(fs: &Fs, ino: InodeId) -> (u32, Vec<u8>) {
+    match fs.root(Request::ReadInline { ino }) {
+        Ok(Response::Attr(a)) => (a.mode, a.inline.and_then(|i| i.data).expect("bytes")),
+        other => panic!("read inline: {other:?}"),
+    }
+}
+
+/// A close's bytes (WriteInlineUnsynced) are applied and answered beside a commit whose
+/// log write is in flight, not after it: with every log write taking 1.5 s, the write is
+/// answered while another client's create is still being written, is visible at once,
+/// and after a SyncMeta survives a crash.
+#[test]
+fn a_close_is_answered_beside_a_log_write_in_flight() {
+    let delay = std::time::Duration::from_millis(1500);
+    let (mut fs, ino) = slow_log_with_file(delay);
+    let svc = fs.svc.clone();
+    let creating = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        let r = call(&svc, &Cred::root(), create_in_root("other"));
+        assert!(matches!(r, Ok(Response::Attr(_))), "{r:?}");
+        t.elapsed()
+    });
+    // The create's batch is applied within microseconds and then written for 1.5 s.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let data = vec![5u8; 3000];
+    let t = std::time::Instant::now();
+    let r = fs.root(inline_write(ino, &data));
+    let took = t.elapsed();
+    assert!(
+        matches!(r, Ok(Response::Attr(ref a)) if a.size == 3000),
+        "{r:?}"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(700),
+        "the close's bytes waited {took:?} for another client's log write"
+    );
+    assert_eq!(inline_bytes(&fs, ino).1, data, "visible once answered");
+    let created = creating.join().unwrap();
+    assert!(created >= delay, "the create was answered after its write");
+    assert!(matches!(
+        fs.root(Request::SyncMeta { session: 0 }),
+        Ok(Response::Done)
+    ));
+    fs.crash();
+    assert_eq!(inline_bytes(&fs, ino).1, data, "durable after SyncMeta");
+    assert!(fs.lookup(ROOT, "other").is_ok(), "the create survived");
+}
+
+/// An early job on an inode that the batch being written changes waits for it, and
+/// takes its change along: a chmod in flight (its log write taking 1 s) and the close's
+/// bytes of the same file both hold afterwards, visible and after a crash. Applied
+/// beside the chmod, the bytes would be written over the inode as it was before it,
+/// and the chmod's publication would then undo them (or they the chmod).
+#[test]
+fn a_close_on_an_inode_being_written_waits_and_keeps_both_changes() {
+    let delay = std::time::Duration::from_millis(1000);
+    let (mut fs, ino) = slow_log_with_file(delay);
+    let svc = fs.svc.clone();
+    let chmod = std::thread::spawn(move || {
+        let req = Request::SetAttr {
+            ino,
+            attrs: SetAttrs {
+                mode: Some(0o600),
+                ..Default::default()
+            },
+        };
+        let r = call(&svc, &Cred::root(), req);
+        assert!(
+            matches!(r, Ok(Response::Attr(ref a)) if a.mode & 0o7777 == 0o600),
+            "{r:?}"
+        );
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let data = vec![9u8; 2000];
+    let r = fs.root(inline_write(ino, &data));
+    assert!(
+        matches!(r, Ok(Response::Attr(ref a)) if a.size == 2000),
+        "{r:?}"
+    );
+    chmod.join().unwrap();
+    let (mode, bytes) = inline_bytes(&fs, ino);
+    assert_eq!(mode & 0o7777, 0o600, "the chmod was undone");
+    assert_eq!(bytes, data, "the close's bytes were undone");
+    assert!(matches!(
+        fs.root(Request::SyncMeta { session: 0 }),
+        Ok(Response::Done)
+    ));
+    fs.crash();
+    let (mode, bytes) = inline_bytes(&fs, ino);
+    assert_eq!(mode & 0o7777, 0o600, "the chmod after a crash");
+    assert_eq!(bytes, data, "the close's bytes after a crash");
+}

@@ -97,6 +97,40 @@ fn fill(dir: &Path) -> PathBuf {
     path
 }
 
+/// What a failure message needs to tell how a full disk took a write: the file system's
+/// free space, every file on it with its size and allocated bytes, and the end of the
+/// data server's log.
+fn disk_report(dir: &Path, log: &Path) -> String {
+    let df = Command::new("df")
+        .args(["-k"])
+        .arg(dir)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("df: {e}"));
+    let mut files = String::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                todo.push(e.path());
+            } else {
+                use std::os::unix::fs::MetadataExt;
+                files += &format!(
+                    "{} {} bytes, {} allocated\n",
+                    e.path().display(),
+                    m.len(),
+                    m.blocks() * 512
+                );
+            }
+        }
+    }
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    format!("{df}{files}data server log (end):\n{}", tail.join("\n"))
+}
+
 /// The case of issue 12, item 1: an 8 KiB file, the disk full, a 4 MiB write at byte
 /// 100 through the mount fails with ENOSPC; once space is freed the whole file reads,
 /// the bytes outside the failed range unchanged. Before the fix, reading failed with a
@@ -122,7 +156,12 @@ fn failed_write_on_a_full_disk_leaves_the_file_whole() {
         .open(m.p("f"))
         .unwrap();
     let failed = f.write_all_at(&new, 100).and_then(|()| f.sync_all());
-    let e = failed.expect_err("a 4 MiB write to a full disk succeeded");
+    let e = failed.err().unwrap_or_else(|| {
+        panic!(
+            "a 4 MiB write to a full disk succeeded; the disk now:\n{}",
+            disk_report(&target, &c.path().join("logs/data0.log"))
+        )
+    });
     assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
     drop(f);
     std::fs::remove_file(filler).unwrap();

@@ -253,10 +253,25 @@ fn small_files_cost_one_log_write_each() {
 /// bytes a SyncMeta covered has them, and no file has bytes other than its own or none.
 #[test]
 fn small_file_storm_halted_keeps_synced_bytes_and_never_others() {
-    let seed = seed("small_file_storm");
+    small_file_storm("small_file_storm", stripefs_meta::Tuning::default());
+}
+
+/// The same storm with a checkpoint after nearly every batch (`freeze_age` zero), so
+/// that freezes meet closes joining the carry beside commits.
+#[test]
+fn small_file_storm_with_constant_checkpoints_keeps_synced_bytes() {
+    let tuning = stripefs_meta::Tuning {
+        freeze_age: std::time::Duration::ZERO,
+        ..Default::default()
+    };
+    small_file_storm("small_file_storm_ckpt", tuning);
+}
+
+fn small_file_storm(name: &str, tuning: stripefs_meta::Tuning) {
+    let seed = seed(name);
     let mut c = cluster(1);
     c.defaults = stripefs_rpc::Defaults::default();
-    let fs = Fs::with_cluster(c);
+    let fs = Fs::tuned(c, tuning);
     let content = |name: &str| -> Vec<u8> { name.repeat(3901 / name.len() + 1).into_bytes() };
     // (name, ino, covered by an answered SyncMeta)
     type Acked = Vec<(String, u64, bool)>;

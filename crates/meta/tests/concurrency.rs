@@ -215,15 +215,7 @@ fn small_files_cost_one_log_write_each() {
             }
             other => panic!("create: {other:?}"),
         };
-        let r = fs.root(Request::WriteInlineUnsynced {
-            ino,
-            pieces: vec![InlinePiece {
-                offset: 0,
-                crc: crc32c(&data),
-                data: data.clone(),
-            }],
-            mtime_ns: 0,
-        });
+        let r = fs.root(inline_write(ino, &data));
         assert!(
             matches!(r, Ok(Response::Attr(ref a)) if a.size == 3901),
             "{r:?}"
@@ -300,16 +292,7 @@ fn small_file_storm(name: &str, tuning: stripefs_meta::Tuning) {
                     };
                     let data = content(&name);
                     let data = &data[..3901];
-                    let w = Request::WriteInlineUnsynced {
-                        ino,
-                        pieces: vec![InlinePiece {
-                            offset: 0,
-                            crc: crc32c(data),
-                            data: data.to_vec(),
-                        }],
-                        mtime_ns: 0,
-                    };
-                    match call(&svc, &r, w) {
+                    match call(&svc, &r, inline_write(ino, data)) {
                         Ok(_) => {}
                         Err(e) if e.code == ErrorCode::Busy => continue,
                         Err(e) => panic!("write {name}: {e}"),

@@ -196,7 +196,7 @@ pub struct Writer {
     arrived: Condvar,
     /// The leader's state; locked only by the leader and at shutdown.
     log: Mutex<Option<Log>>,
-    /// Set (and signalled) when a carry begins (`Log::carry`): the sync thread writes
+    /// Set (and signalled) when a carry begins (`Side::carry`): the sync thread writes
     /// it after [`CARRY_WAIT`] unless a commit has taken it along.
     sync_wanted: Mutex<bool>,
     sync_cv: Condvar,

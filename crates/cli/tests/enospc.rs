@@ -185,6 +185,47 @@ fn failed_write_on_a_full_disk_leaves_the_file_whole() {
     drop(disk);
 }
 
+/// The close of another descriptor of the same open file does not take the error an
+/// fsync must report: through the mount, a close of any descriptor sends a flush for the
+/// open file, a forked child's at exec included (the CI failure of the test above, in
+/// which another test's `Command` forked while the file was open: its exec flushed the
+/// file, took the lost writes' error, and the fsync then succeeded). A 4 MiB write to a
+/// full disk, a duplicate descriptor closed, then an fsync of the first: it fails; a
+/// second fsync has nothing new to report.
+#[test]
+fn closing_a_duplicate_descriptor_leaves_the_lost_write_to_fsync() {
+    if let Some(why) = fuse_unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let Some((c, disk)) = cluster_on_tmpfs(&[], "64m") else {
+        return;
+    };
+    let target = c.path().join("data0/t0");
+    let m = FuseMount::new(&c.cluster_file());
+    std::fs::write(m.p("f"), random_bytes(8 << 10)).unwrap();
+    let filler = fill(&target);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("f"))
+        .unwrap();
+    // The write itself may fail or not (the error may come back while it runs).
+    let _ = f.write_all_at(&random_bytes(4 << 20), 100);
+    // Its flush waits for every queued write, so all have failed by the fsync.
+    let dup = f.try_clone().unwrap();
+    drop(dup);
+    let e = f
+        .sync_all()
+        .expect_err("the fsync succeeded: the close of a duplicate took the lost write's error");
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+    std::fs::remove_file(filler).unwrap();
+    f.sync_all()
+        .expect("nothing new was lost since the last fsync");
+    drop(f);
+    drop(m);
+    drop(disk);
+}
+
 /// A full disk under the two transports that change how replies travel: a connection
 /// pipelining 4 requests (plain TCP) and a TLS cluster. Native client: 2 MiB writes to
 /// a full target fail with NoSpace (at the write, the fsync or the close); the error

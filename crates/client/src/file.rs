@@ -146,8 +146,9 @@ pub struct File {
     window: u64,
     last_read_end: AtomicU64,
     closed: AtomicBool,
-    /// The inode's count of failed background writes this handle has reported (from
-    /// its open on): its flush, fsync and close report any failure after it.
+    /// The inode's count of failed background writes this handle has reported with an
+    /// fsync (from its open on): its flush, fsync and close report any failure after
+    /// it, and an fsync moves it to now.
     seen_write_errors: AtomicU64,
     /// Attributes the metadata server returned when the handle was opened.
     opened_attr: Attr,
@@ -357,11 +358,20 @@ impl File {
         self.flushed(false)
     }
 
-    /// `InodeIo::flush`, and then any background write that failed since this handle
-    /// last reported one (see `seen_write_errors`).
+    /// `InodeIo::flush`, and then any background write that failed since this handle's
+    /// last fsync (see `seen_write_errors`). Only an fsync moves that count on: a flush
+    /// or close reports the failures without taking them, because through a mount the
+    /// close of any descriptor of the open file sends one, a forked child's at exec
+    /// included, whose caller never looks at it (as NFS's close checks for errors
+    /// without consuming what the next fsync of the file reports).
     fn flushed(&self, data_sync: bool) -> Result<(), WireError> {
         let r = self.io.flush(&self.cred, data_sync);
-        let lost = self.io.write_errors_since(&self.seen_write_errors);
+        let lost = if data_sync {
+            self.io.write_errors_since(&self.seen_write_errors)
+        } else {
+            self.io
+                .write_errors_after(self.seen_write_errors.load(Ordering::Acquire))
+        };
         r.and(lost)
     }
 

@@ -122,13 +122,13 @@ struct State {
     /// First error of a background write not yet reported to a caller.
     latched: Option<WireError>,
     /// Background writes that failed so far, and the last one's error: every handle
-    /// open at the time reports it at its next flush, fsync or close
-    /// ([`InodeIo::write_errors_since`]), even when another call took `latched`. That
-    /// call may not be the write whose bytes were lost, nor of the same handle (the
-    /// mount's kernel turns an error after part of a write into a short count and drops
-    /// it; another process's write on the mount shares the inode), so a flush, close or
-    /// fsync that succeeds says every write before it landed, as Linux's `errseq_t`
-    /// does for fsync and NFS's close does.
+    /// open at the time reports it at its flushes and closes and at its next fsync
+    /// ([`InodeIo::write_errors_after`], [`InodeIo::write_errors_since`]), even when
+    /// another call took `latched`. That call may not be the write whose bytes were
+    /// lost, nor of the same handle (the mount's kernel turns an error after part of a
+    /// write into a short count and drops it; another process's write on the mount
+    /// shares the inode), so a flush, close or fsync that succeeds says every write
+    /// before it landed, as Linux's `errseq_t` does for fsync and NFS's close does.
     write_errors: u64,
     last_write_error: Option<WireError>,
     /// Highest end written since the size was last sent to the metadata server.
@@ -187,6 +187,17 @@ fn overlaps(a: (u64, u64), lo: u64, hi: u64) -> bool {
 }
 
 impl State {
+    /// The last background write's error if any failed after the first `seen`.
+    fn lost_after(&self, seen: u64) -> Result<(), WireError> {
+        if self.write_errors == seen {
+            return Ok(());
+        }
+        Err(self
+            .last_write_error
+            .clone()
+            .expect("an error with every count"))
+    }
+
     /// Retires finished writes, latching the first error.
     fn reap(&mut self) {
         let mut i = 0;
@@ -479,19 +490,21 @@ impl InodeIo {
         st.write_errors
     }
 
-    /// For a handle's flush, fsync or close: the last background write error if any
-    /// failed since the handle's count `seen`, which moves to now (each handle reports
-    /// a failure once, whether or not another call reported it already).
+    /// For a handle's flush or close: the last background write error if any failed
+    /// since the handle's count `seen`, which stays (the next fsync reports it too).
+    pub fn write_errors_after(&self, seen: u64) -> Result<(), WireError> {
+        let mut st = lock(&self.state);
+        st.reap();
+        st.lost_after(seen)
+    }
+
+    /// For a handle's fsync: the last background write error if any failed since the
+    /// handle's count `seen`, which moves to now (each handle's fsyncs report a
+    /// failure once, whether or not another call reported it already).
     pub fn write_errors_since(&self, seen: &AtomicU64) -> Result<(), WireError> {
         let mut st = lock(&self.state);
         st.reap();
-        if seen.swap(st.write_errors, Ordering::AcqRel) == st.write_errors {
-            return Ok(());
-        }
-        Err(st
-            .last_write_error
-            .clone()
-            .expect("an error with every count"))
+        st.lost_after(seen.swap(st.write_errors, Ordering::AcqRel))
     }
 
     // ---- writes ----

@@ -79,6 +79,18 @@ fn cluster_on_tmpfs(extra: &[&str], size: &str) -> Option<(Cluster, Tmpfs)> {
     Some((c, disk))
 }
 
+/// [`cluster_on_tmpfs`] with a mount of it, or `None` (with the reason printed) when
+/// FUSE or root is missing. Bound in this order, the mount goes first when dropped.
+fn mounted_on_tmpfs(size: &str) -> Option<(Cluster, Tmpfs, FuseMount)> {
+    if let Some(why) = fuse_unavailable() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let (c, disk) = cluster_on_tmpfs(&[], size)?;
+    let m = FuseMount::new(&c.cluster_file());
+    Some((c, disk, m))
+}
+
 /// Fills the file system holding `dir` with a file of zeros until it is full.
 fn fill(dir: &Path) -> PathBuf {
     let path = dir.join("filler");
@@ -137,15 +149,10 @@ fn disk_report(dir: &Path, log: &Path) -> String {
 /// checksum error (the head block was rewritten, its checksum never).
 #[test]
 fn failed_write_on_a_full_disk_leaves_the_file_whole() {
-    if let Some(why) = fuse_unavailable() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let Some((c, disk)) = cluster_on_tmpfs(&[], "64m") else {
+    let Some((c, disk, m)) = mounted_on_tmpfs("64m") else {
         return;
     };
     let target = c.path().join("data0/t0");
-    let m = FuseMount::new(&c.cluster_file());
 
     let old = random_bytes(8 << 10);
     std::fs::write(m.p("f"), &old).unwrap();
@@ -194,15 +201,10 @@ fn failed_write_on_a_full_disk_leaves_the_file_whole() {
 /// second fsync has nothing new to report.
 #[test]
 fn closing_a_duplicate_descriptor_leaves_the_lost_write_to_fsync() {
-    if let Some(why) = fuse_unavailable() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let Some((c, disk)) = cluster_on_tmpfs(&[], "64m") else {
+    let Some((c, disk, m)) = mounted_on_tmpfs("64m") else {
         return;
     };
     let target = c.path().join("data0/t0");
-    let m = FuseMount::new(&c.cluster_file());
     std::fs::write(m.p("f"), random_bytes(8 << 10)).unwrap();
     let filler = fill(&target);
     let f = std::fs::OpenOptions::new()

@@ -77,6 +77,13 @@ impl Proxy {
                     continue;
                 };
                 let mut all = c.lock().unwrap();
+                // A cut since the check above: it drained the list before this one
+                // joined it, so this one closes now (`cut` holds the lock).
+                if !u.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    let _ = server.shutdown(Shutdown::Both);
+                    continue;
+                }
                 all.push(client.try_clone().unwrap());
                 all.push(server.try_clone().unwrap());
                 pump(client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -93,8 +100,11 @@ impl Proxy {
     }
 
     fn cut(&self) {
+        // Under the lock the accepting thread registers connections under, so that none
+        // accepted before the cut escapes it.
+        let mut all = self.conns.lock().unwrap();
         self.up.store(false, Ordering::SeqCst);
-        for s in self.conns.lock().unwrap().drain(..) {
+        for s in all.drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }

@@ -10,7 +10,7 @@ use crate::path::{child, components, normalize, split_parent};
 use crate::{Client, READDIR_PAGE};
 use stripefs_wire::{
     validate_name, Attr, Counters, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint,
-    Request, Response, ServerId, SetAttrs, SetTime, TargetStatus, WireError,
+    Request, Response, ServerId, SetAttrs, SetTime, TargetSpace, TargetStatus, WireError,
 };
 
 /// Attempts of an exchange whose names another client changes between its lookups and
@@ -22,7 +22,6 @@ pub const EXCHANGE_TRIES: u32 = 3;
 pub struct StatFs {
     pub bytes_total: u64,
     pub bytes_free: u64,
-    pub bytes_used: u64,
     pub data_servers: u32,
     pub targets: u32,
 }
@@ -865,31 +864,45 @@ impl Client {
         }
     }
 
+    /// The size and free bytes of one data server's targets (`Space`: one statvfs
+    /// each on the server, however many objects it holds).
+    pub fn data_space(&self, server: ServerId) -> Result<Vec<TargetSpace>, WireError> {
+        let pool = self.inner.data.get(server.0 as usize).ok_or_else(|| {
+            WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("no data server {} in the cluster file", server.0),
+            )
+        })?;
+        match pool.call(&self.cred, Request::Space {}, &[], &mut [])?.0 {
+            Response::Space { targets } => Ok(targets),
+            other => Err(unexpected(pool, "Space", &other)),
+        }
+    }
+
     /// Space over all data servers, asked in parallel; fails naming any server that
-    /// does not answer.
+    /// does not answer. What the objects occupy is not counted here (`data_status`
+    /// walks them): this is what a statfs needs, and a program may call it often.
     pub fn statfs(&self) -> Result<StatFs, WireError> {
         let n = self.inner.data.len();
         let mut waits = Vec::with_capacity(n);
         for i in 0..n {
-            let (p, c) = crate::exec::promise::<DataStatus>();
+            let (p, c) = crate::exec::promise::<Vec<TargetSpace>>();
             let me = self.clone();
             self.inner
                 .exec
-                .submit(i, move || p.fulfil(me.data_status(ServerId(i as u32))));
+                .submit(i, move || p.fulfil(me.data_space(ServerId(i as u32))));
             waits.push(c);
         }
         let mut fs = StatFs {
             bytes_total: 0,
             bytes_free: 0,
-            bytes_used: 0,
             data_servers: n as u32,
             targets: 0,
         };
         for c in waits {
-            for t in c.wait()?.targets {
+            for t in c.wait()? {
                 fs.bytes_total += t.bytes_total;
                 fs.bytes_free += t.bytes_free;
-                fs.bytes_used += t.bytes_used;
                 fs.targets += 1;
             }
         }

@@ -800,6 +800,7 @@ fn idempotent(req: &Request) -> bool {
             | Remove { .. }
             | Fsync { .. }
             | DataStatus {}
+            | Space {}
             | ExtendSize { .. }
     )
 }

@@ -19,7 +19,8 @@ use stripefs_rpc::{ConnInfo, Part, Payload, Reply, Service};
 use stripefs_wire::sidecar::Entry;
 use stripefs_wire::{
     padded_block_crc, pieces, Counters, Damage, ErrorCode, InodeId, Request, Response, Role,
-    ServerId, TargetStatus, WireError, BLOCK_BYTES, MAX_DATA_BYTES, SCRUB_REQUEST_BYTES,
+    ServerId, TargetSpace, TargetStatus, WireError, BLOCK_BYTES, MAX_DATA_BYTES,
+    SCRUB_REQUEST_BYTES,
 };
 
 /// Directory under a target that holds the objects, fanned out over 256 subdirectories.
@@ -335,7 +336,10 @@ impl DataService {
             )
         };
         let (fid, write) = match req {
-            Request::Ping {} | Request::DataStatus {} | Request::LocalityStatus {} => return Ok(()),
+            Request::Ping {}
+            | Request::DataStatus {}
+            | Request::Space {}
+            | Request::LocalityStatus {} => return Ok(()),
             Request::Read { fid, .. }
             | Request::ReadList { fid, .. }
             | Request::Seek { fid, .. }
@@ -1697,6 +1701,31 @@ impl DataService {
         })
     }
 
+    /// Each target's size and free bytes: one statvfs each, no walk (statfs, `df`).
+    fn space(&self) -> Result<Response, WireError> {
+        let targets = self
+            .targets
+            .iter()
+            .map(|t| {
+                let (bytes_total, bytes_free) = self.store.space(&t.root).map_err(|e| {
+                    WireError::io(
+                        format!(
+                            "data server {}: space of target {}",
+                            self.id.0,
+                            t.root.display()
+                        ),
+                        &e,
+                    )
+                })?;
+                Ok(TargetSpace {
+                    bytes_total,
+                    bytes_free,
+                })
+            })
+            .collect::<Result<Vec<_>, WireError>>()?;
+        Ok(Response::Space { targets })
+    }
+
     fn dispatch(&self, conn: &ConnInfo, req: Request, data: &[u8]) -> Reply {
         if data.len() > MAX_DATA_BYTES as usize {
             let msg = format!(
@@ -1810,6 +1839,7 @@ impl DataService {
                     damaged,
                 },
             ),
+            Request::Space {} => self.space(),
             Request::LocalityStatus {} => {
                 let s = &self.stats;
                 let get = |c: &AtomicU64| c.load(Ordering::Relaxed);

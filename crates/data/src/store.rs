@@ -111,6 +111,11 @@ pub trait Storage: Send + Sync + 'static {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Space used by files under `root` and left on its device.
     fn usage(&self, root: &Path) -> io::Result<Usage>;
+    /// The size of `root`'s device and the bytes left on it, `(total, free)`, without
+    /// counting the files under `root` (which `usage` walks).
+    fn space(&self, root: &Path) -> io::Result<(u64, u64)> {
+        self.usage(root).map(|u| (u.total, u.free))
+    }
     /// Names of the regular files in directory `dir` (empty if it is missing).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Opens the file at `path` read-only as a real descriptor, to hand to a
@@ -344,6 +349,10 @@ impl Storage for FsStore {
             }
         }
         Ok(names)
+    }
+
+    fn space(&self, root: &Path) -> io::Result<(u64, u64)> {
+        statvfs(root)
     }
 
     fn usage(&self, root: &Path) -> io::Result<Usage> {

@@ -266,6 +266,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::Remove => Request::Remove { fid: ino(rng) },
         Opcode::Fsync => Request::Fsync { fid: ino(rng) },
         Opcode::DataStatus => Request::DataStatus {},
+        Opcode::Space => Request::Space {},
         Opcode::DropCache => Request::DropCache { fid: ino(rng) },
         Opcode::SessionOpen => Request::SessionOpen {},
         Opcode::SessionRenew => Request::SessionRenew { session: rng.gen() },
@@ -554,6 +555,14 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                     offset: rng.gen(),
                     stored_crc: rng.gen(),
                     actual_crc: rng.gen(),
+                })
+                .collect(),
+        },
+        Opcode::Space => Response::Space {
+            targets: (0..rng.gen_range(0..4))
+                .map(|_| TargetSpace {
+                    bytes_total: rng.gen(),
+                    bytes_free: rng.gen(),
                 })
                 .collect(),
         },

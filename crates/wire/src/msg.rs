@@ -273,6 +273,13 @@ pub struct TargetStatus {
     pub throttle_bytes_s: Option<u64>,
 }
 
+/// A data target's file system: its size and the bytes free for the server to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetSpace {
+    pub bytes_total: u64,
+    pub bytes_free: u64,
+}
+
 /// Counters a server keeps since it started.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Counters {
@@ -488,6 +495,11 @@ requests! {
     // is durable (a close's or flush's size; fsync sends ExtendSize), written as
     // WriteInlineUnsynced's is.
     45 => ExtendSizeUnsynced { ino: InodeId, size: u64, mtime_ns: i64 },
+    // Data server: each target's size and free bytes as its file system reports them
+    // (statvfs), without counting what the objects occupy as DataStatus does (a walk of
+    // every object file); answered with `Space`. What a client's statfs needs (`df`
+    // through the mount): one system call per target, whatever the number of objects.
+    83 => Space {},
 }
 
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).
@@ -677,6 +689,10 @@ pub enum Response {
     /// Answer to ListXattr: attribute names, sorted.
     XattrNames {
         names: Vec<String>,
+    },
+    /// Answer to Space: each target's size and free bytes, in target order.
+    Space {
+        targets: Vec<TargetSpace>,
     },
 }
 

@@ -712,6 +712,7 @@ fn variant_indices_are_pinned() {
         (17, Response::DataServers { servers: vec![] }),
         (18, Response::Xattr { value: vec![] }),
         (19, Response::XattrNames { names: vec![] }),
+        (20, Response::Space { targets: vec![] }),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
@@ -807,6 +808,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (43, "WriteInlineUnsynced"),
     (44, "SyncMeta"),
     (45, "ExtendSizeUnsynced"),
+    (83, "Space"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -897,6 +899,7 @@ fn ping_like(op: Opcode) -> Request {
             ino,
             hint: LayoutHint::default(),
         },
+        Opcode::Space => Request::Space {},
         Opcode::MetaStatus => Request::MetaStatus {},
         Opcode::Access => Request::Access { ino, mask: 0 },
         Opcode::Write => Request::Write {

@@ -234,6 +234,28 @@ fn remove_and_bytes_used() {
     assert_eq!(read(&svc, 9, UNIT, 0, 5), b"new\0\0");
 }
 
+/// Space answers each target's file system (as DataStatus does) without walking the
+/// objects; a write's bytes show up as less free space on the device, not counted here.
+#[test]
+fn space_gives_each_target_its_device() {
+    let (_d, svc) = fs_server(2, None);
+    write(&svc, 4, UNIT, 0, &pattern(1 << 20, 3)).unwrap();
+    let space = match simple(&svc, Request::Space {}).unwrap() {
+        Response::Space { targets } => targets,
+        other => panic!("{other:?}"),
+    };
+    let status = match simple(&svc, Request::DataStatus {}).unwrap() {
+        Response::DataStatus { targets, .. } => targets,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(space.len(), 2);
+    assert_eq!(space.len(), status.len());
+    for (s, t) in space.iter().zip(&status) {
+        assert_eq!(s.bytes_total, t.bytes_total);
+        assert!(s.bytes_total > 0 && s.bytes_free <= s.bytes_total, "{s:?}");
+    }
+}
+
 #[test]
 fn status_counts_requests_errors_and_bytes() {
     let (_d, svc) = fs_server(1, Some(1 << 30));

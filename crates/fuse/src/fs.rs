@@ -544,15 +544,28 @@ const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
 /// of one shared file (ranks writing interleaved records) are not serialized round trip
 /// by round trip; the client library orders writes that overlap. Appends, and writes
 /// past the end, keep the exclusive lock.
-fn open_flags(append: bool, flags: i32, direct_writes: bool) -> u32 {
+///
+/// Read-only handles are not flushed at close (`FOPEN_NOFLUSH`, Linux 5.16): their flush
+/// has nothing to do (`File::flush` returns at once for a handle that cannot write), and
+/// the kernel would still wait a round trip for it at every close of every descriptor.
+/// Not with the writeback cache, where the kernel ignores the flag: a read-only
+/// descriptor's close there also writes back the file's dirty pages.
+fn open_flags(append: bool, flags: i32, direct_writes: bool, writeback: bool) -> u32 {
+    let acc = flags & libc::O_ACCMODE;
     if append {
         FOPEN_DIRECT_IO
-    } else if direct_writes && flags & libc::O_ACCMODE == libc::O_WRONLY {
+    } else if direct_writes && acc == libc::O_WRONLY {
         FOPEN_DIRECT_IO | FOPEN_PARALLEL_DIRECT_WRITES
+    } else if acc == libc::O_RDONLY && !writeback {
+        FOPEN_NOFLUSH
     } else {
         0
     }
 }
+
+/// Open reply flag (FUSE 7.35): the kernel sends no FLUSH when the handle's descriptors
+/// are closed.
+const FOPEN_NOFLUSH: u32 = 1 << 5;
 
 /// Open reply flag (FUSE 7.38): parallel direct writes to one file.
 const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
@@ -912,7 +925,7 @@ impl fuser::Filesystem for StripeFs {
                     let keep_flag = if keep { FOPEN_KEEP_CACHE } else { 0 };
                     reply.opened(
                         fh,
-                        open_flags(append, flags, sh.direct_writes()) | keep_flag,
+                        open_flags(append, flags, sh.direct_writes(), sh.writeback()) | keep_flag,
                     );
                 }
                 Err(e) => reply.error(errno_ino(&e)),
@@ -1237,7 +1250,7 @@ impl fuser::Filesystem for StripeFs {
                         &attr,
                         0,
                         fh,
-                        open_flags(append, flags, sh.direct_writes()),
+                        open_flags(append, flags, sh.direct_writes(), sh.writeback()),
                     );
                 }
                 Err(e) => reply.error(errno(&e)),

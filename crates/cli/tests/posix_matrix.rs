@@ -154,6 +154,10 @@ fn write(fd: &str, data: &str) -> Value {
 fn read(fd: &str, n: usize) -> Value {
     json!({"op": "read", "fd": fd, "n": n})
 }
+/// fallocate(2) with `mode` (1: FALLOC_FL_KEEP_SIZE).
+fn fallocate(fd: &str, mode: u32, offset: u64, len: u64) -> Value {
+    json!({"op": "fallocate", "fd": fd, "mode": mode, "offset": offset, "len": len})
+}
 fn ftruncate(fd: &str, len: u64) -> Value {
     json!({"op": "ftruncate", "fd": fd, "len": len})
 }
@@ -965,23 +969,41 @@ posix_tests! {
     /// S_ISUID and S_ISGID (with group execute) are cleared by a write or truncate by
     /// anyone but root, and by chown (also root's); root's writes keep them. S_ISGID
     /// without group execute stays for a writer in the group, goes for one outside it.
+    /// Writes through read-write descriptors (the page cache's path through a mount)
+    /// as through write-only ones.
     fn suid_sgid_cleared_on_write_truncate_and_chown(fs) {
-        let names = ["w", "wo", "t", "ft", "c", "rc", "rw", "k", "km"];
+        let names = [
+            "w", "wo", "t", "ft", "c", "rc", "rw", "k", "km", "x", "kx", "xo", "xf",
+        ];
         let mut setup = Vec::new();
+        // Past the inline threshold, so that a write in place goes to the data servers
+        // and nothing tells the metadata server of it.
+        let big = "0123456789".repeat(2000);
         for n in names {
             let p = fs.p(n);
-            setup.push(write_file(&p, "0123456789"));
+            let body = if n.starts_with('x') || n == "kx" {
+                big.as_str()
+            } else {
+                "0123456789"
+            };
+            setup.push(write_file(&p, body));
             setup.push(chown(&p, 1001, 1001));
             let mode = if n.starts_with('k') { 0o2666 } else { 0o6777 };
             setup.push(chmod(&p, mode));
         }
         fs.setup(&setup);
         let mut failures = Vec::new();
-        let check = |who: Who, s: &mut Script, want: &[(&str, u32)]| {
+        // `early`: fstats taken while the writer still held the file open (the bits go
+        // before the write, not at its close).
+        let check = |who: Who, s: &mut Script, want: &[(&str, u32)], early: &[(usize, u32)]| {
             let idx: Vec<usize> = want.iter().map(|(n, _)| s.ok(stat(&fs.p(n)))).collect();
             let mut o = fs.exec(who, s);
             for ((n, perm), i) in want.iter().zip(idx) {
                 o.eq(i, "perm", *perm as i128, &format!("{n} as {}", who.name));
+            }
+            for &(i, perm) in early {
+                let what = format!("fstat of step {i} after a write as {}", who.name);
+                o.eq(i, "perm", perm as i128, &what);
             }
             o.failures
         };
@@ -996,8 +1018,32 @@ posix_tests! {
         s.ok(open(&fs.p("k"), &["O_WRONLY"], 0, "k"));
         s.ok(write("k", "x"));
         s.ok(close("k"));
-        let want = [("w", 0o777), ("t", 0o777), ("ft", 0o777), ("k", 0o666)];
-        failures.extend(check(OTHER, &mut s, &want));
+        s.ok(open(&fs.p("x"), &["O_RDWR"], 0, "x"));
+        s.ok(write("x", "x"));
+        let x_open = s.ok(fstat("x"));
+        s.ok(write("x", "y"));
+        s.ok(close("x"));
+        s.ok(open(&fs.p("kx"), &["O_RDWR"], 0, "kx"));
+        s.ok(write("kx", "x"));
+        let kx_open = s.ok(fstat("kx"));
+        s.ok(close("kx"));
+        // Space reserved without growing the file: no write, no size change, and the
+        // bits still go.
+        s.ok(open(&fs.p("xf"), &["O_RDWR"], 0, "xf"));
+        s.ok(fallocate("xf", 1, 0, 100_000));
+        let xf_open = s.ok(fstat("xf"));
+        s.ok(close("xf"));
+        let want = [
+            ("w", 0o777),
+            ("t", 0o777),
+            ("ft", 0o777),
+            ("k", 0o666),
+            ("x", 0o777),
+            ("kx", 0o666),
+            ("xf", 0o777),
+        ];
+        let early = [(x_open, 0o777), (kx_open, 0o666), (xf_open, 0o777)];
+        failures.extend(check(OTHER, &mut s, &want, &early));
         let mut s = Script::new();
         s.ok(open(&fs.p("wo"), &["O_WRONLY"], 0, "w"));
         s.ok(write("w", "x"));
@@ -1006,14 +1052,18 @@ posix_tests! {
         s.ok(open(&fs.p("km"), &["O_WRONLY"], 0, "k"));
         s.ok(write("k", "x"));
         s.ok(close("k"));
-        let want = [("wo", 0o777), ("c", 0o777), ("km", 0o2666)];
-        failures.extend(check(OWNER, &mut s, &want));
+        s.ok(open(&fs.p("xo"), &["O_RDWR"], 0, "x"));
+        s.ok(write("x", "x"));
+        let xo_open = s.ok(fstat("x"));
+        s.ok(close("x"));
+        let want = [("wo", 0o777), ("c", 0o777), ("km", 0o2666), ("xo", 0o777)];
+        failures.extend(check(OWNER, &mut s, &want, &[(xo_open, 0o777)]));
         let mut s = Script::new();
         s.ok(open(&fs.p("rw"), &["O_WRONLY"], 0, "w"));
         s.ok(write("w", "x"));
         s.ok(close("w"));
         s.ok(chown(&fs.p("rc"), 1002, -1));
-        failures.extend(check(ROOT, &mut s, &[("rw", 0o6777), ("rc", 0o777)]));
+        failures.extend(check(ROOT, &mut s, &[("rw", 0o6777), ("rc", 0o777)], &[]));
         finish(fs.kind, failures);
     }
 

@@ -152,6 +152,13 @@ def do(step, table):
         return os.read(_take(table, a["fd"]), a["n"]).decode("latin-1")
     elif op == "write":
         return os.write(_take(table, a["fd"]), a["data"].encode("latin-1"))
+    elif op == "fallocate":
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = _take(table, a["fd"])
+        off, n = ctypes.c_long(a["offset"]), ctypes.c_long(a["len"])
+        if libc.fallocate(fd, a["mode"], off, n) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
     elif op == "ftruncate":
         os.ftruncate(_take(table, a["fd"]), a["len"])
     elif op == "fstat":

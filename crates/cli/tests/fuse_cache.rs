@@ -109,6 +109,36 @@ fn meta_requests(c: &Cluster) -> u64 {
     c.status_sums("meta", &["requests"])[0]
 }
 
+/// Listing a directory costs one metadata request (its entries): opening it needs no
+/// round trip while its attributes are fresh (at most ATTR_TTL old, as the kernel's own
+/// cache), and the kernel's last READDIR, past the end, is answered by the mount.
+#[test]
+fn listing_a_directory_is_one_request() {
+    need_fuse!();
+    const N: u64 = 50;
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let d = m.p("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..5 {
+        fs::File::create(d.join(format!("f{i}"))).unwrap();
+    }
+    let start = std::time::Instant::now();
+    let before = meta_requests(&c);
+    for _ in 0..N {
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 5);
+    }
+    let listings = meta_requests(&c) - before - 1;
+    // Each second the directory's attributes expire and one open fetches them again;
+    // plus 3 for sessions, as above.
+    let expiries = 2 * start.elapsed().as_secs().saturating_add(1);
+    assert!(
+        listings <= N + expiries + 3,
+        "{listings} requests for {N} listings in {:?}",
+        start.elapsed()
+    );
+}
+
 /// The kernel checks a directory's mode before each create and unlink in it
 /// (default_permissions) and forgets its attributes after each: the mount answers those
 /// checks from the directory's attributes as the last change left them, so a create

@@ -29,6 +29,14 @@ impl DirHandle {
         }
     }
 
+    /// Whether a read from `offset` is past the end of a listing fetched to its end:
+    /// it returns nothing, and needs no round trip (the kernel's last READDIR of each
+    /// listing is one).
+    pub fn past_end(&self, offset: i64) -> bool {
+        let l = self.listing.lock().unwrap_or_else(|p| p.into_inner());
+        offset > 0 && l.done && offset as usize >= l.entries.len() + 2
+    }
+
     /// Feeds entries from `offset` on to `add` until it reports a full buffer or the
     /// listing ends.
     pub fn fill(

@@ -1230,9 +1230,19 @@ impl fuser::Filesystem for StripeFs {
     }
 
     fn opendir(&mut self, req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        // A directory whose attributes came from the metadata server less than ATTR_TTL
+        // ago (as the kernel's own cache allows) needs no round trip to be opened; the
+        // listing is fetched by the first READDIR either way.
+        if self.shared.dirs.fresh(ino).is_some() {
+            let fh = self
+                .shared
+                .insert(Handle::Dir(Arc::new(DirHandle::new(InodeId(ino)))));
+            return reply.opened(fh, 0);
+        }
         self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
             Ok(a) if a.ftype != FileType::Dir => reply.error(libc::ENOTDIR),
-            Ok(_) => {
+            Ok(a) => {
+                sh.dirs.store(&a);
                 let fh = sh.insert(Handle::Dir(Arc::new(DirHandle::new(InodeId(ino)))));
                 reply.opened(fh, 0);
             }
@@ -1248,6 +1258,9 @@ impl fuser::Filesystem for StripeFs {
         offset: i64,
         mut reply: ReplyDirectory,
     ) {
+        if self.shared.dir(fh).is_ok_and(|d| d.past_end(offset)) {
+            return reply.ok();
+        }
         self.spawn(req, move |sh, c| {
             let d = or_reply!(sh.dir(fh), reply);
             let r = d.fill(&c, offset, |(ino, next, kind, name)| {

@@ -18,7 +18,7 @@ use fuser::{
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 use stripefs_client::{
@@ -38,26 +38,57 @@ struct FileHandle {
     append: bool,
     /// The handle's reads, for drop-behind.
     stream: Mutex<Stream>,
-    /// The file's set-user-ID and set-group-ID bits as last known here (at open, then
-    /// after a write cleared them): while any is set, writes check whether theirs
-    /// clears it (see [`kill_setid`]).
-    setid: AtomicU32,
 }
 
 impl FileHandle {
     fn new(file: File, append: bool) -> FileHandle {
-        let setid = file.cached_attr().mode & SETID_BITS;
         FileHandle {
             file,
             append,
             stream: Mutex::new(Stream::default()),
-            setid: AtomicU32::new(setid),
+        }
+    }
+}
+
+/// Regular files whose attributes, as the metadata server last gave them to this mount,
+/// have set-ID bits: a write to one of them by a writer without CAP_FSETID clears them
+/// first (see [`kill_setid`]). Usually empty; kept up to date wherever attributes
+/// arrive (lookups, getattr, open, create, setattr), so that a chmod seen here counts
+/// from then on.
+#[derive(Default)]
+struct SetIdFiles {
+    map: Mutex<HashMap<u64, u32>>,
+    /// Whether `map` may hold anything: writes skip its lock while it is empty.
+    any: AtomicBool,
+}
+
+impl SetIdFiles {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn note(&self, a: &Attr) {
+        if a.ftype != FileType::File {
+            return;
+        }
+        let bits = a.mode & SETID_BITS;
+        if bits != 0 {
+            self.lock().insert(a.ino.0, bits);
+            self.any.store(true, Ordering::Release);
+        } else if self.any.load(Ordering::Acquire) {
+            let mut m = self.lock();
+            m.remove(&a.ino.0);
+            if m.is_empty() {
+                self.any.store(false, Ordering::Release);
+            }
         }
     }
 
-    /// Whether a write with these FUSE write flags must first clear set-ID bits.
-    fn must_kill_setid(&self, write_flags: u32) -> bool {
-        write_flags & FUSE_WRITE_KILL_SUIDGID != 0 && self.setid.load(Ordering::Acquire) != 0
+    /// Whether a write to `ino` with these FUSE write flags must first clear set-ID bits.
+    fn must_kill(&self, ino: u64, write_flags: u32) -> bool {
+        write_flags & FUSE_WRITE_KILL_SUIDGID != 0
+            && self.any.load(Ordering::Acquire)
+            && self.lock().contains_key(&ino)
     }
 }
 
@@ -80,7 +111,6 @@ fn kill_setid(
     cred: &stripefs_wire::Cred,
     ino: u64,
     fh: u64,
-    h: &FileHandle,
 ) -> Result<(), WireError> {
     let a = c.getattr(InodeId(ino))?;
     let mode = a.mode & 0o7777;
@@ -89,19 +119,18 @@ fn kill_setid(
     if kept & 0o010 != 0 || !in_group {
         kept &= !S_ISGID;
     }
-    let now = if kept == mode {
-        mode
-    } else {
-        let attrs = SetAttrs {
-            mode: Some(kept),
-            ..SetAttrs::default()
-        };
-        let a = setattr(sh, c, InodeId(ino), attrs, Some(fh))?;
-        // The kernel's cached mode still has the bits.
-        sh.forget_attrs(ino);
-        a.mode & 0o7777
+    if kept == mode {
+        sh.seen(&a);
+        return Ok(());
+    }
+    let attrs = SetAttrs {
+        mode: Some(kept),
+        ..SetAttrs::default()
     };
-    h.setid.store(now & SETID_BITS, Ordering::Release);
+    let a = setattr(sh, c, InodeId(ino), attrs, Some(fh))?;
+    sh.seen(&a);
+    // The kernel's cached mode still has the bits.
+    sh.forget_attrs(ino);
     Ok(())
 }
 
@@ -136,6 +165,7 @@ pub struct Shared {
     stamps: CacheStamps,
     /// Directory attributes, for the kernel's permission checks (see [`DirAttrs`]).
     dirs: DirAttrs,
+    setid: SetIdFiles,
     /// When streaming reads drop the kernel's pages behind them.
     drop_behind: crate::behind::Policy,
 }
@@ -300,11 +330,18 @@ impl Shared {
         self.stamps.forget(ino);
     }
 
+    /// Attributes the metadata server just gave: kept for directories (`DirAttrs`) and
+    /// for files with set-ID bits (`SetIdFiles`).
+    fn seen(&self, a: &Attr) {
+        self.dirs.store(a);
+        self.setid.note(a);
+    }
+
     /// Notes an entry added to `parent` by this mount (see [`DirAttrs::entry_added`]).
     fn added(&self, parent: u64, r: &Result<Attr, WireError>) {
         if let Ok(a) = r {
             self.dirs.entry_added(parent, a);
-            self.dirs.store(a);
+            self.seen(a);
         }
     }
 
@@ -403,6 +440,7 @@ impl StripeFs {
                 writeback_wanted: writeback_cache,
                 stamps: CacheStamps::default(),
                 dirs: DirAttrs::default(),
+                setid: SetIdFiles::default(),
                 drop_behind: crate::drop_behind_policy(crate::keep_head_bytes()),
             }),
             pool: Pool::new(WORKERS, MAX_QUEUED_REQUESTS),
@@ -679,7 +717,7 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| {
             let r = c.lookup(InodeId(parent), &name);
             if let Ok(a) = &r {
-                sh.dirs.store(a);
+                sh.seen(a);
             }
             reply_entry(&c, reply, r)
         });
@@ -693,7 +731,7 @@ impl fuser::Filesystem for StripeFs {
         }
         self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
             Ok(a) => {
-                sh.dirs.store(&a);
+                sh.seen(&a);
                 reply.attr(&ATTR_TTL, &kernel_attr(&c, &a))
             }
             Err(e) => reply.error(errno_ino(&e)),
@@ -730,7 +768,7 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| {
             match setattr(sh, &c, InodeId(ino), attrs, fh) {
                 Ok(a) => {
-                    sh.dirs.store(&a);
+                    sh.seen(&a);
                     reply.attr(&ATTR_TTL, &kernel_attr(&c, &a))
                 }
                 Err(e) => reply.error(errno_ino(&e)),
@@ -771,7 +809,7 @@ impl fuser::Filesystem for StripeFs {
             match c.set_xattr_ino(InodeId(ino), &name, &value, mode) {
                 Ok(a) => {
                     // The ctime moved: a directory's cached attributes too.
-                    sh.dirs.store(&a);
+                    sh.seen(&a);
                     reply.ok()
                 }
                 Err(e) => reply.error(errno_ino(&e)),
@@ -815,7 +853,7 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| {
             match c.remove_xattr_ino(InodeId(ino), &name) {
                 Ok(a) => {
-                    sh.dirs.store(&a);
+                    sh.seen(&a);
                     reply.ok()
                 }
                 Err(e) => reply.error(errno_ino(&e)),
@@ -980,7 +1018,9 @@ impl fuser::Filesystem for StripeFs {
                     sh.forget_attrs(ino);
                     // Close-to-open, without rereading an unchanged file: the kernel
                     // keeps its pages only if the stamp is the one they were read at.
-                    let stamp = Stamp::of(&file.cached_attr());
+                    let attr = file.cached_attr();
+                    sh.setid.note(&attr);
+                    let stamp = Stamp::of(&attr);
                     let keep =
                         !truncated && flags & libc::O_TRUNC == 0 && sh.stamps.keep(ino, stamp);
                     if truncated {
@@ -1066,7 +1106,7 @@ impl fuser::Filesystem for StripeFs {
         // as does one that must clear set-ID bits first.
         let mut kill = None;
         if let Ok(h) = self.shared.file(fh) {
-            if h.must_kill_setid(write_flags) {
+            if self.shared.setid.must_kill(ino, write_flags) {
                 kill = Some(self.shared.creds.cred(req.uid(), req.gid(), req.pid()));
             } else if !h.append && h.file.write_would_not_wait(offset, data.len() as u64) {
                 return match h.file.write_at(offset, data) {
@@ -1080,7 +1120,7 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| {
             let h = or_reply!(sh.file(fh), reply);
             if let Some(cred) = kill {
-                if let Err(e) = kill_setid(sh, &c, &cred, ino, fh, &h) {
+                if let Err(e) = kill_setid(sh, &c, &cred, ino, fh) {
                     return reply.error(errno(&e));
                 }
             }
@@ -1205,15 +1245,12 @@ impl fuser::Filesystem for StripeFs {
         };
         // fallocate clears set-ID bits as a write does; its request carries no flag for
         // it, so anyone but root is taken to lack CAP_FSETID.
-        let kill = self
-            .shared
-            .file(fh)
-            .is_ok_and(|h| req.uid() != 0 && h.must_kill_setid(FUSE_WRITE_KILL_SUIDGID))
+        let kill = (req.uid() != 0 && self.shared.setid.must_kill(ino, FUSE_WRITE_KILL_SUIDGID))
             .then(|| self.shared.creds.cred(req.uid(), req.gid(), req.pid()));
         self.spawn(req, move |sh, c| {
             let h = or_reply!(sh.file(fh), reply);
             if let Some(cred) = kill {
-                if let Err(e) = kill_setid(sh, &c, &cred, ino, fh, &h) {
+                if let Err(e) = kill_setid(sh, &c, &cred, ino, fh) {
                     return reply.error(errno(&e));
                 }
             }
@@ -1242,7 +1279,7 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |sh, c| match c.getattr(InodeId(ino)) {
             Ok(a) if a.ftype != FileType::Dir => reply.error(libc::ENOTDIR),
             Ok(a) => {
-                sh.dirs.store(&a);
+                sh.seen(&a);
                 let fh = sh.insert(Handle::Dir(Arc::new(DirHandle::new(InodeId(ino)))));
                 reply.opened(fh, 0);
             }
@@ -1341,6 +1378,7 @@ impl fuser::Filesystem for StripeFs {
             match created {
                 Ok(file) => {
                     let created = file.cached_attr();
+                    sh.setid.note(&created);
                     sh.dirs.entry_added(parent, &created);
                     let attr = kernel_attr(&c, &created);
                     let fh = sh.insert(Handle::File(Arc::new(FileHandle::new(file, append))));

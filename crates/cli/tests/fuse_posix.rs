@@ -1126,3 +1126,61 @@ fn interleaved_writers_of_one_file_through_the_mount() {
         "writes of threads sharing one descriptor read back wrong"
     );
 }
+
+/// Set-ID bits set while a writer already holds the file open (by root, through the
+/// same mount) still go before that writer's next write, as on a local file system: the
+/// mount clears them itself (the kernel leaves it to the daemon), from the file's
+/// attributes as this mount last saw them, not as they were at the writer's open.
+#[test]
+fn setid_bits_set_after_a_writer_opened_go_at_its_next_write() {
+    need_fuse!();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: needs root to act as another user");
+        return;
+    }
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let f = m.p("f");
+    // Past the inline threshold: the write goes to a data server only.
+    fs::write(&f, vec![7u8; 100_000]).unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o666)).unwrap();
+    let script = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+print("open", flush=True)
+sys.stdin.readline()
+os.pwrite(fd, b"x", 100)
+print(oct(os.fstat(fd).st_mode & 0o7777), flush=True)
+os.close(fd)
+"#;
+    let mut child = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&f)
+        .uid(65534)
+        .gid(65534)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "open");
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6777)).unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o6777);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        line.trim(),
+        "0o777",
+        "mode seen by the writer after its write"
+    );
+    // What the metadata server holds.
+    let json = c.ok(&["stat", "/f", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["mode"], "777", "{json}");
+}

@@ -873,9 +873,30 @@ impl Client {
                 format!("no data server {} in the cluster file", server.0),
             )
         })?;
-        match pool.call(&self.cred, Request::Space {}, &[], &mut [])?.0 {
-            Response::Space { targets } => Ok(targets),
-            other => Err(unexpected(pool, "Space", &other)),
+        use std::sync::atomic::Ordering;
+        let from_status = |s: DataStatus| {
+            let space = |t: &TargetStatus| TargetSpace {
+                bytes_total: t.bytes_total,
+                bytes_free: t.bytes_free,
+            };
+            s.targets.iter().map(space).collect()
+        };
+        if self.inner.no_space.load(Ordering::Relaxed) {
+            return self.data_status(server).map(from_status);
+        }
+        match pool.call(&self.cred, Request::Space {}, &[], &mut []) {
+            Ok((Response::Space { targets }, _)) => Ok(targets),
+            Ok((other, _)) => Err(unexpected(pool, "Space", &other)),
+            // A server that does not know the request refuses its frame.
+            Err(e) if e.code == ErrorCode::BadFrame => {
+                tracing::warn!(
+                    "{} does not serve Space ({e}): statfs asks its status",
+                    pool.name()
+                );
+                self.inner.no_space.store(true, Ordering::Relaxed);
+                self.data_status(server).map(from_status)
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -127,6 +127,9 @@ pub(crate) struct Inner {
     pub unsynced: unsynced::Unsynced,
     /// Data servers' boot identities of files closed since their last fsync.
     pub kept_boots: unsynced::KeptBoots,
+    /// A data server refused Space as a request it does not know: statfs asks
+    /// DataStatus from then on.
+    pub no_space: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -296,6 +299,7 @@ impl Client {
             open: Mutex::new(HashMap::new()),
             unsynced: unsynced::Unsynced::default(),
             kept_boots: unsynced::KeptBoots::default(),
+            no_space: std::sync::atomic::AtomicBool::new(false),
         });
         if via.as_ref().map_or(true, |v| v.renews_in_background()) {
             session::Session::start_renewer(&inner)?;

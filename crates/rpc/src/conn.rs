@@ -473,6 +473,37 @@ impl Conn {
         }
         // The server answers in order: it has read every frame written before this one.
         self.sent_deferred.clear();
+        // A server refusing a frame it cannot take (an opcode it does not know: an older
+        // server) answers under opcode Ping with the error, BadFrame, and closes; request
+        // id 0 when the header itself was refused. That error is the answer; the
+        // connection is done.
+        let refused = (header.request_id == id || header.request_id == 0)
+            && header.opcode == Opcode::Ping as u16
+            && opcode != Opcode::Ping
+            && header.status != 0;
+        if refused && header.data_len == 0 {
+            self.body_buf.resize(header.body_len as usize, 0);
+            let mut body = std::mem::take(&mut self.body_buf);
+            let r = read_exact(&mut self.stream, &mut body, None);
+            let decoded = r.and_then(|_| decode_response(&header, &body).map_err(ReadError::Frame));
+            self.body_buf = body;
+            self.broken = true;
+            return match decoded {
+                Ok(Err(mut err)) => {
+                    err.message = format!(
+                        "server {} refused {}: {}",
+                        self.addr,
+                        opcode.name(),
+                        err.message
+                    );
+                    Err(err)
+                }
+                Ok(Ok(_)) | Err(_) => Err(self.fail(
+                    ErrorCode::UnexpectedMessage,
+                    &format!("answered request {id} ({}) as a Ping", opcode.name()),
+                )),
+            };
+        }
         if header.request_id != id || header.opcode != opcode as u16 {
             return Err(self.fail(
                 ErrorCode::UnexpectedMessage,

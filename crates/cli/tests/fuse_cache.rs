@@ -139,6 +139,56 @@ fn listing_a_directory_is_one_request() {
     );
 }
 
+/// A listing carries each entry's attributes (READDIRPLUS): a stat of every entry after
+/// it (`ls -l`, `find`, `du`) asks the metadata server nothing more, for empty files,
+/// small files kept inline and directories alike; files with bytes on the data servers
+/// are given for no time (their st_blocks is counted there) and looked up again.
+#[test]
+fn a_listing_then_a_stat_of_every_entry_is_one_request() {
+    need_fuse!();
+    use std::os::unix::fs::MetadataExt;
+    const N: usize = 300;
+    let c = Cluster::up(1, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    let d = m.p("d");
+    fs::create_dir(&d).unwrap();
+    for i in 0..N {
+        let p = d.join(format!("f{i:03}"));
+        match i % 3 {
+            0 => drop(fs::File::create(&p).unwrap()),
+            1 => fs::write(&p, b"small").unwrap(),
+            _ => fs::create_dir(&p).unwrap(),
+        }
+    }
+    // Let the kernel's entries from the creates expire.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let start = std::time::Instant::now();
+    let before = meta_requests(&c);
+    let mut sizes = 0;
+    for e in fs::read_dir(&d).unwrap() {
+        let md = fs::symlink_metadata(e.unwrap().path()).unwrap();
+        sizes += md.size();
+    }
+    let asked = meta_requests(&c) - before - 1;
+    assert_eq!(sizes, 5 * (N as u64 / 3) + 4096 * (N as u64 / 3));
+    let expiries = 2 * start.elapsed().as_secs().saturating_add(1);
+    assert!(
+        asked <= 1 + expiries + 3,
+        "{asked} requests to list and stat {N} entries in {:?}",
+        start.elapsed()
+    );
+    // A file on the data servers: its st_blocks is exact, asked when stat'ed.
+    let big = d.join("big");
+    fs::write(&big, vec![1u8; 1 << 20]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert!(fs::read_dir(&d).unwrap().count() > N);
+    let listed = fs::symlink_metadata(&big).unwrap().blocks();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let fetched = fs::symlink_metadata(&big).unwrap().blocks();
+    assert!(fetched >= 2048, "{fetched} blocks for 1 MiB");
+    assert_eq!(listed, fetched, "st_blocks right after a listing");
+}
+
 /// The kernel checks a directory's mode before each create and unlink in it
 /// (default_permissions) and forgets its attributes after each: the mount answers those
 /// checks from the directory's attributes as the last change left them, so a create

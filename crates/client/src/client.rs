@@ -119,6 +119,12 @@ impl Client {
         crate::io::allocated_bytes(&self.inner, &self.cred, attr)
     }
 
+    /// [`Client::allocated_bytes`] when the attributes alone tell it (directories,
+    /// empty and inline files...), without asking the data servers; `None` otherwise.
+    pub fn allocated_known(attr: &Attr) -> Option<u64> {
+        crate::io::allocated_known(attr)
+    }
+
     /// Makes directory `name` in `parent`.
     pub fn mkdir_at(&self, parent: InodeId, name: &str, mode: u32) -> Result<Attr, WireError> {
         name_ok(name)?;
@@ -393,6 +399,51 @@ impl Client {
             Response::Entries { entries, done } => Ok((entries, done)),
             other => Err(unexpected(&self.inner.meta, "ReadDir", &other)),
         }
+    }
+
+    /// Up to `limit` entries of directory `ino` after the name `after`, each with its
+    /// attributes (as [`Client::lookup`] gives them), and whether the listing is done.
+    /// Needs read and search permission on the directory.
+    pub fn readdir_plus_page(
+        &self,
+        ino: InodeId,
+        after: &str,
+        limit: u32,
+    ) -> Result<(Vec<(String, Attr)>, bool), WireError> {
+        use std::sync::atomic::Ordering;
+        if !self.inner.no_readdir_plus.load(Ordering::Relaxed) {
+            let req = Request::ReadDirPlus {
+                ino,
+                after: after.into(),
+                limit,
+            };
+            match self.meta(req) {
+                Ok(Response::EntriesPlus { entries, done }) => return Ok((entries, done)),
+                Ok(other) => return Err(unexpected(&self.inner.meta, "ReadDirPlus", &other)),
+                // A server that does not know the request refuses its frame.
+                Err(e) if e.code == ErrorCode::BadFrame => {
+                    tracing::warn!(
+                        "the metadata server does not serve ReadDirPlus ({e}): listings \
+                         with attributes take a lookup per entry"
+                    );
+                    self.inner.no_readdir_plus.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return ctx(Err(e), || format!("readdir (with attributes) {ino}")),
+            }
+        }
+        // The same answer from ReadDir and a Lookup per entry. The search permission
+        // ReadDirPlus needs is the Lookups'.
+        let (page, done) = self.readdir_page(ino, after, limit)?;
+        let mut entries = Vec::with_capacity(page.len());
+        for e in page {
+            match self.lookup(ino, &e.name) {
+                Ok(a) => entries.push((e.name, a)),
+                // Removed since the listing: as a later page would not have it.
+                Err(err) if err.code == ErrorCode::NotFound => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok((entries, done))
     }
 
     /// All entries of directory `ino`, in pages of [`READDIR_PAGE`].

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 mod inline;
 mod sparse;
-pub(crate) use sparse::allocated_bytes;
+pub(crate) use sparse::{allocated_bytes, allocated_known};
 
 use stripefs_wire::{
     crc32c, padded_block_crc, piece_crcs, Attr, Cred, ErrorCode, InodeId, Layout, Request,

@@ -792,6 +792,7 @@ fn idempotent(req: &Request) -> bool {
             | Resolve { .. }
             | Readlink { .. }
             | ReadDir { .. }
+            | ReadDirPlus { .. }
             | MetaStatus {}
             | Access { .. }
             | Write { .. }

@@ -3,24 +3,25 @@
 
 use crate::behind::Stream;
 use crate::cred::CredCache;
-use crate::dir::DirHandle;
+use crate::dir::{DirHandle, Fetch};
 use crate::errno::{errno, errno_ino, file_attr, time_ns};
 use crate::pool::Pool;
 use crate::{ATTR_TTL, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS};
 use fuser::consts::{
     FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_ASYNC_DIO, FUSE_ATOMIC_O_TRUNC, FUSE_CACHE_SYMLINKS,
-    FUSE_PARALLEL_DIROPS, FUSE_WRITEBACK_CACHE,
+    FUSE_DO_READDIRPLUS, FUSE_PARALLEL_DIROPS, FUSE_READDIRPLUS_AUTO, FUSE_WRITEBACK_CACHE,
 };
 use fuser::{
-    KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow,
 };
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use stripefs_client::{
     Attr, Client, ErrorCode, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
 };
@@ -155,6 +156,8 @@ pub struct Shared {
     /// (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later): write-only handles then bypass
     /// the page cache.
     direct_writes: AtomicBool,
+    /// The kernel may ask for READDIRPLUS: listings are fetched with attributes.
+    readdirplus: AtomicBool,
     /// The kernel's writeback cache is on (asked for with `--writeback-cache` and granted
     /// at INIT): writes come from the kernel's page cache at offsets it chose, also for
     /// appending handles, and it may read through any handle to fill a page.
@@ -436,6 +439,7 @@ impl StripeFs {
                 mountpoint: mountpoint.to_path_buf(),
                 readahead_set: std::sync::Once::new(),
                 direct_writes: AtomicBool::new(false),
+                readdirplus: AtomicBool::new(false),
                 writeback: AtomicBool::new(false),
                 writeback_wanted: writeback_cache,
                 stamps: CacheStamps::default(),
@@ -621,6 +625,28 @@ const FUSE_DIRECT_IO_ALLOW_MMAP: u64 = 1 << 36;
 /// `security.capability` attribute as not needing the check on each write (SB_NOSEC).
 const FUSE_HANDLE_KILLPRIV_V2: u64 = 1 << 28;
 
+/// Attributes for the `.` and `..` entries of a READDIRPLUS answer, which the kernel
+/// does not link (it takes only their inode number and type).
+fn dot_attr(ino: u64, kind: fuser::FileType) -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino,
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: crate::BLKSIZE_BYTES,
+        flags: 0,
+    }
+}
+
 /// Reply flags for a new file handle.
 ///
 /// Appending handles bypass the page cache: their writes go to the end of file as the
@@ -688,6 +714,12 @@ impl fuser::Filesystem for StripeFs {
         // one); the daemon clears set-ID bits on write itself (`kill_setid`), and the
         // metadata server on truncate and chown as it always did.
         let _ = config.add_capabilities(FUSE_HANDLE_KILLPRIV_V2);
+        // Listings carry each entry's attributes (one round trip per page of entries,
+        // not a LOOKUP per entry for `ls -l`, `find` or `du`); the kernel asks for them
+        // at the start of a listing and where lookups in the directory followed one.
+        let plus = config.add_capabilities(FUSE_DO_READDIRPLUS).is_ok();
+        let _ = config.add_capabilities(FUSE_READDIRPLUS_AUTO);
+        self.shared.readdirplus.store(plus, Ordering::Relaxed);
         let direct = config.add_capabilities(FUSE_DIRECT_IO_ALLOW_MMAP).is_ok();
         self.shared.direct_writes.store(direct, Ordering::Relaxed);
         if self.shared.writeback_wanted {
@@ -1300,10 +1332,76 @@ impl fuser::Filesystem for StripeFs {
         }
         self.spawn(req, move |sh, c| {
             let d = or_reply!(sh.dir(fh), reply);
-            let r = d.fill(&c, offset, |(ino, next, kind, name)| {
+            let fetch = if sh.readdirplus.load(Ordering::Relaxed) {
+                // The same listing may serve READDIRPLUS calls of this handle later.
+                Fetch::Plus {
+                    who: &c,
+                    fallback: &sh.client,
+                }
+            } else {
+                Fetch::Names(&c)
+            };
+            let r = d.fill(fetch, offset, |(ino, next, kind, name, _)| {
                 reply.add(ino, next, kind, name)
             });
             match r {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn readdirplus(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        if self.shared.dir(fh).is_ok_and(|d| d.past_end(offset)) {
+            return reply.ok();
+        }
+        self.spawn(req, move |sh, c| {
+            let d = or_reply!(sh.dir(fh), reply);
+            let fetch = Fetch::Plus {
+                who: &c,
+                fallback: &sh.client,
+            };
+            let mut failed = None;
+            let r = d.fill(fetch, offset, |(e_ino, next, kind, name, attr)| {
+                let looked_up;
+                let attr = match attr {
+                    Some(a) => a,
+                    // `.` and `..`: the kernel links neither, only their type counts.
+                    None if name == "." || name == ".." => {
+                        let a = dot_attr(e_ino, kind);
+                        return reply.add(e_ino, next, name, &Duration::ZERO, &a, 0);
+                    }
+                    // Fetched by a plain READDIR of this handle before the kernel's
+                    // first READDIRPLUS: looked up now.
+                    None => match c.lookup(InodeId(ino), name) {
+                        Ok(a) => {
+                            looked_up = a;
+                            &looked_up
+                        }
+                        Err(e) => {
+                            failed = Some(e);
+                            return true;
+                        }
+                    },
+                };
+                sh.seen(attr);
+                // The kernel caches these as a lookup's; st_blocks of a file on the data
+                // servers would take a round trip to each, so such an entry is given
+                // for no time (the next stat asks, exactly).
+                let (fa, ttl) = match Client::allocated_known(attr) {
+                    Some(bytes) => (file_attr(attr, bytes), ENTRY_TTL),
+                    None => (file_attr(attr, attr.size), Duration::ZERO),
+                };
+                reply.add(e_ino, next, name, &ttl, &fa, 0)
+            });
+            match r.and_then(|()| failed.map_or(Ok(()), Err)) {
                 Ok(()) => reply.ok(),
                 Err(e) => reply.error(errno(&e)),
             }

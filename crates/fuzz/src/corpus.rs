@@ -195,6 +195,11 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             after: if rng.gen() { String::new() } else { text(rng) },
             limit: rng.gen_range(0..5000),
         },
+        Opcode::ReadDirPlus => Request::ReadDirPlus {
+            ino: ino(rng),
+            after: if rng.gen() { String::new() } else { text(rng) },
+            limit: rng.gen_range(0..5000),
+        },
         Opcode::Exchange => Request::Exchange {
             a_parent: ino(rng),
             a_name: text(rng),
@@ -485,6 +490,12 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                     ino: ino(rng),
                     ftype: ftype(rng),
                 })
+                .collect(),
+            done: rng.gen(),
+        },
+        Opcode::ReadDirPlus => Response::EntriesPlus {
+            entries: (0..rng.gen_range(0..3))
+                .map(|_| (text(rng), attr(rng)))
                 .collect(),
             done: rng.gen(),
         },

@@ -749,6 +749,9 @@ impl MetaService {
             Request::ReadDir { ino, after, limit } => {
                 read::read_dir(rd, cred, ino.0, after, *limit)
             }
+            Request::ReadDirPlus { ino, after, limit } => {
+                read::read_dir_plus(rd, cred, ino.0, after, *limit)
+            }
             Request::Access { ino, mask } => read::access(rd, cred, ino.0, *mask),
             Request::ReadInline { ino } => inline::read(rd, cred, ino.0),
             Request::GetXattr { ino, name } => ops::xattr::get(rd, cred, ino.0, name),

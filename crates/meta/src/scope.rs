@@ -5,8 +5,8 @@
 //! in scope when following recorded parents from it reaches the root. Files have no
 //! recorded parent (hard links give them several), so a file is in scope once the token
 //! has reached it from inside: an answer to one of its in-scope requests named it
-//! (lookup, create, readdir, resolve). Those inode numbers are kept per token in memory;
-//! after a restart a client finds them again by path. Data servers ask here
+//! (lookup, create, readdir, readdirplus, resolve). Those inode numbers are kept per
+//! token in memory; after a restart a client finds them again by path. Data servers ask here
 //! (`TokenAllows`) before serving a token's request for a file.
 //!
 //! Revoked token ids are kept in `<db>.revoked` beside the database, one hex id a line,
@@ -269,6 +269,7 @@ impl Scopes {
             | Request::Readlink { ino }
             | Request::SetAttr { ino, .. }
             | Request::ReadDir { ino, .. }
+            | Request::ReadDirPlus { ino, .. }
             | Request::Open { ino, .. }
             | Request::Close { ino, .. }
             | Request::ExtendSize { ino, .. }
@@ -338,6 +339,12 @@ impl Scopes {
                     .iter()
                     .filter(|e| e.ftype != stripefs_wire::FileType::Dir)
                     .map(|e| e.ino.0),
+            ),
+            (_, Response::EntriesPlus { entries, .. }) => found.extend(
+                entries
+                    .iter()
+                    .filter(|(_, a)| a.ftype != stripefs_wire::FileType::Dir)
+                    .map(|(_, a)| a.ino.0),
             ),
             _ => {}
         }

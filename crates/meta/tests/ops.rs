@@ -915,3 +915,115 @@ fn create_open_counts_the_open_and_lets_the_creator_write() {
     );
     fs.check();
 }
+
+/// ReadDirPlus lists as ReadDir does, each entry with the attributes a Lookup of its
+/// name gives, page by page to the end; it needs read and search permission on the
+/// directory (read alone lists names with ReadDir).
+#[test]
+fn readdir_plus_gives_each_entry_its_lookup_attributes() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let d = fs.mkdir(&r, ROOT, "d", 0o755).unwrap().ino.0;
+    let mut names: Vec<String> = (0..300).map(|i| format!("e{i:03}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        if i % 10 == 0 {
+            fs.mkdir(&r, d, n, 0o700).unwrap();
+        } else {
+            fs.create(&r, d, n, 0o640).unwrap();
+        }
+    }
+    names.sort();
+    let mut got: Vec<(String, Attr)> = Vec::new();
+    loop {
+        let after = got.last().map(|(n, _)| n.clone()).unwrap_or_default();
+        let Response::EntriesPlus { entries, done } = fs
+            .root(Request::ReadDirPlus {
+                ino: InodeId(d),
+                after,
+                limit: 64,
+            })
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert!(entries.len() <= 64);
+        got.extend(entries);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(
+        got.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        names
+    );
+    for (n, a) in &got {
+        assert_eq!(*a, fs.lookup(d, n).unwrap(), "{n}");
+    }
+    // Read without search: names only.
+    let bob = Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    let ro = fs.mkdir(&r, ROOT, "ro", 0o744).unwrap().ino.0;
+    fs.create(&r, ro, "x", 0o644).unwrap();
+    let list = |req| fs.call(&bob, req);
+    assert!(list(Request::ReadDir {
+        ino: InodeId(ro),
+        after: String::new(),
+        limit: 10
+    })
+    .is_ok());
+    assert_eq!(
+        code(list(Request::ReadDirPlus {
+            ino: InodeId(ro),
+            after: String::new(),
+            limit: 10
+        })),
+        ErrorCode::PermissionDenied
+    );
+    assert_eq!(
+        code(fs.root(Request::ReadDirPlus {
+            ino: InodeId(d),
+            after: String::new(),
+            limit: 0
+        })),
+        ErrorCode::InvalidArgument
+    );
+    // Long names fill the byte budget before the entry limit: the page ends early, and
+    // the listing goes on from there.
+    let long = fs.mkdir(&r, ROOT, "long", 0o755).unwrap().ino.0;
+    let n = MAX_READDIR_ENTRIES as usize;
+    for i in 0..n {
+        fs.create(&r, long, &format!("{i:05}{}", "x".repeat(245)), 0o644)
+            .unwrap();
+    }
+    let mut seen = 0;
+    let mut after = String::new();
+    let mut pages = 0;
+    loop {
+        let Response::EntriesPlus { entries, done } = fs
+            .root(Request::ReadDirPlus {
+                ino: InodeId(long),
+                after: after.clone(),
+                limit: MAX_READDIR_ENTRIES,
+            })
+            .unwrap()
+        else {
+            panic!()
+        };
+        let body = encode_body(&Response::EntriesPlus {
+            entries: entries.clone(),
+            done,
+        });
+        assert!(body.len() <= READDIRPLUS_BODY_BYTES + 16, "{}", body.len());
+        seen += entries.len();
+        pages += 1;
+        after = entries.last().map(|(n, _)| n.clone()).unwrap_or_default();
+        if done {
+            break;
+        }
+    }
+    assert_eq!(seen, n);
+    assert!(pages > 1, "{n} long names came in one page");
+}

@@ -72,8 +72,11 @@ pub fn stripe_size_error(size: u32) -> Option<String> {
 pub const MAX_NAME_BYTES: usize = 255;
 /// Longest path or symlink target, in bytes (as POSIX PATH_MAX - 1).
 pub const MAX_PATH_BYTES: usize = 4095;
-/// Most entries returned by one ReadDir.
+/// Most entries returned by one ReadDir (or ReadDirPlus).
 pub const MAX_READDIR_ENTRIES: u32 = 4096;
+/// A ReadDirPlus answer stops adding entries once its body holds this many bytes (an
+/// entry's attributes carry its layout, whose server list may be long).
+pub const READDIRPLUS_BODY_BYTES: usize = 1 << 20;
 
 /// CRC32C of `bytes`, the checksum used everywhere in stripefs.
 pub fn crc32c(bytes: &[u8]) -> u32 {

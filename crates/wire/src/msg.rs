@@ -500,6 +500,12 @@ requests! {
     // every object file); answered with `Space`. What a client's statfs needs (`df`
     // through the mount): one system call per target, whatever the number of objects.
     83 => Space {},
+    // Metadata: as ReadDir, each entry with its attributes (as Lookup answers them,
+    // inline bytes not included), so that a listing followed by a stat of every entry
+    // (`ls -l`, `find`, `du`) is one round trip per page, not one per entry. Needs read
+    // and search permission on the directory. Answered with `EntriesPlus`; a page ends
+    // early (not `done`) before its body passes `READDIRPLUS_BODY_BYTES`.
+    46 => ReadDirPlus { ino: InodeId, after: String, limit: u32 },
 }
 
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).
@@ -693,6 +699,12 @@ pub enum Response {
     /// Answer to Space: each target's size and free bytes, in target order.
     Space {
         targets: Vec<TargetSpace>,
+    },
+    /// Answer to ReadDirPlus: (name, attributes) of each entry, in name order; `done`
+    /// when none follow.
+    EntriesPlus {
+        entries: Vec<(String, Attr)>,
+        done: bool,
     },
 }
 
@@ -1118,7 +1130,7 @@ impl Request {
                 src_name, dst_name, ..
             } => name_ok(src_name).and(name_ok(dst_name)),
             Request::Exchange { a_name, b_name, .. } => name_ok(a_name).and(name_ok(b_name)),
-            Request::ReadDir { after, limit, .. } => {
+            Request::ReadDir { after, limit, .. } | Request::ReadDirPlus { after, limit, .. } => {
                 if !after.is_empty() {
                     name_ok(after)?;
                 }

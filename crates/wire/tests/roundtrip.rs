@@ -713,6 +713,13 @@ fn variant_indices_are_pinned() {
         (18, Response::Xattr { value: vec![] }),
         (19, Response::XattrNames { names: vec![] }),
         (20, Response::Space { targets: vec![] }),
+        (
+            21,
+            Response::EntriesPlus {
+                entries: vec![],
+                done: true,
+            },
+        ),
     ] {
         let frame = encode_response(1, Opcode::Ping, &Ok(resp.clone()), 0);
         let body = &frame[HEADER_LEN..];
@@ -809,6 +816,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (44, "SyncMeta"),
     (45, "ExtendSizeUnsynced"),
     (83, "Space"),
+    (46, "ReadDirPlus"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -898,6 +906,11 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::SetLayout => Request::SetLayout {
             ino,
             hint: LayoutHint::default(),
+        },
+        Opcode::ReadDirPlus => Request::ReadDirPlus {
+            ino,
+            after: String::new(),
+            limit: 1,
         },
         Opcode::Space => Request::Space {},
         Opcode::MetaStatus => Request::MetaStatus {},

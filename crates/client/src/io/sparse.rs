@@ -45,16 +45,12 @@ fn bytes(pool: &ServerPool, resp: Response) -> Result<u64, WireError> {
 /// this for every non-empty file). A file of size 0 costs none. Left out: space that
 /// fallocate with KEEP_SIZE reserved past the end on servers holding nothing below it.
 pub(crate) fn allocated_bytes(inner: &Inner, cred: &Cred, attr: &Attr) -> Result<u64, WireError> {
+    if let Some(known) = allocated_known(attr) {
+        return Ok(known);
+    }
     let Some(layout) = attr.layout.as_ref() else {
         return Ok(0);
     };
-    if attr.ftype != FileType::File || attr.size == 0 {
-        return Ok(0);
-    }
-    if attr.inline.is_some() {
-        // Kept with the inode: as many bytes as the file has.
-        return Ok(attr.size);
-    }
     if let Some(s) = layout
         .servers
         .iter()
@@ -75,6 +71,16 @@ pub(crate) fn allocated_bytes(inner: &Inner, cred: &Cred, attr: &Attr) -> Result
     });
     let per_server = call_servers(inner, cred, "Allocated", &attr.ino.to_string(), reqs, bytes)?;
     Ok(per_server.iter().sum())
+}
+
+/// [`allocated_bytes`] where the attributes alone tell it (anything but a regular file
+/// with bytes on its data servers); `None` where the data servers must be asked.
+pub(crate) fn allocated_known(attr: &Attr) -> Option<u64> {
+    if attr.layout.is_none() || attr.ftype != FileType::File || attr.size == 0 {
+        return Some(0);
+    }
+    // Kept with the inode: as many bytes as the file has.
+    attr.inline.is_some().then_some(attr.size)
 }
 
 impl InodeIo {

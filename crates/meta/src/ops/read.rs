@@ -1,11 +1,13 @@
-//! Lookup, GetAttr, ReadDir, Readlink, Resolve and Access: reads that run on a read
+//! Lookup, GetAttr, ReadDir(Plus), Readlink, Resolve and Access: reads that run on a read
 //! transaction in the connection's thread, never waiting for the writer.
 
 use super::need_entry;
 use crate::perm;
 use crate::store::{need, need_dir, Tables};
 use std::collections::VecDeque;
-use stripefs_wire::{validate_name, Cred, ErrorCode, FileType, InodeId, Response, WireError};
+use stripefs_wire::{
+    validate_name, Cred, ErrorCode, FileType, InodeId, Response, WireError, READDIRPLUS_BODY_BYTES,
+};
 
 /// Most symbolic links followed while resolving one path, as Linux's MAXSYMLINKS.
 pub const MAX_SYMLINKS: u32 = 40;
@@ -42,6 +44,38 @@ pub fn read_dir<T: Tables>(
     perm::check(cred, &dir, ino, perm::R)?;
     let (entries, done) = t.entries(ino, after, limit as usize)?;
     Ok(Response::Entries { entries, done })
+}
+
+/// ReadDir with each entry's attributes (what a Lookup of each name answers): needs
+/// read and search permission on the directory. A page ends early, not `done`, once its
+/// encoded entries pass [`READDIRPLUS_BODY_BYTES`] (layouts can be long).
+pub fn read_dir_plus<T: Tables>(
+    t: &T,
+    cred: &Cred,
+    ino: u64,
+    after: &str,
+    limit: u32,
+) -> Result<Response, WireError> {
+    if !after.is_empty() {
+        validate_name(after)?;
+    }
+    let limit = limit.clamp(1, stripefs_wire::MAX_READDIR_ENTRIES);
+    let dir = need_dir(t, ino)?;
+    perm::check(cred, &dir, ino, perm::R | perm::X)?;
+    let (entries, mut done) = t.entries(ino, after, limit as usize)?;
+    let mut out = Vec::with_capacity(entries.len());
+    let mut bytes = 0;
+    for e in entries {
+        let attr = need(t, e.ino.0)?.attr(e.ino.0);
+        // The name's bytes and its length (a varint of at most 2 bytes), the attributes.
+        bytes += e.name.len() + 2 + stripefs_wire::encode_body(&attr).len();
+        if !out.is_empty() && bytes > READDIRPLUS_BODY_BYTES {
+            done = false;
+            break;
+        }
+        out.push((e.name, attr));
+    }
+    Ok(Response::EntriesPlus { entries: out, done })
 }
 
 pub fn readlink<T: Tables>(t: &T, ino: u64) -> Result<Response, WireError> {

@@ -1184,3 +1184,34 @@ os.close(fd)
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["mode"], "777", "{json}");
 }
+
+/// A listing's attributes (READDIRPLUS) of a file this mount is writing show the writes
+/// not yet flushed to the metadata server, as a lookup's do: a stat after `ls` does not
+/// see the file shrink back to what the server last recorded.
+#[test]
+fn a_listing_shows_the_size_of_unflushed_writes() {
+    need_fuse!();
+    let c = Cluster::up(2, 1, &[]);
+    let m = FuseMount::new(&c.cluster_file());
+    fs::create_dir(m.p("d")).unwrap();
+    let p = m.p("d/f");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    f.write_all(&vec![5u8; 300_000]).unwrap();
+    // The kernel's entry and attributes from the create expire; the listing refreshes
+    // them while the write is still behind.
+    std::thread::sleep(Duration::from_millis(1100));
+    let names: Vec<_> = fs::read_dir(m.p("d"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert_eq!(names.len(), 1);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 300_000);
+    assert_eq!(names[0].metadata().unwrap().len(), 300_000);
+    drop(f);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 300_000);
+}

@@ -418,7 +418,14 @@ impl Client {
                 limit,
             };
             match self.meta(req) {
-                Ok(Response::EntriesPlus { entries, done }) => return Ok((entries, done)),
+                Ok(Response::EntriesPlus { entries, done }) => {
+                    // As a lookup's: writes of this client the server has not seen yet.
+                    let entries = entries
+                        .into_iter()
+                        .map(|(name, a)| (name, self.with_local_size(a)))
+                        .collect();
+                    return Ok((entries, done));
+                }
                 Ok(other) => return Err(unexpected(&self.inner.meta, "ReadDirPlus", &other)),
                 // A server that does not know the request refuses its frame.
                 Err(e) if e.code == ErrorCode::BadFrame => {

@@ -25,6 +25,17 @@ macro_rules! need_fuse {
     };
 }
 
+/// Skips the test, saying why, unless it runs as root.
+macro_rules! need_root {
+    ($why:expr) => {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping: {}", $why);
+            return;
+        }
+    };
+}
+
 fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
 }
@@ -234,11 +245,7 @@ fn namespace_rename_unlink_links_fifo_and_errno() {
 #[test]
 fn permissions_are_checked_for_a_non_root_caller() {
     need_fuse!();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: needs root to act as another user");
-        return;
-    }
+    need_root!("needs root to act as another user");
     let c = Cluster::up(1, 1, &[]);
     let m = FuseMount::new(&c.cluster_file());
     fs::create_dir(m.p("private")).unwrap();
@@ -474,11 +481,7 @@ fn writeback_cache_mount_writes_small_pieces_right() {
 #[test]
 fn writeback_cache_mount_as_an_unprivileged_user() {
     need_fuse!();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: needs root to act as another user");
-        return;
-    }
+    need_root!("needs root to act as another user");
     let c = Cluster::up(1, 1, &[]);
     let m = FuseMount::with_args(&c.cluster_file(), &["--writeback-cache"]);
     fs::create_dir(m.p("pub")).unwrap();
@@ -644,11 +647,7 @@ fn mount_daemon_returns_when_up_and_fails_clearly() {
 #[test]
 fn non_root_mount_without_fusermount3_says_what_to_install() {
     need_fuse!();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to run the mount as another user");
-        return;
-    }
+    need_root!("needs root to run the mount as another user");
     let c = Cluster::up(1, 1, &[]);
     let mp = tempfile::tempdir().unwrap();
     let cluster = c.path().join("nobody.toml");
@@ -785,11 +784,7 @@ fn write_only_writes_are_seen_by_open_readers_and_mappings() {
 #[test]
 fn tar_recreates_devices_fifos_and_links() {
     need_fuse!();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: device nodes need root");
-        return;
-    }
+    need_root!("device nodes need root");
     let c = Cluster::up(2, 1, &[]);
     let m = FuseMount::new(&c.cluster_file());
     let src = m.p("src");
@@ -872,11 +867,7 @@ fn make_typed(dir: &Path, name: &str, kind: &str) {
 #[test]
 fn rename_of_each_type_over_each_type_matches_tmpfs() {
     need_fuse!();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: device nodes need root");
-        return;
-    }
+    need_root!("device nodes need root");
     const KINDS: [&str; 6] = ["file", "dir", "symlink", "fifo", "socket", "chardev"];
     let run = |root: &Path| -> Vec<String> {
         let mut out = Vec::new();
@@ -1134,11 +1125,7 @@ fn interleaved_writers_of_one_file_through_the_mount() {
 #[test]
 fn setid_bits_set_after_a_writer_opened_go_at_its_next_write() {
     need_fuse!();
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipping: needs root to act as another user");
-        return;
-    }
+    need_root!("needs root to act as another user");
     let c = Cluster::up(1, 1, &[]);
     let m = FuseMount::new(&c.cluster_file());
     let f = m.p("f");

@@ -36,14 +36,27 @@ pub fn read_dir<T: Tables>(
     after: &str,
     limit: u32,
 ) -> Result<Response, WireError> {
+    let (entries, done) = dir_page(t, cred, ino, after, limit, perm::R)?;
+    Ok(Response::Entries { entries, done })
+}
+
+/// Up to `limit` entries of directory `ino` after `after`, for a caller with `mask`
+/// permission on it.
+fn dir_page<T: Tables>(
+    t: &T,
+    cred: &Cred,
+    ino: u64,
+    after: &str,
+    limit: u32,
+    mask: u32,
+) -> Result<(Vec<stripefs_wire::DirEntry>, bool), WireError> {
     if !after.is_empty() {
         validate_name(after)?;
     }
     let limit = limit.clamp(1, stripefs_wire::MAX_READDIR_ENTRIES);
     let dir = need_dir(t, ino)?;
-    perm::check(cred, &dir, ino, perm::R)?;
-    let (entries, done) = t.entries(ino, after, limit as usize)?;
-    Ok(Response::Entries { entries, done })
+    perm::check(cred, &dir, ino, mask)?;
+    t.entries(ino, after, limit as usize)
 }
 
 /// ReadDir with each entry's attributes (what a Lookup of each name answers): needs
@@ -56,13 +69,7 @@ pub fn read_dir_plus<T: Tables>(
     after: &str,
     limit: u32,
 ) -> Result<Response, WireError> {
-    if !after.is_empty() {
-        validate_name(after)?;
-    }
-    let limit = limit.clamp(1, stripefs_wire::MAX_READDIR_ENTRIES);
-    let dir = need_dir(t, ino)?;
-    perm::check(cred, &dir, ino, perm::R | perm::X)?;
-    let (entries, mut done) = t.entries(ino, after, limit as usize)?;
+    let (entries, mut done) = dir_page(t, cred, ino, after, limit, perm::R | perm::X)?;
     let mut out = Vec::with_capacity(entries.len());
     let mut bytes = 0;
     for e in entries {

@@ -58,13 +58,14 @@ impl FileHandle {
 /// from then on.
 #[derive(Default)]
 struct SetIdFiles {
-    map: Mutex<HashMap<u64, u32>>,
+    /// Mode and group of each such file.
+    map: Mutex<HashMap<u64, (u32, u32)>>,
     /// Whether `map` may hold anything: writes skip its lock while it is empty.
     any: AtomicBool,
 }
 
 impl SetIdFiles {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, u32>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u32, u32)>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -72,9 +73,8 @@ impl SetIdFiles {
         if a.ftype != FileType::File {
             return;
         }
-        let bits = a.mode & SETID_BITS;
-        if bits != 0 {
-            self.lock().insert(a.ino.0, bits);
+        if a.mode & SETID_BITS != 0 {
+            self.lock().insert(a.ino.0, (a.mode, a.gid));
             self.any.store(true, Ordering::Release);
         } else if self.any.load(Ordering::Acquire) {
             let mut m = self.lock();
@@ -85,11 +85,17 @@ impl SetIdFiles {
         }
     }
 
-    /// Whether a write to `ino` with these FUSE write flags must first clear set-ID bits.
-    fn must_kill(&self, ino: u64, write_flags: u32) -> bool {
-        write_flags & FUSE_WRITE_KILL_SUIDGID != 0
-            && self.any.load(Ordering::Acquire)
-            && self.lock().contains_key(&ino)
+    /// Whether a write to `ino` by a writer of primary group `gid`, with these FUSE
+    /// write flags, may have set-ID bits to clear first: set-user-ID, or set-group-ID
+    /// with group execute or a writer whose primary group is not the file's (its
+    /// supplementary groups are looked at by [`kill_setid`]).
+    fn must_kill(&self, ino: u64, gid: u32, write_flags: u32) -> bool {
+        if write_flags & FUSE_WRITE_KILL_SUIDGID == 0 || !self.any.load(Ordering::Acquire) {
+            return false;
+        }
+        self.lock().get(&ino).is_some_and(|&(mode, file_gid)| {
+            mode & S_ISUID != 0 || (mode & S_ISGID != 0 && (mode & 0o010 != 0 || gid != file_gid))
+        })
     }
 }
 
@@ -1138,7 +1144,7 @@ impl fuser::Filesystem for StripeFs {
         // as does one that must clear set-ID bits first.
         let mut kill = None;
         if let Ok(h) = self.shared.file(fh) {
-            if self.shared.setid.must_kill(ino, write_flags) {
+            if self.shared.setid.must_kill(ino, req.gid(), write_flags) {
                 kill = Some(self.shared.creds.cred(req.uid(), req.gid(), req.pid()));
             } else if !h.append && h.file.write_would_not_wait(offset, data.len() as u64) {
                 return match h.file.write_at(offset, data) {
@@ -1277,8 +1283,12 @@ impl fuser::Filesystem for StripeFs {
         };
         // fallocate clears set-ID bits as a write does; its request carries no flag for
         // it, so anyone but root is taken to lack CAP_FSETID.
-        let kill = (req.uid() != 0 && self.shared.setid.must_kill(ino, FUSE_WRITE_KILL_SUIDGID))
-            .then(|| self.shared.creds.cred(req.uid(), req.gid(), req.pid()));
+        let kill = (req.uid() != 0
+            && self
+                .shared
+                .setid
+                .must_kill(ino, req.gid(), FUSE_WRITE_KILL_SUIDGID))
+        .then(|| self.shared.creds.cred(req.uid(), req.gid(), req.pid()));
         self.spawn(req, move |sh, c| {
             let h = or_reply!(sh.file(fh), reply);
             if let Some(cred) = kill {

@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 use stripefs_client::{
     Attr, Client, ErrorCode, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
 };
+use stripefs_wire::{mode_after_write, S_ISGID, S_ISUID};
 
 /// Size of the unit `statfs` counts blocks in.
 const STATFS_FRSIZE: u32 = 4096;
@@ -93,15 +94,13 @@ impl SetIdFiles {
         if write_flags & FUSE_WRITE_KILL_SUIDGID == 0 || !self.any.load(Ordering::Acquire) {
             return false;
         }
-        self.lock().get(&ino).is_some_and(|&(mode, file_gid)| {
-            mode & S_ISUID != 0 || (mode & S_ISGID != 0 && (mode & 0o010 != 0 || gid != file_gid))
-        })
+        self.lock()
+            .get(&ino)
+            .is_some_and(|&(mode, file_gid)| mode_after_write(mode, file_gid, gid, &[]) != mode)
     }
 }
 
-const SETID_BITS: u32 = 0o6000;
-const S_ISUID: u32 = 0o4000;
-const S_ISGID: u32 = 0o2000;
+const SETID_BITS: u32 = S_ISUID | S_ISGID;
 
 /// Write flag (FUSE 7.31): the writer may not keep set-ID bits (it lacks CAP_FSETID).
 /// Sent with `FUSE_HANDLE_KILLPRIV_V2`, where clearing them is the daemon's work.
@@ -121,11 +120,7 @@ fn kill_setid(
 ) -> Result<(), WireError> {
     let a = c.getattr(InodeId(ino))?;
     let mode = a.mode & 0o7777;
-    let mut kept = mode & !S_ISUID;
-    let in_group = cred.gid == a.gid || cred.groups.contains(&a.gid);
-    if kept & 0o010 != 0 || !in_group {
-        kept &= !S_ISGID;
-    }
+    let kept = mode_after_write(mode, a.gid, cred.gid, &cred.groups);
     if kept == mode {
         sh.seen(&a);
         return Ok(());

@@ -9,8 +9,7 @@ pub const R: u32 = 4;
 pub const W: u32 = 2;
 pub const X: u32 = 1;
 
-pub const S_ISUID: u32 = 0o4000;
-pub const S_ISGID: u32 = 0o2000;
+pub use stripefs_wire::{S_ISGID, S_ISUID};
 const S_ISVTX: u32 = 0o1000;
 
 pub fn in_group(cred: &Cred, gid: u32) -> bool {
@@ -119,11 +118,7 @@ pub fn strip_setid_on_write(cred: &Cred, inode: &Inode) -> u32 {
     if cred.uid == 0 {
         return inode.mode;
     }
-    let mut m = inode.mode & !S_ISUID;
-    if m & 0o010 != 0 || !in_group(cred, inode.gid) {
-        m &= !S_ISGID;
-    }
-    m
+    stripefs_wire::mode_after_write(inode.mode, inode.gid, cred.gid, &cred.groups)
 }
 
 /// Bits cleared when ownership changes (as Linux does): set-user-ID always,

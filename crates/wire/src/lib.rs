@@ -78,6 +78,24 @@ pub const MAX_READDIR_ENTRIES: u32 = 4096;
 /// entry's attributes carry its layout, whose server list may be long).
 pub const READDIRPLUS_BODY_BYTES: usize = 1 << 20;
 
+/// Set-user-ID and set-group-ID mode bits.
+pub const S_ISUID: u32 = 0o4000;
+pub const S_ISGID: u32 = 0o2000;
+
+/// The mode a regular file keeps after a write, truncate or fallocate by a caller without
+/// CAP_FSETID (anyone but root), as Linux does: set-user-ID goes; set-group-ID goes too
+/// when the group may execute or the caller (primary group `gid`, supplementary
+/// `groups`) is not in the file's group `file_gid`. One rule for the metadata server
+/// (truncate, size changes) and the mount (writes in place).
+pub fn mode_after_write(mode: u32, file_gid: u32, gid: u32, groups: &[u32]) -> u32 {
+    let mut m = mode & !S_ISUID;
+    let in_group = gid == file_gid || groups.contains(&file_gid);
+    if m & 0o010 != 0 || !in_group {
+        m &= !S_ISGID;
+    }
+    m
+}
+
 /// CRC32C of `bytes`, the checksum used everywhere in stripefs.
 pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
@@ -150,6 +168,28 @@ pub fn validate_name(name: &str) -> Result<(), WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mode_after_a_write_by_someone_without_cap_fsetid() {
+        // (mode, file gid, writer gid, groups) -> kept
+        for (mode, fg, g, groups, kept) in [
+            (0o4755, 7, 7, &[][..], 0o755),
+            (0o2755, 7, 7, &[][..], 0o755), // group execute: a privilege, goes
+            (0o2745, 7, 7, &[][..], 0o2745), // no group execute, writer in group: stays
+            (0o2745, 7, 8, &[7][..], 0o2745),
+            (0o2745, 7, 8, &[9][..], 0o745), // writer outside the group: goes
+            (0o6777, 7, 8, &[][..], 0o777),
+            (0o644, 7, 8, &[][..], 0o644),
+        ] {
+            assert_eq!(mode_after_write(mode, fg, g, groups), kept, "{mode:o}");
+        }
+    }
+
+    #[test]
+    fn encoded_len_counts_what_encode_body_gives() {
+        let names = vec!["a".repeat(300), String::new(), "é".into()];
+        assert_eq!(encoded_len(&names), msg::encode_body(&names).len());
+    }
 
     #[test]
     fn stripe_sizes() {

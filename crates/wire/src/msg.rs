@@ -715,6 +715,12 @@ pub struct Envelope {
     pub req: Request,
 }
 
+/// Bytes [`encode_body`] would give `value`, counted without encoding it.
+pub fn encoded_len<T: Serialize>(value: &T) -> usize {
+    postcard::serialize_with_flavor(value, postcard::ser_flavors::Size::default())
+        .expect("counting bytes cannot fail")
+}
+
 /// Encodes a message body: postcard 1 (variable-length integers, see docs/protocol.md).
 /// Exposed for the benchmarks of the encoding and the fuzzer; frames use it through
 /// [`encode_request`] and [`encode_response`].

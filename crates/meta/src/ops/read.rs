@@ -75,7 +75,7 @@ pub fn read_dir_plus<T: Tables>(
     for e in entries {
         let attr = need(t, e.ino.0)?.attr(e.ino.0);
         // The name's bytes and its length (a varint of at most 2 bytes), the attributes.
-        bytes += e.name.len() + 2 + stripefs_wire::encode_body(&attr).len();
+        bytes += e.name.len() + 2 + stripefs_wire::encoded_len(&attr);
         if !out.is_empty() && bytes > READDIRPLUS_BODY_BYTES {
             done = false;
             break;

@@ -110,6 +110,7 @@ typedef struct stripefs_comm {
 #define STRIPEFS_MODE_WRONLY 2
 #define STRIPEFS_MODE_RDWR 4
 #define STRIPEFS_MODE_CREATE 8
+#define STRIPEFS_MODE_EXCL 16   /* with CREATE: fail with -EEXIST if the file exists */
 
 /* Collective open: every rank of `comm` calls it with the same path and mode; with
  * CREATE, rank 0 creates the file (striping hints apply) before the others open it.
@@ -157,6 +158,39 @@ int stripefs_mpi_get_size(stripefs_mfile_t *f, uint64_t *size);
 int stripefs_mpi_sync(stripefs_mfile_t *f);
 /* Collective close: frees the handle; every rank returns once all have closed. */
 int stripefs_mpi_close(stripefs_mfile_t *f);
+
+/* ---- list I/O of the MPI-IO layer, for callers that flatten views themselves ----
+ * (the Open MPI components). Extents are (offset, length) in bytes of the file, no view;
+ * their bytes lie one after another in buf. */
+typedef struct stripefs_extent {
+    uint64_t offset;
+    uint64_t len;
+} stripefs_extent_t;
+
+int stripefs_mpi_write_list(stripefs_mfile_t *f, const stripefs_extent_t *ext, size_t n,
+                            const void *buf);
+int stripefs_mpi_read_list(stripefs_mfile_t *f, const stripefs_extent_t *ext, size_t n,
+                           void *buf);
+/* Collective (two-phase, file domains aligned to stripes): every rank calls them. */
+int stripefs_mpi_write_list_all(stripefs_mfile_t *f, const stripefs_extent_t *ext, size_t n,
+                                const void *buf);
+int stripefs_mpi_read_list_all(stripefs_mfile_t *f, const stripefs_extent_t *ext, size_t n,
+                               void *buf);
+/* Asynchronous, as stripefs_mpi_iwrite_at / iread_at (iwrite copies buf at once). */
+int stripefs_mpi_iwrite_list(stripefs_mfile_t *f, const stripefs_extent_t *ext, size_t n,
+                             const void *buf, stripefs_request_t **req);
+int stripefs_mpi_iread_list(stripefs_mfile_t *f, const stripefs_extent_t *ext, size_t n,
+                            void *buf, stripefs_request_t **req);
+/* The file's stripe size in bytes and number of data servers (either pointer NULL). */
+int stripefs_mpi_striping(stripefs_mfile_t *f, uint64_t *stripe_size, uint32_t *stripe_count);
+
+/* Whether a local path (absolute or relative; it need not exist, its directory must)
+ * lies under a stripefs FUSE mount of this machine: 1 with the mount's cluster file and
+ * the path inside stripefs written to the buffers, 0 if not (or if no cluster file is
+ * known for the mount: its daemon names it as mount source, else $STRIPEFS_CLUSTER),
+ * or a negative errno. */
+int stripefs_resolve_mount_path(const char *path, char *cluster, size_t cluster_len,
+                                char *inner, size_t inner_len);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,7 @@ const RW_CREATE: Mode = Mode {
     read: true,
     write: true,
     create: true,
+    exclusive: false,
 };
 
 #[derive(Args, Debug, Clone)]
@@ -293,6 +294,7 @@ pub fn overlap_on(a: &OverlapArgs, ranks: &dyn Ranks) -> Result<serde_json::Valu
                     read: true,
                     write: false,
                     create: false,
+                    exclusive: false,
                 },
                 &Hints::default(),
             )?;
@@ -534,6 +536,7 @@ pub fn mpi_md_on(a: &MpiMdArgs, ranks: &dyn Ranks) -> Result<serde_json::Value> 
         read: true,
         write: false,
         create: false,
+        exclusive: false,
     };
     let mut per_call = Vec::new();
     for op in ["create", "open", "resize"] {

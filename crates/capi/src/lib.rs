@@ -20,6 +20,8 @@ use stripefs_mpiio::{Communicator, Datatype, Hints, IoError, Mode};
 use stripefs_rpc::ClusterConfig;
 use stripefs_wire::{FileType, WireError};
 
+mod mounts;
+
 /// The interface version (`STRIPEFS_ABI_VERSION` in the header).
 pub const ABI_VERSION: c_int = 1;
 
@@ -542,6 +544,7 @@ const MODE_RDONLY: c_int = 1;
 const MODE_WRONLY: c_int = 2;
 const MODE_RDWR: c_int = 4;
 const MODE_CREATE: c_int = 8;
+const MODE_EXCL: c_int = 16;
 
 fn parse_hints(text: &str) -> Result<Hints, Fail> {
     let mut h = Hints::default();
@@ -570,18 +573,22 @@ pub unsafe extern "C" fn stripefs_mpi_open(
             .as_ref()
             .ok_or_else(|| Fail::new(libc::EINVAL, "the communicator is NULL"))?;
         comm.check()?;
-        if amode & !(MODE_RDONLY | MODE_WRONLY | MODE_RDWR | MODE_CREATE) != 0
+        if amode & !(MODE_RDONLY | MODE_WRONLY | MODE_RDWR | MODE_CREATE | MODE_EXCL) != 0
             || (amode & (MODE_RDONLY | MODE_WRONLY | MODE_RDWR)).count_ones() != 1
+            || (amode & MODE_EXCL != 0 && amode & MODE_CREATE == 0)
         {
             return Err(Fail::new(
                 libc::EINVAL,
-                format!("amode {amode}: one of RDONLY, WRONLY, RDWR, with CREATE or not"),
+                format!(
+                    "amode {amode}: one of RDONLY, WRONLY, RDWR, with CREATE (and EXCL) or not"
+                ),
             ));
         }
         let mode = Mode {
             read: amode & (MODE_RDONLY | MODE_RDWR) != 0,
             write: amode & (MODE_WRONLY | MODE_RDWR) != 0,
             create: amode & MODE_CREATE != 0,
+            exclusive: amode & MODE_EXCL != 0,
         };
         let hints = if hints.is_null() {
             Hints::default()
@@ -775,4 +782,206 @@ pub unsafe extern "C" fn stripefs_mpi_close(f: *mut MFile) -> c_int {
         comm.barrier();
         Ok(r?)
     })
+}
+
+// ---- list I/O, for callers that flatten views themselves (the Open MPI components) ----
+
+/// `stripefs_extent_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+}
+
+unsafe fn extents(p: *const Extent, n: usize) -> Result<Vec<(u64, u64)>, Fail> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if p.is_null() {
+        return Err(Fail::new(libc::EFAULT, "the extent list is NULL"));
+    }
+    Ok(std::slice::from_raw_parts(p, n)
+        .iter()
+        .map(|e| (e.offset, e.len))
+        .collect())
+}
+
+fn list_len(ext: &[(u64, u64)]) -> Result<usize, Fail> {
+    ext.iter()
+        .try_fold(0u64, |t, e| t.checked_add(e.1))
+        .and_then(|t| usize::try_from(t).ok())
+        .ok_or_else(|| Fail::new(libc::EINVAL, "the extents add up past the address space"))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_mpi_write_list(
+    f: *mut MFile,
+    ext: *const Extent,
+    n: usize,
+    buf: *const c_void,
+) -> c_int {
+    guard_int(|| {
+        let f = handle(f, "stripefs_mfile_t")?;
+        let ext = extents(ext, n)?;
+        let len = list_len(&ext)?;
+        Ok(f.file.write_list(&ext, bytes(buf, len)?)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_mpi_read_list(
+    f: *mut MFile,
+    ext: *const Extent,
+    n: usize,
+    buf: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        let f = handle(f, "stripefs_mfile_t")?;
+        let ext = extents(ext, n)?;
+        let len = list_len(&ext)?;
+        Ok(f.file.read_list(&ext, bytes_mut(buf, len)?)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_mpi_write_list_all(
+    f: *mut MFile,
+    ext: *const Extent,
+    n: usize,
+    buf: *const c_void,
+) -> c_int {
+    guard_int(|| {
+        let f = handle(f, "stripefs_mfile_t")?;
+        let ext = extents(ext, n)?;
+        let len = list_len(&ext)?;
+        Ok(f.file.write_list_all(&f.comm, &ext, bytes(buf, len)?)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_mpi_read_list_all(
+    f: *mut MFile,
+    ext: *const Extent,
+    n: usize,
+    buf: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        let f = handle(f, "stripefs_mfile_t")?;
+        let ext = extents(ext, n)?;
+        let len = list_len(&ext)?;
+        Ok(f.file.read_list_all(&f.comm, &ext, bytes_mut(buf, len)?)?)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_mpi_iwrite_list(
+    f: *mut MFile,
+    ext: *const Extent,
+    n: usize,
+    buf: *const c_void,
+    req: *mut *mut MRequest,
+) -> c_int {
+    guard_int(|| {
+        out_ptr(req)?;
+        let f = handle(f, "stripefs_mfile_t")?;
+        let ext = extents(ext, n)?;
+        let len = list_len(&ext)?;
+        let r = f.file.iwrite_list(ext, bytes(buf, len)?.to_vec())?;
+        *req = Box::into_raw(Box::new(MRequest { req: r, into: None }));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_mpi_iread_list(
+    f: *mut MFile,
+    ext: *const Extent,
+    n: usize,
+    buf: *mut c_void,
+    req: *mut *mut MRequest,
+) -> c_int {
+    guard_int(|| {
+        out_ptr(req)?;
+        let f = handle(f, "stripefs_mfile_t")?;
+        let ext = extents(ext, n)?;
+        let len = list_len(&ext)?;
+        if len > 0 && buf.is_null() {
+            return Err(Fail::new(libc::EFAULT, "buffer is NULL"));
+        }
+        let r = f.file.iread_list(ext)?;
+        *req = Box::into_raw(Box::new(MRequest {
+            req: r,
+            into: Some((buf as *mut u8, len)),
+        }));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_mpi_striping(
+    f: *mut MFile,
+    stripe_size: *mut u64,
+    stripe_count: *mut u32,
+) -> c_int {
+    guard_int(|| {
+        let f = handle(f, "stripefs_mfile_t")?;
+        let (s, c) = f.file.striping();
+        if let Some(p) = stripe_size.as_mut() {
+            *p = s;
+        }
+        if let Some(p) = stripe_count.as_mut() {
+            *p = c as u32;
+        }
+        Ok(())
+    })
+}
+
+/// Whether `path` (absolute, or relative to the working directory; it need not exist,
+/// its directory must) lies under a stripefs FUSE mount of this machine: 1 with the
+/// mount's cluster file and the path inside stripefs written as C strings (cut to
+/// fit `len`-byte buffers; -ENAMETOOLONG if they do not fit), 0 if it does not, or a
+/// negative errno. The cluster file is the one the mount daemon was started with, which
+/// it names as its mount source (`stripefs:/path/cluster.toml`).
+#[no_mangle]
+pub unsafe extern "C" fn stripefs_resolve_mount_path(
+    path: *const c_char,
+    cluster: *mut c_char,
+    cluster_len: usize,
+    inner: *mut c_char,
+    inner_len: usize,
+) -> c_int {
+    guard_int_value(|| {
+        let path = text(path, "the path")?;
+        let Some(abs) = mounts::resolve_dir(path) else {
+            return Ok(0);
+        };
+        let table = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| Fail::new(libc::EIO, format!("reading /proc/self/mountinfo: {e}")))?;
+        let Some(found) = mounts::find(&table, &abs) else {
+            return Ok(0);
+        };
+        put_text(&found.cluster, cluster, cluster_len)?;
+        put_text(&found.inner, inner, inner_len)?;
+        Ok(1)
+    })
+}
+
+fn guard_int_value(f: impl FnOnce() -> Result<c_int, Fail>) -> c_int {
+    guard(|| f().map(i64::from)) as c_int
+}
+
+unsafe fn put_text(s: &str, out: *mut c_char, len: usize) -> Result<(), Fail> {
+    if out.is_null() || len == 0 {
+        return Err(Fail::new(libc::EINVAL, "the output buffer is NULL"));
+    }
+    if s.len() + 1 > len {
+        return Err(Fail::new(
+            libc::ENAMETOOLONG,
+            format!("{s:?} does not fit {len} bytes"),
+        ));
+    }
+    std::ptr::copy_nonoverlapping(s.as_ptr(), out as *mut u8, s.len());
+    *out.add(s.len()) = 0;
+    Ok(())
 }

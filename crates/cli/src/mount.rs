@@ -201,7 +201,14 @@ fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
         }
     }
     let client = Client::connect(&cfg).map_err(|e| anyhow!("{e}"))?;
+    // The mount source names the cluster file, so that other programs on this machine
+    // (the Open MPI components) can reach the same cluster natively.
+    let fsname = std::fs::canonicalize(&path)
+        .ok()
+        .and_then(|p| stripefs_rpc::config::mount_source(&p))
+        .unwrap_or_else(|| "stripefs".into());
     let opts = stripefs_fuse::MountOptions {
+        fsname,
         dev: a.dev,
         suid: a.suid,
         writeback_cache: a.writeback_cache,

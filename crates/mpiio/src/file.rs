@@ -23,6 +23,24 @@ pub enum IoError {
 
 pub type Result<T> = std::result::Result<T, IoError>;
 
+impl IoError {
+    /// The file system's error code, if the error is the file system's.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            IoError::Fs(w) => Some(w.code),
+            _ => None,
+        }
+    }
+
+    /// An error that says the same (for a rank that reports another's failure).
+    fn same(&self) -> IoError {
+        match self {
+            IoError::Fs(w) => IoError::Fs(WireError::new(w.code, w.message.clone())),
+            other => IoError::Usage(other.to_string()),
+        }
+    }
+}
+
 /// ROMIO hint names this layer understands; others are kept and ignored.
 #[derive(Clone, Debug, Default)]
 pub struct Hints {
@@ -80,6 +98,8 @@ pub struct Mode {
     pub read: bool,
     pub write: bool,
     pub create: bool,
+    /// With `create`: fail if the file exists (MPI_MODE_EXCL).
+    pub exclusive: bool,
 }
 
 impl File {
@@ -95,6 +115,7 @@ impl File {
             .read(mode.read)
             .write(mode.write)
             .create(mode.create)
+            .exclusive(mode.create && mode.exclusive)
             .mode(0o644)
             .layout(layout);
         let f = client.open(path, &opts)?;
@@ -152,6 +173,38 @@ impl File {
         self.write_at(self.pointer, buf)?;
         self.pointer += buf.len() as u64 / self.view.etype_size();
         Ok(())
+    }
+
+    /// Independent write of file extents `(offset, length)` in bytes (no view), their
+    /// bytes one after another in `buf`.
+    pub fn write_list(&self, ext: &[(u64, u64)], buf: &[u8]) -> Result<()> {
+        check_list(ext, buf.len())?;
+        write_extents(&self.f, ext, buf)
+    }
+
+    /// Independent read of file extents in bytes into `buf`, one after another (with
+    /// data sieving, as `read_at`); bytes past the end of file read as zeros.
+    pub fn read_list(&self, ext: &[(u64, u64)], buf: &mut [u8]) -> Result<()> {
+        check_list(ext, buf.len())?;
+        read_extents(&self.f, ext, buf, self.sieve_bytes)
+    }
+
+    /// Starts an independent write of file extents; the bytes are `buf`'s.
+    pub fn iwrite_list(&self, ext: Vec<(u64, u64)>, buf: Vec<u8>) -> Result<Request> {
+        check_list(&ext, buf.len())?;
+        Ok(self.submit(Job::Write(ext, buf)))
+    }
+
+    /// Starts an independent read of file extents; `wait` returns their bytes.
+    pub fn iread_list(&self, ext: Vec<(u64, u64)>) -> Result<Request> {
+        let len = check_list(&ext, usize::MAX)?;
+        Ok(self.submit(Job::Read(ext, len)))
+    }
+
+    /// The striping of the file: (stripe size in bytes, data servers).
+    pub fn striping(&self) -> (u64, usize) {
+        let l = self.f.layout();
+        (l.stripe_size_bytes as u64, l.servers.len())
     }
 
     /// Reads at the individual file pointer and moves it.
@@ -216,7 +269,7 @@ impl File {
         };
         let created = first.as_ref().map_or(Ok(()), |r| match r {
             Ok(_) => Ok(()),
-            Err(e) => Err(IoError::Usage(e.to_string())),
+            Err(e) => Err(e.same()),
         });
         if mode.create {
             // The others wait for rank 0's create (and learn whether it worked).
@@ -229,15 +282,13 @@ impl File {
                 path,
                 Mode {
                     create: false,
+                    exclusive: false,
                     ..mode
                 },
                 hints,
             ),
         };
-        let outcome = f
-            .as_ref()
-            .map(|_| ())
-            .map_err(|e| IoError::Usage(e.to_string()));
+        let outcome = f.as_ref().map(|_| ()).map_err(IoError::same);
         match (agree(comm, outcome, "open"), f) {
             (Ok(()), Ok(f)) => Ok(f),
             (_, Err(e)) => Err(e),
@@ -276,6 +327,20 @@ impl File {
     pub fn write_at_all(&self, comm: &dyn Communicator, off: u64, buf: &[u8]) -> Result<()> {
         self.check_len(buf.len())?;
         let ext = self.view.extents(off, buf.len() as u64)?;
+        self.write_list_all(comm, &ext, buf)
+    }
+
+    /// Collective write of file extents `(offset, length)` in bytes (no view), their
+    /// bytes one after another in `buf`: as `write_at_all`, for callers that flattened
+    /// the view themselves (the Open MPI components).
+    pub fn write_list_all(
+        &self,
+        comm: &dyn Communicator,
+        ext: &[(u64, u64)],
+        buf: &[u8],
+    ) -> Result<()> {
+        check_list(ext, buf.len())?;
+        let ext = ext.to_vec();
         if self.cb_write == Some(false) {
             let r = write_extents(&self.f, &ext, buf);
             comm.barrier();
@@ -341,6 +406,19 @@ impl File {
     pub fn read_at_all(&self, comm: &dyn Communicator, off: u64, buf: &mut [u8]) -> Result<()> {
         self.check_len(buf.len())?;
         let ext = self.view.extents(off, buf.len() as u64)?;
+        self.read_list_all(comm, &ext, buf)
+    }
+
+    /// Collective read of file extents in bytes into `buf`, one after another: as
+    /// `read_at_all`, for callers that flattened the view themselves.
+    pub fn read_list_all(
+        &self,
+        comm: &dyn Communicator,
+        ext: &[(u64, u64)],
+        buf: &mut [u8],
+    ) -> Result<()> {
+        check_list(ext, buf.len())?;
+        let ext = ext.to_vec();
         // Writes of this handle still behind (a collective write's aggregation) reach
         // the servers before any aggregator reads: every rank flushes before it sends
         // its requests, and the aggregators read only once they have all requests.
@@ -608,6 +686,30 @@ impl IoThread {
     }
 }
 
+/// Checks that extents are well formed (no offset + length past 2^64) and, unless
+/// `len` is `usize::MAX`, add up to `len` bytes; their total.
+fn check_list(ext: &[(u64, u64)], len: usize) -> Result<usize> {
+    let mut total = 0u64;
+    for &(o, n) in ext {
+        if o.checked_add(n).is_none() {
+            return Err(IoError::Usage(format!(
+                "extent at {o} of {n} bytes passes 2^64"
+            )));
+        }
+        total = total
+            .checked_add(n)
+            .ok_or_else(|| IoError::Usage("extents add up past 2^64 bytes".into()))?;
+    }
+    let total = usize::try_from(total)
+        .map_err(|_| IoError::Usage(format!("extents of {total} bytes do not fit memory")))?;
+    if len != usize::MAX && total != len {
+        return Err(IoError::Usage(format!(
+            "extents of {total} bytes for a buffer of {len} bytes"
+        )));
+    }
+    Ok(total)
+}
+
 fn write_extents(f: &stripefs_client::File, ext: &[(u64, u64)], buf: &[u8]) -> Result<()> {
     let mut at = 0usize;
     for &(fo, len) in ext {
@@ -677,14 +779,27 @@ fn read_extents(
 }
 
 /// Every rank learns whether all ranks' parts of a collective call succeeded: this
-/// rank's own error, else an error naming another rank's failure.
+/// rank's own error, else an error of the first failing rank's code (so that every
+/// rank reports the same class: a missing file is `NotFound` on every rank), naming it.
 fn agree(comm: &dyn Communicator, result: Result<()>, what: &str) -> Result<()> {
-    let ok = comm.allgather(vec![result.is_ok() as u8]);
+    let mine: u32 = match &result {
+        Ok(()) => 0,
+        Err(e) => e.code().map_or(u32::MAX, |c| c as u32),
+    };
+    let all = comm.allgather(mine.to_le_bytes().to_vec());
     result?;
-    if ok.iter().any(|v| v.first() != Some(&1)) {
+    let failed = all.iter().enumerate().find_map(|(r, v)| {
+        let c = u32::from_le_bytes(v.get(..4)?.try_into().ok()?);
+        (c != 0).then_some((r, c))
+    });
+    if let Some((rank, c)) = failed {
+        let code = ErrorCode::from_u32(c).unwrap_or(ErrorCode::Io);
         return Err(IoError::Fs(WireError::new(
-            ErrorCode::Io,
-            format!("another rank's part of the collective {what} failed"),
+            code,
+            format!(
+                "rank {rank}'s part of the collective {what} failed: {}",
+                code.text()
+            ),
         )));
     }
     Ok(())

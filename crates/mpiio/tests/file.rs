@@ -94,6 +94,7 @@ const RW_CREATE: Mode = Mode {
     read: true,
     write: true,
     create: true,
+    exclusive: false,
 };
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -237,6 +238,7 @@ fn collective_open_creates_once_and_collective_resize_is_seen_by_all() {
                     read: true,
                     write: false,
                     create: false,
+                    exclusive: false,
                 };
                 assert!(File::open_all(&comm, &client, "/absent", ro, &hints).is_err());
             })

@@ -737,3 +737,32 @@ mod tests {
         assert!(ClusterConfig::load(&p).is_ok());
     }
 }
+
+/// The prefix of a stripefs FUSE mount's source (`stripefs:/path/cluster.toml`), by
+/// which programs on the machine (the Open MPI components) learn the cluster file of
+/// the daemon serving a mount from the mount table.
+pub const MOUNT_SOURCE_PREFIX: &str = "stripefs:";
+
+/// The mount source a daemon of cluster file `cluster` (absolute) gives its mount, if
+/// the path can be written in a mount option (no comma, whitespace or backslash).
+pub fn mount_source(cluster: &Path) -> Option<String> {
+    let s = cluster.to_str()?;
+    (cluster.is_absolute() && !s.contains([',', ' ', '\t', '\n', '\\']))
+        .then(|| format!("{MOUNT_SOURCE_PREFIX}{s}"))
+}
+
+#[cfg(test)]
+mod mount_source_tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_written_only_for_paths_a_mount_option_holds() {
+        assert_eq!(
+            mount_source(Path::new("/a/cluster.toml")).as_deref(),
+            Some("stripefs:/a/cluster.toml")
+        );
+        assert_eq!(mount_source(Path::new("/a b/c.toml")), None);
+        assert_eq!(mount_source(Path::new("/a,b/c.toml")), None);
+        assert_eq!(mount_source(Path::new("rel.toml")), None);
+    }
+}

@@ -302,15 +302,24 @@ impl File {
     /// Collective resize (MPI_File_set_size): every rank of `comm` calls it with the same
     /// size; one rank changes the size once every rank has called (so that no rank's
     /// earlier I/O races with a truncation), and all return when it has, with its outcome.
+    ///
+    /// Every rank's writes so far reach the servers first (a write still behind could
+    /// otherwise land past the new end after the cut), and every rank's handle learns
+    /// the new size after (a rank that wrote further would otherwise still report its
+    /// own end).
     pub fn set_size_all(&self, comm: &dyn Communicator, size: u64) -> Result<()> {
-        self.wait_io()?;
-        comm.barrier();
+        let flushed = self.wait_io().and_then(|()| Ok(self.f.flush()?));
+        agree(comm, flushed, "resize")?;
         let r = if comm.rank() == 0 {
             self.f.set_len(size).map_err(IoError::from)
         } else {
             Ok(())
         };
-        agree(comm, r, "resize")
+        agree(comm, r, "resize")?;
+        if comm.rank() != 0 {
+            self.f.attr()?;
+        }
+        Ok(())
     }
 
     /// Aggregators of a collective call: `cb_nodes`, else one per data server of the
@@ -346,7 +355,13 @@ impl File {
             comm.barrier();
             return r;
         }
-        let domains = self.domains(comm, &ext);
+        let spans = spans(comm, &ext);
+        if self.cb_write.is_none() && !worth_aggregating(&spans) {
+            // Automatic: aggregation would only copy every byte once more.
+            let r = write_extents(&self.f, &ext, buf);
+            return agree(comm, r, "write");
+        }
+        let domains = self.domains(comm, &spans);
         // Pieces for each aggregator: (offset, len) then the bytes; each message sized
         // first, so that it is filled without growing (no copies, no fresh pages twice).
         let mut need = vec![0usize; comm.size()];
@@ -429,7 +444,14 @@ impl File {
             comm.barrier();
             return r;
         }
-        let domains = self.domains(comm, &ext);
+        let spans = spans(comm, &ext);
+        if self.cb_read.is_none() && !worth_aggregating(&spans) {
+            // Every rank's writes reached the servers before any rank reads (the
+            // gathering of the spans was the barrier), as with aggregation.
+            let r = flushed.and(read_extents(&self.f, &ext, buf, self.sieve_bytes));
+            return agree(comm, r, "read");
+        }
+        let domains = self.domains(comm, &spans);
         let mut ask = vec![Vec::new(); comm.size()];
         // Where each asked piece goes in `buf`, per aggregator, in order.
         let mut dest: Vec<Vec<(usize, usize)>> = vec![Vec::new(); comm.size()];
@@ -503,24 +525,11 @@ impl File {
         agree(comm, result, "read")
     }
 
-    /// The aggregators' file domains: the range every rank touches, split into
-    /// stripe-aligned parts, one per aggregator (rank i for domain i).
-    fn domains(&self, comm: &dyn Communicator, ext: &[(u64, u64)]) -> Vec<(u64, u64)> {
-        let lo = ext.iter().map(|e| e.0).min().unwrap_or(u64::MAX);
-        let hi = ext.iter().map(|e| e.0 + e.1).max().unwrap_or(0);
-        let mut mine = lo.to_le_bytes().to_vec();
-        mine.extend_from_slice(&hi.to_le_bytes());
-        let all = comm.allgather(mine);
-        let lo = all
-            .iter()
-            .map(|m| u64::from_le_bytes(m[..8].try_into().expect("8 bytes")))
-            .min()
-            .unwrap_or(0);
-        let hi = all
-            .iter()
-            .map(|m| u64::from_le_bytes(m[8..].try_into().expect("8 bytes")))
-            .max()
-            .unwrap_or(0);
+    /// The aggregators' file domains: the range every rank touches (`spans`, one per
+    /// rank), split into stripe-aligned parts, one per aggregator (rank i for domain i).
+    fn domains(&self, comm: &dyn Communicator, spans: &[Span]) -> Vec<(u64, u64)> {
+        let lo = spans.iter().map(|s| s.lo).min().unwrap_or(0);
+        let hi = spans.iter().map(|s| s.hi).max().unwrap_or(0);
         let n = self.aggregators(comm) as u64;
         if hi <= lo {
             return vec![(0, u64::MAX)];
@@ -684,6 +693,59 @@ impl IoThread {
             thread: Some(thread),
         }
     }
+}
+
+/// Every rank's part of a collective call: the (lowest offset, end) of its extents, or
+/// (u64::MAX, 0) for a rank with none, and how many extents and bytes; from all ranks.
+fn spans(comm: &dyn Communicator, ext: &[(u64, u64)]) -> Vec<Span> {
+    let lo = ext.iter().map(|e| e.0).min().unwrap_or(u64::MAX);
+    let hi = ext.iter().map(|e| e.0 + e.1).max().unwrap_or(0);
+    let bytes: u64 = ext.iter().map(|e| e.1).sum();
+    let mut mine = Vec::with_capacity(32);
+    for v in [lo, hi, ext.len() as u64, bytes] {
+        mine.extend_from_slice(&v.to_le_bytes());
+    }
+    comm.allgather(mine)
+        .iter()
+        .map(|m| {
+            let v = |i: usize| u64::from_le_bytes(m[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+            Span {
+                lo: v(0),
+                hi: v(1),
+                extents: v(2),
+                bytes: v(3),
+            }
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    lo: u64,
+    hi: u64,
+    extents: u64,
+    bytes: u64,
+}
+
+/// Pieces below this mean size are worth aggregating when ranks interleave; above it
+/// each rank's own list I/O is faster on stripefs, whose client already gathers small
+/// pieces per data server into list requests (measured: btio's 2,560-byte pieces at
+/// 4 ranks write 3-6x faster independently; docs/benchmarks.md).
+const AGGREGATE_BELOW_BYTES: u64 = 1024;
+
+/// ROMIO's automatic choice, with stripefs's threshold: aggregate (two-phase) only if
+/// ranks' parts interleave in the file and their pieces are small.
+fn worth_aggregating(spans: &[Span]) -> bool {
+    let mut s: Vec<(u64, u64)> = spans
+        .iter()
+        .filter(|s| s.lo < s.hi)
+        .map(|s| (s.lo, s.hi))
+        .collect();
+    s.sort_unstable();
+    let interleaved = s.windows(2).any(|w| w[1].0 < w[0].1);
+    let extents: u64 = spans.iter().map(|s| s.extents).sum();
+    let bytes: u64 = spans.iter().map(|s| s.bytes).sum();
+    interleaved && extents > 0 && bytes / extents < AGGREGATE_BELOW_BYTES
 }
 
 /// Checks that extents are well formed (no offset + length past 2^64) and, unless

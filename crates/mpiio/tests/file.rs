@@ -240,7 +240,28 @@ fn collective_open_creates_once_and_collective_resize_is_seen_by_all() {
                     create: false,
                     exclusive: false,
                 };
-                assert!(File::open_all(&comm, &client, "/absent", ro, &hints).is_err());
+                let err = File::open_all(&comm, &client, "/absent", ro, &hints)
+                    .err()
+                    .expect("a missing file does not open");
+                // Every rank reports the same class, not a generic error.
+                assert_eq!(
+                    err.code(),
+                    Some(stripefs_client::ErrorCode::NotFound),
+                    "{err}"
+                );
+                // Exclusive create of an existing file fails with Exists at every rank.
+                let excl = Mode {
+                    exclusive: true,
+                    ..RW_CREATE
+                };
+                let err = File::open_all(&comm, &client, "/coll", excl, &hints)
+                    .err()
+                    .expect("an exclusive create of an existing file fails");
+                assert_eq!(
+                    err.code(),
+                    Some(stripefs_client::ErrorCode::Exists),
+                    "{err}"
+                );
             })
         })
         .collect();
@@ -283,5 +304,34 @@ proptest! {
         }
         let c = cl.client();
         prop_assert!(c.read_file("/c").unwrap() == c.read_file("/i").unwrap());
+    }
+}
+
+#[test]
+fn a_collective_resize_cuts_what_every_rank_wrote_before_it() {
+    let cl = Cluster::start(2);
+    let comms = ThreadComm::group(3);
+    let threads: Vec<_> = comms
+        .into_iter()
+        .map(|comm| {
+            let client = cl.client();
+            std::thread::spawn(move || {
+                let f =
+                    File::open_all(&comm, &client, "/cut", RW_CREATE, &Hints::default()).unwrap();
+                // Each rank writes far past the new end; the writes are still behind
+                // (no sync) when the resize starts.
+                let r = comm.rank() as u64;
+                f.write_at((r + 1) << 20, &pattern(r, 100_000)).unwrap();
+                f.set_size_all(&comm, 4096).unwrap();
+                assert_eq!(f.size().unwrap(), 4096, "rank {r} sees the new size");
+                f.sync().unwrap();
+                comm.barrier();
+                assert_eq!(f.size().unwrap(), 4096, "rank {r}: no write landed past it");
+                f.close().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
     }
 }

@@ -52,7 +52,7 @@ out=$dir/results
 record() { local name=$1; shift; local line; line=$("$@" | tail -1); echo "{\"run\":\"$name\",\"result\":$line}" | tee -a "$out"; }
 
 run "$bin/stripefs-mpi" io --block "$block" --xfer 1M --json "$dir/native-io.json" >/dev/null
-echo "{\"run\":\"native io\",\"result\":$(cat "$dir/native-io.json")}" | tee -a "$out"
+echo "{\"run\":\"native io\",\"result\":$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$dir/native-io.json")}" | tee -a "$out"
 record "components io" run "$progs/mpi-io-test" --block "$block" --xfer 1M --unlink stripefs:/cmp-io
 record "components io collective" run "$progs/mpi-io-test" --block "$block" --xfer 1M --collective --unlink stripefs:/cmp-io
 record "mount posix io" run "${posix[@]}" "$progs/mpi-io-test" --block "$block" --xfer 1M --unlink "$mnt/cmp-io"

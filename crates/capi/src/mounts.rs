@@ -92,7 +92,7 @@ fn find_with(table: &str, abs: &Path, env_cluster: Option<String>) -> Option<Fou
         }
         let depth = mountpoint.components().count();
         // Any mount deeper than the best so far, stripefs or not, hides what is below.
-        if best.as_ref().is_none_or(|b| depth >= b.0) {
+        if best.as_ref().map_or(true, |b| depth >= b.0) {
             best = Some((
                 depth,
                 unescape(f[3]),

@@ -12,7 +12,7 @@
 ! Value of component c (1..5) of cell (x,y,z) (1-based) at step s (0-based):
 !     ((((s*N + z-1)*N + y-1)*N + x-1)*5 + c-1) + 1/8
 !
-! usage: btio_f FILE [GRID [STEPS [collective|independent [both|write|read]]]]
+! usage: btio-f90 FILE [GRID [STEPS [collective|independent [both|write|read]]]]
 !        defaults: GRID 64, STEPS 10, collective, both
 ! FILE is passed unchanged to MPI_File_open.  Rank 0 prints one JSON line.
 program btio_f
@@ -48,7 +48,7 @@ program btio_f
   if (nargs >= 1) call get_command_argument(1, path)
   if (nargs < 1 .or. path == '--help' .or. path == '-h') then
      if (rank == 0) then
-        write(*,'(a)') 'usage: btio_f FILE [GRID [STEPS [collective|independent [both|write|read]]]]'
+        write(*,'(a)') 'usage: btio-f90 FILE [GRID [STEPS [collective|independent [both|write|read]]]]'
         write(*,'(a)') '  FILE is passed unchanged to MPI_File_open (e.g. stripefs:/dir/file)'
         write(*,'(a)') '  GRID  grid of GRID^3 cells, 5 doubles each (default 64)'
         write(*,'(a)') '  STEPS time steps appended to the file (default 10)'

@@ -20,7 +20,7 @@ use stripefs_mpiio::{Communicator, Datatype, Hints, IoError, Mode};
 use stripefs_rpc::ClusterConfig;
 use stripefs_wire::{FileType, WireError};
 
-mod mounts;
+use stripefs_client::mounts;
 
 /// The interface version (`STRIPEFS_ABI_VERSION` in the header).
 pub const ABI_VERSION: c_int = 1;

@@ -7,6 +7,7 @@ mod fsck;
 mod fsops;
 mod metalog;
 mod mount;
+mod run;
 mod serve;
 mod sim;
 mod token;
@@ -95,6 +96,10 @@ enum Cmd {
     /// setfattr itself).
     #[command(subcommand)]
     Xattr(xattr::XattrCmd),
+    /// Run a program with the interception library preloaded: its reads and writes of
+    /// files on a stripefs mount go through the native client, past FUSE
+    /// (`stripefs run -- dd if=... of=/mnt/sfs/x bs=4k`).
+    Run(run::RunArgs),
 }
 
 fn main() {
@@ -122,6 +127,7 @@ fn main() {
         Cmd::WanEmu(a) => wan::run(a),
         Cmd::Token(c) => token::run(c),
         Cmd::Xattr(c) => xattr::run(c),
+        Cmd::Run(a) => run::run(a),
     };
     if let Err(e) = result {
         eprintln!("stripefs: error: {e:#}");

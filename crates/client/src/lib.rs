@@ -37,6 +37,7 @@ mod exec;
 mod file;
 mod io;
 mod local;
+pub mod mounts;
 mod path;
 mod pool;
 mod session;

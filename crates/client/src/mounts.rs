@@ -1,7 +1,7 @@
 //! Which stripefs FUSE mount a local path lies under, and with which cluster file: so
-//! that the Open MPI components serve a path on the mount with the native client
-//! (`stripefs_resolve_mount_path`). Parsing is pure and tested here; the caller reads
-//! `/proc/self/mountinfo`.
+//! that programs on the machine reach a path on the mount with the native client (the
+//! Open MPI components through `stripefs_resolve_mount_path`, the interception
+//! library). Parsing is pure and tested here; callers read `/proc/self/mountinfo`.
 
 use std::path::{Component, Path, PathBuf};
 

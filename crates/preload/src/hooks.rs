@@ -1,0 +1,877 @@
+//! The C library functions the library takes over. Each first asks whether this thread
+//! is already inside the library (then, and for descriptors it does not serve, the C
+//! library's own function runs), so the client's own sockets and files never loop back.
+
+use crate::real;
+use crate::state::{self, enter, served, Open};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use stripefs_client::WireError;
+
+fn set_errno(e: c_int) {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+fn fail(e: &WireError) -> isize {
+    set_errno(e.code.errno());
+    -1
+}
+
+/// The served file of `fd`, with this thread marked as inside the library.
+fn served_fd(fd: c_int) -> Option<(state::Busy, Arc<Open>)> {
+    let b = enter()?;
+    state::get(fd).map(|o| (b, o))
+}
+
+/// After the kernel opened `fd`: serve it natively if it is on a stripefs mount.
+fn opened(fd: c_int, flags: c_int) -> c_int {
+    if fd >= 0 {
+        if let Some(_b) = enter() {
+            state::adopt(fd, flags);
+        }
+    }
+    fd
+}
+
+// ---- open ----
+
+#[no_mangle]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    opened(real::open(path, flags, mode), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    opened(real::open64(path, flags, mode), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    opened(real::openat(dirfd, path, flags, mode), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    opened(real::openat64(dirfd, path, flags, mode), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    opened(real::__open_2(path, flags), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    opened(real::__open64_2(path, flags), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    opened(real::__openat_2(dirfd, path, flags), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    opened(real::__openat64_2(dirfd, path, flags), flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: c_uint) -> c_int {
+    opened(
+        real::creat(path, mode),
+        libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: c_uint) -> c_int {
+    opened(
+        real::creat64(path, mode),
+        libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+    )
+}
+
+// ---- close and descriptors ----
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    let mut failed = None;
+    if let Some(_b) = enter() {
+        if let Some(o) = state::remove(fd) {
+            served();
+            failed = state::finish(fd, o).err();
+        }
+    }
+    let r = real::close(fd);
+    match failed {
+        Some(e) if r == 0 => fail(&e) as c_int,
+        _ => r,
+    }
+}
+
+/// `to` now names what `from` named: share the served file, if any.
+fn duplicated(from: c_int, to: c_int) -> c_int {
+    if to >= 0 {
+        if let Some((_b, o)) = served_fd(from) {
+            state::insert(to, o);
+            served();
+        }
+    }
+    to
+}
+
+/// `to` is about to be closed by dup2/dup3: finish its served file first.
+fn closing(to: c_int) {
+    if let Some(_b) = enter() {
+        if let Some(o) = state::remove(to) {
+            let _ = state::finish(to, o);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    duplicated(fd, real::dup(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    if fd == to {
+        return real::dup2(fd, to);
+    }
+    closing(to);
+    duplicated(fd, real::dup2(fd, to))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    if fd != to {
+        closing(to);
+    }
+    duplicated(fd, real::dup3(fd, to, flags))
+}
+
+unsafe fn fcntl_any(
+    fd: c_int,
+    cmd: c_int,
+    arg: usize,
+    f: unsafe fn(c_int, c_int, usize) -> c_int,
+) -> c_int {
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => duplicated(fd, f(fd, cmd, arg)),
+        libc::F_SETFL if arg as c_int & (libc::O_APPEND | libc::O_DIRECT) != 0 => {
+            if let Some(_b) = enter() {
+                state::release(fd, "fcntl sets O_APPEND or O_DIRECT");
+            }
+            f(fd, cmd, arg)
+        }
+        _ => f(fd, cmd, arg),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl_any(fd, cmd, arg, real::fcntl)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl_any(fd, cmd, arg, real::fcntl64)
+}
+
+// ---- reads and writes ----
+
+/// The file offset is the kernel's, always: it is shared with every descriptor of the
+/// open file description, in this process and in children after fork or exec, which may
+/// move it through the mount. A seek on the mount to the current or a set position is
+/// answered by the kernel, with no round trip. The lock of the open file keeps two
+/// threads' calls on one description from interleaving their offsets.
+fn kernel_offset(fd: c_int) -> Result<u64, c_int> {
+    // SAFETY: a descriptor the caller uses.
+    let at = unsafe { real::lseek(fd, 0, libc::SEEK_CUR) };
+    u64::try_from(at).map_err(|_| unsafe { *libc::__errno_location() })
+}
+
+fn set_kernel_offset(fd: c_int, off: u64) {
+    // SAFETY: a descriptor the caller uses.
+    unsafe { real::lseek(fd, off as i64, libc::SEEK_SET) };
+}
+
+/// Reads into `parts` from `at`, or from the file offset (which moves) when `None`.
+/// A short read refreshes the size once: another client (or a child writing through
+/// the mount) may have made the file longer than this client knows.
+fn do_read(fd: c_int, o: &Open, parts: &mut [&mut [u8]], at: Option<u64>) -> isize {
+    let _g = o.offset.lock().unwrap_or_else(|p| p.into_inner());
+    let start = match at {
+        Some(a) => a,
+        None => match kernel_offset(fd) {
+            Ok(a) => a,
+            Err(e) => {
+                set_errno(e);
+                return -1;
+            }
+        },
+    };
+    let mut done = 0u64;
+    let mut refreshed = false;
+    'parts: for p in parts.iter_mut() {
+        let mut got = 0usize;
+        while got < p.len() {
+            match o.file.read_at(start + done, &mut p[got..]) {
+                Ok(n) if n > 0 => {
+                    done += n as u64;
+                    got += n;
+                }
+                Ok(_) if !refreshed => {
+                    refreshed = true;
+                    if o.file.attr().is_err() {
+                        break 'parts;
+                    }
+                }
+                Ok(_) => break 'parts,
+                Err(e) if done == 0 => return fail(&e),
+                Err(_) => break 'parts,
+            }
+        }
+    }
+    if at.is_none() {
+        set_kernel_offset(fd, start + done);
+    }
+    served();
+    done as isize
+}
+
+fn do_write(fd: c_int, o: &Open, parts: &[&[u8]], at: Option<u64>) -> isize {
+    let _g = o.offset.lock().unwrap_or_else(|p| p.into_inner());
+    let start = match at {
+        Some(a) => a,
+        None => match kernel_offset(fd) {
+            Ok(a) => a,
+            Err(e) => {
+                set_errno(e);
+                return -1;
+            }
+        },
+    };
+    let mut done = 0u64;
+    for p in parts {
+        if p.is_empty() {
+            continue;
+        }
+        if let Err(e) = o.file.write_at(start + done, p) {
+            if done == 0 {
+                return fail(&e);
+            }
+            break;
+        }
+        done += p.len() as u64;
+    }
+    o.written.store(true, Ordering::Relaxed);
+    if at.is_none() {
+        set_kernel_offset(fd, start + done);
+    }
+    served();
+    done as isize
+}
+
+unsafe fn buf_mut<'a>(p: *mut c_void, n: usize) -> &'a mut [u8] {
+    if n == 0 || p.is_null() {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(p as *mut u8, n)
+    }
+}
+
+unsafe fn buf<'a>(p: *const c_void, n: usize) -> &'a [u8] {
+    if n == 0 || p.is_null() {
+        &[]
+    } else {
+        std::slice::from_raw_parts(p as *const u8, n)
+    }
+}
+
+unsafe fn iov_mut<'a>(iov: *const libc::iovec, n: c_int) -> Option<Vec<&'a mut [u8]>> {
+    if n < 0 || (n > 0 && iov.is_null()) {
+        return None;
+    }
+    let v = if n == 0 {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(iov, n as usize)
+    };
+    Some(v.iter().map(|i| buf_mut(i.iov_base, i.iov_len)).collect())
+}
+
+unsafe fn iov<'a>(iov: *const libc::iovec, n: c_int) -> Option<Vec<&'a [u8]>> {
+    if n < 0 || (n > 0 && iov.is_null()) {
+        return None;
+    }
+    let v = if n == 0 {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(iov, n as usize)
+    };
+    Some(v.iter().map(|i| buf(i.iov_base, i.iov_len)).collect())
+}
+
+fn offset(off: i64) -> Option<u64> {
+    u64::try_from(off).ok()
+}
+
+macro_rules! served_or {
+    ($fd:expr, $o:ident => $body:expr, else $fallback:expr) => {
+        match served_fd($fd) {
+            Some((_b, $o)) => $body,
+            None => $fallback,
+        }
+    };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, b: *mut c_void, n: usize) -> isize {
+    served_or!(fd, o => do_read(fd, &o, &mut [buf_mut(b, n)], None), else real::read(fd, b, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: usize) -> isize {
+    served_or!(fd, o => do_write(fd, &o, &[buf(b, n)], None), else real::write(fd, b, n))
+}
+
+unsafe fn pread_any(
+    fd: c_int,
+    b: *mut c_void,
+    n: usize,
+    off: i64,
+    f: unsafe fn(c_int, *mut c_void, usize, i64) -> isize,
+) -> isize {
+    served_or!(fd, o => match offset(off) {
+        Some(at) => do_read(fd, &o, &mut [buf_mut(b, n)], Some(at)),
+        None => { set_errno(libc::EINVAL); -1 }
+    }, else f(fd, b, n, off))
+}
+
+unsafe fn pwrite_any(
+    fd: c_int,
+    b: *const c_void,
+    n: usize,
+    off: i64,
+    f: unsafe fn(c_int, *const c_void, usize, i64) -> isize,
+) -> isize {
+    served_or!(fd, o => match offset(off) {
+        Some(at) => do_write(fd, &o, &[buf(b, n)], Some(at)),
+        None => { set_errno(libc::EINVAL); -1 }
+    }, else f(fd, b, n, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, b: *mut c_void, n: usize, off: i64) -> isize {
+    pread_any(fd, b, n, off, real::pread)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, b: *mut c_void, n: usize, off: i64) -> isize {
+    pread_any(fd, b, n, off, real::pread64)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, b: *const c_void, n: usize, off: i64) -> isize {
+    pwrite_any(fd, b, n, off, real::pwrite)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, b: *const c_void, n: usize, off: i64) -> isize {
+    pwrite_any(fd, b, n, off, real::pwrite64)
+}
+
+unsafe fn readv_at(fd: c_int, v: *const libc::iovec, n: c_int, at: Option<i64>) -> Option<isize> {
+    let (_b, o) = served_fd(fd)?;
+    let Some(mut parts) = iov_mut(v, n) else {
+        set_errno(libc::EINVAL);
+        return Some(-1);
+    };
+    let at = match at.map(offset) {
+        Some(None) => {
+            set_errno(libc::EINVAL);
+            return Some(-1);
+        }
+        Some(Some(a)) => Some(a),
+        None => None,
+    };
+    Some(do_read(fd, &o, &mut parts, at))
+}
+
+unsafe fn writev_at(fd: c_int, v: *const libc::iovec, n: c_int, at: Option<i64>) -> Option<isize> {
+    let (_b, o) = served_fd(fd)?;
+    let Some(parts) = iov(v, n) else {
+        set_errno(libc::EINVAL);
+        return Some(-1);
+    };
+    let at = match at.map(offset) {
+        Some(None) => {
+            set_errno(libc::EINVAL);
+            return Some(-1);
+        }
+        Some(Some(a)) => Some(a),
+        None => None,
+    };
+    Some(do_write(fd, &o, &parts, at))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, v: *const libc::iovec, n: c_int) -> isize {
+    readv_at(fd, v, n, None).unwrap_or_else(|| real::readv(fd, v, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, v: *const libc::iovec, n: c_int) -> isize {
+    writev_at(fd, v, n, None).unwrap_or_else(|| real::writev(fd, v, n))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+    readv_at(fd, v, n, Some(off)).unwrap_or_else(|| real::preadv(fd, v, n, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+    readv_at(fd, v, n, Some(off)).unwrap_or_else(|| real::preadv64(fd, v, n, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+    writev_at(fd, v, n, Some(off)).unwrap_or_else(|| real::pwritev(fd, v, n, off))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+    writev_at(fd, v, n, Some(off)).unwrap_or_else(|| real::pwritev64(fd, v, n, off))
+}
+
+/// preadv2/pwritev2: offset -1 means the file offset; flags (RWF_*) are hints here,
+/// except RWF_APPEND, which is left to the mount.
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+    flags: c_int,
+) -> isize {
+    let at = if off == -1 { None } else { Some(off) };
+    readv_at(fd, v, n, at).unwrap_or_else(|| real::preadv2(fd, v, n, off, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+    flags: c_int,
+) -> isize {
+    if flags & libc::RWF_APPEND != 0 {
+        if let Some(_b) = enter() {
+            state::release(fd, "pwritev2 with RWF_APPEND");
+        }
+        return real::pwritev2(fd, v, n, off, flags);
+    }
+    let at = if off == -1 { None } else { Some(off) };
+    writev_at(fd, v, n, at).unwrap_or_else(|| real::pwritev2(fd, v, n, off, flags))
+}
+
+unsafe fn lseek_any(
+    fd: c_int,
+    off: i64,
+    whence: c_int,
+    f: unsafe fn(c_int, i64, c_int) -> i64,
+) -> i64 {
+    let Some((_b, o)) = served_fd(fd) else {
+        return f(fd, off, whence);
+    };
+    let _g = o.offset.lock().unwrap_or_else(|p| p.into_inner());
+    let end = match whence {
+        // The end as the cluster knows it with this client's writes (the kernel's
+        // attributes may not have them yet).
+        libc::SEEK_END => match o.file.attr() {
+            Ok(a) => a.size,
+            Err(e) => return fail(&e) as i64,
+        },
+        libc::SEEK_DATA | libc::SEEK_HOLE => {
+            let Some(from) = offset(off) else {
+                set_errno(libc::ENXIO);
+                return -1;
+            };
+            let r = if whence == libc::SEEK_DATA {
+                o.file.seek_data(from)
+            } else {
+                o.file.seek_hole(from)
+            };
+            return match r {
+                Ok(Some(at)) => {
+                    set_kernel_offset(fd, at);
+                    served();
+                    at as i64
+                }
+                Ok(None) => {
+                    set_errno(libc::ENXIO);
+                    -1
+                }
+                Err(e) => fail(&e) as i64,
+            };
+        }
+        // SEEK_SET and SEEK_CUR: the kernel's own answer.
+        _ => return f(fd, off, whence),
+    };
+    let new = end as i128 + off as i128;
+    if new < 0 || new > i64::MAX as i128 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    set_kernel_offset(fd, new as u64);
+    served();
+    new as i64
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
+    lseek_any(fd, off, whence, real::lseek)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: i64, whence: c_int) -> i64 {
+    lseek_any(fd, off, whence, real::lseek64)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    served_or!(fd, o => match o.file.fsync() {
+        Ok(()) => { served(); 0 }
+        Err(e) => fail(&e) as c_int,
+    }, else real::fsync(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    served_or!(fd, o => match o.file.fsync() {
+        Ok(()) => { served(); 0 }
+        Err(e) => fail(&e) as c_int,
+    }, else real::fdatasync(fd))
+}
+
+/// A resize through the native handle (which drops what it cached past the new end),
+/// then through the mount too, so that the kernel's attributes show it at once.
+unsafe fn ftruncate_any(fd: c_int, len: i64, f: unsafe fn(c_int, i64) -> c_int) -> c_int {
+    let Some((_b, o)) = served_fd(fd) else {
+        return f(fd, len);
+    };
+    let Some(size) = offset(len) else {
+        set_errno(libc::EINVAL);
+        return -1;
+    };
+    if let Err(e) = o.file.set_len(size) {
+        return fail(&e) as c_int;
+    }
+    served();
+    f(fd, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: i64) -> c_int {
+    ftruncate_any(fd, len, real::ftruncate)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: i64) -> c_int {
+    ftruncate_any(fd, len, real::ftruncate64)
+}
+
+// ---- stat: the kernel's answer, with the size this process's writes reached ----
+
+fn fix_size(fd: Option<c_int>, dev: u64, ino: u64, size: &mut i64) {
+    let Some(_b) = enter() else { return };
+    let known = match fd.and_then(state::get) {
+        Some(o) => Some(o.file.size()),
+        None => state::known_size(dev, ino),
+    };
+    if let Some(k) = known {
+        if k as i64 > *size {
+            *size = k as i64;
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+    let r = real::fstat(fd, st);
+    if r == 0 && !st.is_null() {
+        let s = &mut *st;
+        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
+    let r = real::fstat64(fd, st);
+    if r == 0 && !st.is_null() {
+        let s = &mut *st;
+        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+    let r = real::__fxstat(ver, fd, st);
+    if r == 0 && !st.is_null() {
+        let s = &mut *st;
+        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat64) -> c_int {
+    let r = real::__fxstat64(ver, fd, st);
+    if r == 0 && !st.is_null() {
+        let s = &mut *st;
+        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
+    }
+    r
+}
+
+// ---- calls the library does not serve: the descriptor goes to the mount first ----
+
+fn release(fd: c_int, why: &str) {
+    if let Some(_b) = enter() {
+        state::release(fd, why);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    if fd >= 0 {
+        release(fd, "mmap");
+    }
+    real::mmap(addr, len, prot, flags, fd, off)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    if fd >= 0 {
+        release(fd, "mmap");
+    }
+    real::mmap64(addr, len, prot, flags, fd, off)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+    release(fd, "fdopen (stdio reads and writes it directly)");
+    real::fdopen(fd, mode)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, n: usize) -> isize {
+    release(out, "sendfile");
+    release(inp, "sendfile");
+    real::sendfile(out, inp, off, n)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(out: c_int, inp: c_int, off: *mut i64, n: usize) -> isize {
+    release(out, "sendfile");
+    release(inp, "sendfile");
+    real::sendfile64(out, inp, off, n)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn splice(
+    inp: c_int,
+    off_in: *mut i64,
+    out: c_int,
+    off_out: *mut i64,
+    n: usize,
+    flags: c_uint,
+) -> isize {
+    release(inp, "splice");
+    release(out, "splice");
+    real::splice(inp, off_in, out, off_out, n, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    inp: c_int,
+    off_in: *mut i64,
+    out: c_int,
+    off_out: *mut i64,
+    n: usize,
+    flags: c_uint,
+) -> isize {
+    release(inp, "copy_file_range");
+    release(out, "copy_file_range");
+    real::copy_file_range(inp, off_in, out, off_out, n, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+    release(fd, "fallocate");
+    real::fallocate(fd, mode, off, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+    release(fd, "fallocate");
+    real::fallocate64(fd, mode, off, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int {
+    release(fd, "posix_fallocate");
+    real::posix_fallocate(fd, off, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: i64, len: i64) -> c_int {
+    release(fd, "posix_fallocate");
+    real::posix_fallocate64(fd, off, len)
+}
+
+// ---- process boundaries: nothing stays behind ----
+
+fn flush_all() {
+    if let Some(_b) = enter() {
+        state::flush_all();
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    flush_all();
+    real::execve(path, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    flush_all();
+    real::execv(path, argv)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    flush_all();
+    real::execvp(file, argv)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    flush_all();
+    real::execvpe(file, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    flush_all();
+    real::fexecve(fd, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    fa: *const c_void,
+    attr: *const c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    flush_all();
+    real::posix_spawn(pid, path, fa, attr, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    fa: *const c_void,
+    attr: *const c_void,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    flush_all();
+    real::posix_spawnp(pid, file, fa, attr, argv, envp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+    flush_all();
+    real::exit_now(code)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
+    flush_all();
+    real::exit_now(code)
+}
+
+extern "C" fn before_fork() {
+    flush_all();
+}
+
+extern "C" fn in_child() {
+    state::after_fork_in_child();
+}
+
+extern "C" fn at_exit() {
+    if let Some(_b) = enter() {
+        state::at_exit();
+    }
+}
+
+extern "C" fn init() {
+    // SAFETY: registering handlers with no preconditions.
+    unsafe {
+        libc::pthread_atfork(Some(before_fork), None, Some(in_child));
+        libc::atexit(at_exit);
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;

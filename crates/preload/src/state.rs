@@ -1,0 +1,367 @@
+//! What the library keeps: the mount table, the process's clients, the descriptors it
+//! serves, and its counters.
+
+use crate::real;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+use stripefs_client::{Client, ClusterConfig, Cred, OpenOptions, WireError};
+
+thread_local! {
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Set while this thread runs the library's own code: the calls that code makes (the
+/// client's sockets, reading the mount table) go straight to the C library.
+pub struct Busy(());
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let _ = BUSY.try_with(|b| b.set(false));
+    }
+}
+
+/// `None` when this thread is already inside the library (or is being torn down).
+pub fn enter() -> Option<Busy> {
+    BUSY.try_with(|b| {
+        if b.get() {
+            None
+        } else {
+            b.set(true);
+            Some(Busy(()))
+        }
+    })
+    .ok()
+    .flatten()
+}
+
+pub fn debug() -> bool {
+    static D: OnceLock<bool> = OnceLock::new();
+    *D.get_or_init(|| std::env::var("STRIPEFS_PRELOAD_DEBUG").is_ok_and(|v| v == "1"))
+}
+
+pub fn log(msg: std::fmt::Arguments) {
+    if debug() {
+        let line = format!("stripefs-preload[{}]: {msg}\n", std::process::id());
+        // SAFETY: a buffer of that length.
+        unsafe { real::write(2, line.as_ptr() as *const _, line.len()) };
+    }
+}
+
+// ---- counters ----
+
+pub static SERVED: AtomicU64 = AtomicU64::new(0);
+pub static FELL_THROUGH: AtomicU64 = AtomicU64::new(0);
+pub static OPENED: AtomicU64 = AtomicU64::new(0);
+
+pub fn served() {
+    SERVED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// At exit: flush what is behind, and with STRIPEFS_PRELOAD_DEBUG=1 print the counters.
+pub fn at_exit() {
+    flush_all();
+    if debug() && (OPENED.load(Ordering::Relaxed) > 0 || FELL_THROUGH.load(Ordering::Relaxed) > 0) {
+        log(format_args!(
+            "files served natively {}, calls served {}, fell through to the mount {}",
+            OPENED.load(Ordering::Relaxed),
+            SERVED.load(Ordering::Relaxed),
+            FELL_THROUGH.load(Ordering::Relaxed)
+        ));
+    }
+}
+
+// ---- the mount table ----
+
+struct Table {
+    text: String,
+    read_at: Instant,
+}
+
+static MOUNTS: Mutex<Option<Table>> = Mutex::new(None);
+
+/// The stripefs mount (cluster file, path inside stripefs) of an absolute path, from the
+/// mount table read at most once a second.
+/// `abs` is the path, or `None` to ask only whether any stripefs mount exists.
+pub fn on_mount(abs: Option<&str>) -> Option<stripefs_client::mounts::Found> {
+    let mut m = MOUNTS.lock().unwrap_or_else(|p| p.into_inner());
+    let stale = m
+        .as_ref()
+        .map_or(true, |t| t.read_at.elapsed() > Duration::from_secs(1));
+    if stale {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        *m = Some(Table {
+            text,
+            read_at: Instant::now(),
+        });
+    }
+    let t = m.as_ref()?;
+    if !t.text.contains("stripefs") {
+        return None;
+    }
+    match abs {
+        Some(abs) => stripefs_client::mounts::find(&t.text, std::path::Path::new(abs)),
+        None => Some(stripefs_client::mounts::Found {
+            cluster: String::new(),
+            inner: String::new(),
+        }),
+    }
+}
+
+// ---- clients ----
+
+static CLIENTS: Mutex<Option<HashMap<String, Option<Client>>>> = Mutex::new(None);
+
+/// The process's client of a cluster file (connected at first use), with the caller's
+/// credentials; `None` (remembered) if the file cannot be read or the cluster reached.
+pub fn client(cluster: &str) -> Option<Client> {
+    let mut all = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    let map = all.get_or_insert_with(HashMap::new);
+    let c = map.entry(cluster.to_string()).or_insert_with(|| {
+        let c = ClusterConfig::load(std::path::Path::new(cluster))
+            .map_err(|e| e.to_string())
+            .and_then(|cfg| Client::connect(&cfg).map_err(|e| e.to_string()));
+        match c {
+            Ok(c) => Some(c),
+            Err(e) => {
+                log(format_args!(
+                    "cannot use cluster {cluster} ({e}): its files go through the mount"
+                ));
+                None
+            }
+        }
+    });
+    c.clone().map(|c| c.with_cred(caller()))
+}
+
+/// The caller's uid, gid and groups, which the mount would check.
+fn caller() -> Cred {
+    // SAFETY: plain queries; getgroups with a buffer of its length.
+    unsafe {
+        let n = libc::getgroups(0, std::ptr::null_mut()).max(0);
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let n = libc::getgroups(n, groups.as_mut_ptr()).max(0);
+        groups.truncate(n as usize);
+        Cred {
+            uid: libc::geteuid(),
+            gid: libc::getegid(),
+            groups,
+        }
+    }
+}
+
+// ---- the descriptors served ----
+
+/// One open file description served natively (shared by the descriptors `dup` made).
+pub struct Open {
+    pub file: stripefs_client::File,
+    /// The kernel's identity of the file, to correct the size a stat by path shows
+    /// while writes of this process are behind.
+    pub dev: u64,
+    pub ino: u64,
+    /// Held by a call using the file offset (the kernel's) from reading it to moving it.
+    pub offset: Mutex<()>,
+    pub path: String,
+    pub written: AtomicBool,
+}
+
+static FDS: RwLock<Option<HashMap<c_int, Arc<Open>>>> = RwLock::new(None);
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// The open file served for `fd`, if any (no lock when none is served at all).
+pub fn get(fd: c_int) -> Option<Arc<Open>> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let t = FDS.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()?.get(&fd).cloned()
+}
+
+pub fn insert(fd: c_int, o: Arc<Open>) {
+    let mut t = FDS.write().unwrap_or_else(|p| p.into_inner());
+    if t.get_or_insert_with(HashMap::new).insert(fd, o).is_none() {
+        COUNT.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+pub fn remove(fd: c_int) -> Option<Arc<Open>> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let mut t = FDS.write().unwrap_or_else(|p| p.into_inner());
+    let o = t.as_mut()?.remove(&fd);
+    if o.is_some() {
+        COUNT.fetch_sub(1, Ordering::AcqRel);
+    }
+    o
+}
+
+/// Every open file served, with its descriptors.
+fn all() -> Vec<(c_int, Arc<Open>)> {
+    let t = FDS.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()
+        .map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect())
+        .unwrap_or_default()
+}
+
+/// The size this process knows for the file `(dev, ino)` if it serves it (its own
+/// writes may not have reached the mount's attributes yet).
+pub fn known_size(dev: u64, ino: u64) -> Option<u64> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    all()
+        .into_iter()
+        .find(|(_, o)| o.dev == dev && o.ino == ino)
+        .map(|(_, o)| o.file.size())
+}
+
+/// Flushes every served file's writes still behind (before fork, exec, exit).
+pub fn flush_all() {
+    for (fd, o) in all() {
+        if let Err(e) = o.file.flush() {
+            log(format_args!("flushing {} (fd {fd}): {e}", o.path));
+        }
+    }
+}
+
+/// Stops serving `fd` (a call the library does not serve is about to use it): the last
+/// descriptor of the file closes the native handle, which flushes its writes.
+pub fn release(fd: c_int, why: &str) {
+    if let Some(o) = remove(fd) {
+        FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
+        log(format_args!(
+            "{} (fd {fd}) goes through the mount from here: {why}",
+            o.path
+        ));
+        let _ = finish(fd, o);
+    }
+}
+
+/// The last reference to `o` going (its descriptor `fd` still open in the kernel):
+/// closes the native handle, and if it wrote, has the mount fetch the file's
+/// attributes anew (a setattr of its mtime), so the kernel shows the size written.
+/// Returns the close's error.
+pub fn finish(fd: c_int, o: Arc<Open>) -> Result<(), WireError> {
+    let Ok(o) = Arc::try_unwrap(o) else {
+        return Ok(());
+    };
+    let written = o.written.load(Ordering::Relaxed);
+    let path = o.path.clone();
+    let r = o.file.close();
+    if written {
+        let times = [
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+            libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_NOW,
+            },
+        ];
+        // SAFETY: two timespecs, as futimens takes.
+        unsafe { real::futimens(fd, times.as_ptr()) };
+    }
+    if let Err(e) = &r {
+        log(format_args!("closing {path}: {e}"));
+    }
+    r
+}
+
+/// In the child of a fork: the parent's clients and handles belong to threads that do
+/// not exist here, so they are forgotten (never dropped: that would wait for those
+/// threads); the child's descriptors go through the mount, and its own first file on a
+/// mount connects anew.
+pub fn after_fork_in_child() {
+    let mut t = FDS.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = t.take() {
+        std::mem::forget(m);
+    }
+    COUNT.store(0, Ordering::Release);
+    drop(t);
+    let mut c = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = c.take() {
+        std::mem::forget(m);
+    }
+}
+
+/// Opens `abs` (already open in the kernel as `fd`, with `flags`) natively if it is a
+/// regular file on a stripefs mount this process can reach.
+pub fn adopt(fd: c_int, flags: c_int) {
+    // Most processes have no stripefs mount at all: no readlink for them.
+    if on_mount(None).is_none() {
+        return;
+    }
+    let Some(abs) = fd_path(fd) else { return };
+    let Some(found) = on_mount(Some(&abs)) else {
+        return;
+    };
+    let why = if flags & libc::O_APPEND != 0 {
+        Some("O_APPEND")
+    } else if flags & libc::O_DIRECT != 0 {
+        Some("O_DIRECT")
+    } else if flags & libc::O_PATH != 0 {
+        Some("O_PATH")
+    } else {
+        None
+    };
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a stat buffer for a descriptor the kernel just gave.
+    let regular =
+        unsafe { real::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    if why.is_some() || !regular {
+        FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
+        log(format_args!(
+            "{abs} goes through the mount: {}",
+            why.unwrap_or("not a regular file")
+        ));
+        return;
+    }
+    let Some(client) = client(&found.cluster) else {
+        FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let acc = flags & libc::O_ACCMODE;
+    let opts = OpenOptions::new()
+        .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+        .write(acc == libc::O_WRONLY || acc == libc::O_RDWR);
+    match client.open(&found.inner, &opts) {
+        Ok(file) => {
+            insert(
+                fd,
+                Arc::new(Open {
+                    file,
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                    offset: Mutex::new(()),
+                    path: abs.clone(),
+                    written: AtomicBool::new(false),
+                }),
+            );
+            OPENED.fetch_add(1, Ordering::Relaxed);
+            log(format_args!(
+                "{abs} (fd {fd}) served natively as {}",
+                found.inner
+            ));
+        }
+        Err(e) => {
+            FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
+            log(format_args!(
+                "{abs} goes through the mount: native open: {e}"
+            ));
+        }
+    }
+}
+
+/// The absolute path the kernel gives for descriptor `fd`.
+fn fd_path(fd: c_int) -> Option<String> {
+    let p = PathBuf::from(format!("/proc/self/fd/{fd}"));
+    let target = std::fs::read_link(p).ok()?;
+    let s = target.to_str()?.to_string();
+    s.starts_with('/').then_some(s)
+}

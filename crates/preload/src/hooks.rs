@@ -9,14 +9,21 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use stripefs_client::WireError;
 
-fn set_errno(e: c_int) {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() = e };
-}
+use state::set_errno;
 
 fn fail(e: &WireError) -> isize {
     set_errno(e.code.errno());
     -1
+}
+
+/// A C library call made while inside the library: its errno, if it failed, is the
+/// caller's.
+fn keep_errno(r: i64) -> i64 {
+    if r < 0 {
+        // SAFETY: the calling thread's errno.
+        set_errno(unsafe { *libc::__errno_location() });
+    }
+    r
 }
 
 /// The served file of `fd`, with this thread marked as inside the library.
@@ -119,6 +126,33 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         Some(e) if r == 0 => fail(&e) as c_int,
         _ => r,
     }
+}
+
+/// The descriptors in `first..=last` are about to be closed together.
+fn closing_range(first: u64, last: u64) {
+    if let Some(_b) = enter() {
+        for (fd, o) in state::served_in(first, last) {
+            if let Some(o2) = state::remove(fd) {
+                drop(o);
+                let _ = state::finish(fd, o2);
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    // CLOSE_RANGE_CLOEXEC only marks them; they close at exec, where nothing is kept.
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        closing_range(first as u64, last as u64);
+    }
+    real::close_range(first, last, flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    closing_range(first.max(0) as u64, u64::MAX);
+    real::closefrom(first)
 }
 
 /// `to` now names what `from` named: share the served file, if any.
@@ -531,8 +565,8 @@ unsafe fn lseek_any(
                 Err(e) => fail(&e) as i64,
             };
         }
-        // SEEK_SET and SEEK_CUR: the kernel's own answer.
-        _ => return f(fd, off, whence),
+        // SEEK_SET and SEEK_CUR: the kernel's own answer (and its errno).
+        _ => return keep_errno(f(fd, off, whence)),
     };
     let new = end as i128 + off as i128;
     if new < 0 || new > i64::MAX as i128 {
@@ -584,7 +618,7 @@ unsafe fn ftruncate_any(fd: c_int, len: i64, f: unsafe fn(c_int, i64) -> c_int) 
         return fail(&e) as c_int;
     }
     served();
-    f(fd, len)
+    keep_errno(f(fd, len) as i64) as c_int
 }
 
 #[no_mangle]

@@ -98,6 +98,8 @@ real! {
     posix_spawn: fn(pid: *mut libc::pid_t, path: *const c_char, fa: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     posix_spawnp: fn(pid: *mut libc::pid_t, file: *const c_char, fa: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     futimens: fn(fd: c_int, times: *const libc::timespec) -> c_int;
+    close_range: fn(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    closefrom: fn(first: c_int) -> ();
 }
 
 /// `_exit` never returns, so it is not in the table above.

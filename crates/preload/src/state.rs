@@ -13,14 +13,24 @@ use stripefs_client::{Client, ClusterConfig, Cred, OpenOptions, WireError};
 
 thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
+    static ERRNO: Cell<Option<i32>> = const { Cell::new(None) };
 }
 
 /// Set while this thread runs the library's own code: the calls that code makes (the
-/// client's sockets, reading the mount table) go straight to the C library.
-pub struct Busy(());
+/// client's sockets, reading the mount table) go straight to the C library. When it
+/// ends, errno is what the call served says (`set_errno`), else what it was before:
+/// the client's own calls do not leak their errno into a call that succeeded.
+pub struct Busy(i32);
 
 impl Drop for Busy {
     fn drop(&mut self) {
+        let e = ERRNO
+            .try_with(|e| e.take())
+            .ok()
+            .flatten()
+            .unwrap_or(self.0);
+        // SAFETY: the calling thread's errno.
+        unsafe { *libc::__errno_location() = e };
         let _ = BUSY.try_with(|b| b.set(false));
     }
 }
@@ -32,11 +42,19 @@ pub fn enter() -> Option<Busy> {
             None
         } else {
             b.set(true);
-            Some(Busy(()))
+            // SAFETY: the calling thread's errno.
+            Some(Busy(unsafe { *libc::__errno_location() }))
         }
     })
     .ok()
     .flatten()
+}
+
+/// The errno of a call the library served and failed.
+pub fn set_errno(e: i32) {
+    let _ = ERRNO.try_with(|c| c.set(Some(e)));
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = e };
 }
 
 pub fn debug() -> bool {
@@ -198,6 +216,17 @@ pub fn remove(fd: c_int) -> Option<Arc<Open>> {
         COUNT.fetch_sub(1, Ordering::AcqRel);
     }
     o
+}
+
+/// The served descriptors in `first..=last`.
+pub fn served_in(first: u64, last: u64) -> Vec<(c_int, Arc<Open>)> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return Vec::new();
+    }
+    all()
+        .into_iter()
+        .filter(|(fd, _)| (first..=last).contains(&(*fd as u64)))
+        .collect()
 }
 
 /// Every open file served, with its descriptors.

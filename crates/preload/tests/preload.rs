@@ -1,0 +1,256 @@
+//! The interception library on a real cluster and FUSE mount: unmodified programs run
+//! with `libstripefs_preload.so` (directly and through `stripefs run`) do what they do
+//! without it, line by line and byte by byte, while the library serves their files
+//! natively (its debug log says which). Needs `cargo build --release` first (the
+//! library, the stripefs binary) and cc; `.ci/run` does both.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn release_dir() -> PathBuf {
+    // target/release/deps/preload-HASH -> target/release
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    for f in ["stripefs", "libstripefs_preload.so"] {
+        assert!(
+            dir.join(f).exists(),
+            "{} is missing: cargo build --release first",
+            dir.join(f).display()
+        );
+    }
+    dir
+}
+
+fn library() -> PathBuf {
+    release_dir().join("libstripefs_preload.so")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn run_ok(mut c: Command, what: &str) -> Output {
+    let o = c.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(o.status.success(), "{what}: {}", text(&o));
+    o
+}
+
+/// A cluster of real server processes and its FUSE mount, both stopped on drop.
+struct Cluster {
+    dir: tempfile::TempDir,
+    mount: PathBuf,
+}
+
+impl Cluster {
+    fn up() -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("stripefs-preload-test-")
+            .tempdir()
+            .unwrap();
+        let mount = dir.path().join("mnt");
+        let mut c = Command::new(release_dir().join("stripefs"));
+        c.args(["cluster", "up", "--servers", "2", "--dir"])
+            .arg(dir.path());
+        let cl = Cluster { dir, mount };
+        run_ok(c, "cluster up");
+        std::fs::create_dir_all(&cl.mount).unwrap();
+        let mut m = Command::new(release_dir().join("stripefs"));
+        m.arg("--cluster")
+            .arg(cl.dir.path().join("cluster.toml"))
+            .arg("mount")
+            .arg(&cl.mount);
+        run_ok(m, "stripefs mount");
+        cl
+    }
+
+    /// A fresh directory on the mount.
+    fn dir(&self, name: &str) -> PathBuf {
+        let d = self.mount.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(release_dir().join("stripefs"))
+            .arg("umount")
+            .arg(&self.mount)
+            .output();
+        let _ = Command::new(release_dir().join("stripefs"))
+            .args(["cluster", "down", "--dir"])
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+fn preloaded(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_PRELOAD", library())
+        .env("STRIPEFS_PRELOAD_DEBUG", "1");
+    c
+}
+
+fn served(o: &Output) -> bool {
+    String::from_utf8_lossy(&o.stderr).contains("served natively")
+}
+
+fn exercise() -> PathBuf {
+    let out = release_dir().join("preload-exercise");
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/exercise.c"));
+    run_ok(cc, "cc exercise.c");
+    out
+}
+
+fn same_files(a: &Path, b: &Path, names: &[&str]) {
+    for n in names {
+        let x = std::fs::read(a.join(n)).unwrap();
+        let y = std::fs::read(b.join(n)).unwrap();
+        assert!(
+            x == y,
+            "{n} differs between {} and {}",
+            a.display(),
+            b.display()
+        );
+    }
+}
+
+#[test]
+fn a_program_sees_the_same_with_the_library_as_through_the_mount_and_on_a_local_disk() {
+    let cl = Cluster::up();
+    let prog = exercise();
+    let local = tempfile::tempdir().unwrap();
+    let reference = run_ok(
+        {
+            let mut c = Command::new(&prog);
+            c.arg(local.path());
+            c
+        },
+        "exercise on a local directory",
+    );
+    let plain_dir = cl.dir("plain");
+    let plain = run_ok(
+        {
+            let mut c = Command::new(&prog);
+            c.arg(&plain_dir);
+            c
+        },
+        "exercise through the mount",
+    );
+    let lib_dir = cl.dir("lib");
+    let lib = run_ok(
+        {
+            let mut c = preloaded(&prog);
+            c.arg(&lib_dir);
+            c
+        },
+        "exercise with the library",
+    );
+    assert!(served(&lib), "nothing was served natively: {}", text(&lib));
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        String::from_utf8_lossy(&reference.stdout),
+        "the mount differs from a local disk"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&lib.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "the library differs from the mount"
+    );
+    same_files(&plain_dir, &lib_dir, &["a", "b", "c"]);
+    same_files(local.path(), &lib_dir, &["a", "b", "c"]);
+}
+
+#[test]
+fn dd_shells_and_python_work_with_the_library() {
+    let cl = Cluster::up();
+    let d = cl.dir("tools");
+    // dd in 4 KiB blocks (a write per block, each one kernel round trip without it).
+    let src = tempfile::NamedTempFile::new().unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    std::fs::write(src.path(), &data).unwrap();
+    let mut dd = Command::new(release_dir().join("stripefs"));
+    dd.args(["run", "--debug", "--", "dd", "bs=4k", "conv=fsync"])
+        .arg(format!("if={}", src.path().display()))
+        .arg(format!("of={}", d.join("dd.out").display()));
+    let o = run_ok(dd, "stripefs run -- dd");
+    assert!(served(&o), "{}", text(&o));
+    assert!(
+        std::fs::read(d.join("dd.out")).unwrap() == data,
+        "dd's copy differs"
+    );
+
+    // A shell: redirections (served), a pipeline, appends (left to the mount).
+    let script = format!(
+        "cd {} && echo hello > x && cat x | tr a-z A-Z > y && echo one >> y && echo two >> y && cat y",
+        d.display()
+    );
+    let mut sh = preloaded("bash");
+    sh.args(["-c", &script]);
+    let o = run_ok(sh, "bash with the library");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "HELLO\none\ntwo\n",
+        "{}",
+        text(&o)
+    );
+
+    // Python's open/write/read, os.walk and shutil.copytree.
+    let py = format!(
+        r#"
+import os, shutil
+base = {base:?}
+os.makedirs(os.path.join(base, "tree", "sub"), exist_ok=True)
+for i in range(20):
+    with open(os.path.join(base, "tree", "sub" if i % 2 else "", f"f{{i}}"), "wb") as f:
+        f.write(bytes([i]) * (1000 * i + 1))
+shutil.copytree(os.path.join(base, "tree"), os.path.join(base, "copy"))
+total = 0
+for root, dirs, files in os.walk(os.path.join(base, "copy")):
+    for n in files:
+        with open(os.path.join(root, n), "rb") as f:
+            b = f.read()
+        assert b == bytes([b[0]]) * len(b), n
+        total += len(b)
+print(total)
+"#,
+        base = d.display().to_string()
+    );
+    let mut p = preloaded("python3");
+    p.args(["-c", &py]);
+    let o = run_ok(p, "python with the library");
+    let want: usize = (0..20).map(|i| 1000 * i + 1).sum();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        want.to_string(),
+        "{}",
+        text(&o)
+    );
+    assert!(served(&o), "python's files were not served: {}", text(&o));
+}
+
+#[test]
+fn programs_the_library_does_not_serve_work_unchanged_and_a_plain_process_pays_nothing() {
+    let cl = Cluster::up();
+    let d = cl.dir("unserved");
+    std::fs::write(d.join("f"), b"some bytes for sha256sum\n").unwrap();
+    // sha256sum reads through stdio, which the library does not see.
+    let mut plain = Command::new("sha256sum");
+    plain.arg(d.join("f"));
+    let a = run_ok(plain, "sha256sum");
+    let mut lib = preloaded("sha256sum");
+    lib.arg(d.join("f"));
+    let b = run_ok(lib, "sha256sum with the library");
+    assert_eq!(a.stdout, b.stdout);
+    // A process that touches no stripefs file: no log line, no connection.
+    let o = run_ok(preloaded("true"), "true with the library");
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+}

@@ -32,6 +32,23 @@ fn served_fd(fd: c_int) -> Option<(state::Busy, Arc<Open>)> {
     state::get(fd).map(|o| (b, o))
 }
 
+/// As `served_fd`, for a read or write of `n` bytes (which may start serving it).
+fn served_io(fd: c_int, n: usize, write: bool) -> Option<(state::Busy, Arc<Open>)> {
+    let b = enter()?;
+    state::for_io(fd, n, write).map(|o| (b, o))
+}
+
+fn iov_len(v: *const libc::iovec, n: c_int) -> usize {
+    if v.is_null() || n <= 0 {
+        return 0;
+    }
+    // SAFETY: the caller's array of n iovecs.
+    unsafe { std::slice::from_raw_parts(v, n as usize) }
+        .iter()
+        .map(|i| i.iov_len)
+        .sum()
+}
+
 /// After the kernel opened `fd`: serve it natively if it is on a stripefs mount.
 fn opened(fd: c_int, flags: c_int) -> c_int {
     if fd >= 0 {
@@ -116,6 +133,7 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: c_uint) -> c_int {
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let mut failed = None;
     if let Some(_b) = enter() {
+        state::drop_candidate(fd);
         if let Some(o) = state::remove(fd) {
             served();
             failed = state::finish(fd, o).err();
@@ -131,6 +149,9 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// The descriptors in `first..=last` are about to be closed together.
 fn closing_range(first: u64, last: u64) {
     if let Some(_b) = enter() {
+        for fd in state::candidates_in(first, last) {
+            state::drop_candidate(fd);
+        }
         for (fd, o) in state::served_in(first, last) {
             if let Some(o2) = state::remove(fd) {
                 drop(o);
@@ -158,9 +179,13 @@ pub unsafe extern "C" fn closefrom(first: c_int) {
 /// `to` now names what `from` named: share the served file, if any.
 fn duplicated(from: c_int, to: c_int) -> c_int {
     if to >= 0 {
-        if let Some((_b, o)) = served_fd(from) {
-            state::insert(to, o);
-            served();
+        if let Some(_b) = enter() {
+            if let Some(o) = state::get(from) {
+                state::insert(to, o);
+                served();
+            } else {
+                state::dup_candidate(from, to);
+            }
         }
     }
     to
@@ -169,6 +194,7 @@ fn duplicated(from: c_int, to: c_int) -> c_int {
 /// `to` is about to be closed by dup2/dup3: finish its served file first.
 fn closing(to: c_int) {
     if let Some(_b) = enter() {
+        state::drop_candidate(to);
         if let Some(o) = state::remove(to) {
             let _ = state::finish(to, o);
         }
@@ -373,14 +399,23 @@ macro_rules! served_or {
     };
 }
 
+macro_rules! io_or {
+    ($fd:expr, $n:expr, $write:expr, $o:ident => $body:expr, else $fallback:expr) => {
+        match served_io($fd, $n, $write) {
+            Some((_b, $o)) => $body,
+            None => $fallback,
+        }
+    };
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, b: *mut c_void, n: usize) -> isize {
-    served_or!(fd, o => do_read(fd, &o, &mut [buf_mut(b, n)], None), else real::read(fd, b, n))
+    io_or!(fd, n, false, o => do_read(fd, &o, &mut [buf_mut(b, n)], None), else real::read(fd, b, n))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: usize) -> isize {
-    served_or!(fd, o => do_write(fd, &o, &[buf(b, n)], None), else real::write(fd, b, n))
+    io_or!(fd, n, true, o => do_write(fd, &o, &[buf(b, n)], None), else real::write(fd, b, n))
 }
 
 unsafe fn pread_any(
@@ -390,7 +425,7 @@ unsafe fn pread_any(
     off: i64,
     f: unsafe fn(c_int, *mut c_void, usize, i64) -> isize,
 ) -> isize {
-    served_or!(fd, o => match offset(off) {
+    io_or!(fd, n, false, o => match offset(off) {
         Some(at) => do_read(fd, &o, &mut [buf_mut(b, n)], Some(at)),
         None => { set_errno(libc::EINVAL); -1 }
     }, else f(fd, b, n, off))
@@ -403,7 +438,7 @@ unsafe fn pwrite_any(
     off: i64,
     f: unsafe fn(c_int, *const c_void, usize, i64) -> isize,
 ) -> isize {
-    served_or!(fd, o => match offset(off) {
+    io_or!(fd, n, true, o => match offset(off) {
         Some(at) => do_write(fd, &o, &[buf(b, n)], Some(at)),
         None => { set_errno(libc::EINVAL); -1 }
     }, else f(fd, b, n, off))
@@ -430,7 +465,7 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, b: *const c_void, n: usize, off: i6
 }
 
 unsafe fn readv_at(fd: c_int, v: *const libc::iovec, n: c_int, at: Option<i64>) -> Option<isize> {
-    let (_b, o) = served_fd(fd)?;
+    let (_b, o) = served_io(fd, iov_len(v, n), false)?;
     let Some(mut parts) = iov_mut(v, n) else {
         set_errno(libc::EINVAL);
         return Some(-1);
@@ -447,7 +482,7 @@ unsafe fn readv_at(fd: c_int, v: *const libc::iovec, n: c_int, at: Option<i64>) 
 }
 
 unsafe fn writev_at(fd: c_int, v: *const libc::iovec, n: c_int, at: Option<i64>) -> Option<isize> {
-    let (_b, o) = served_fd(fd)?;
+    let (_b, o) = served_io(fd, iov_len(v, n), true)?;
     let Some(parts) = iov(v, n) else {
         set_errno(libc::EINVAL);
         return Some(-1);

@@ -261,6 +261,7 @@ pub fn flush_all() {
 /// Stops serving `fd` (a call the library does not serve is about to use it): the last
 /// descriptor of the file closes the native handle, which flushes its writes.
 pub fn release(fd: c_int, why: &str) {
+    drop_candidate(fd);
     if let Some(o) = remove(fd) {
         FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
         log(format_args!(
@@ -311,6 +312,11 @@ pub fn after_fork_in_child() {
     if let Some(m) = t.take() {
         std::mem::forget(m);
     }
+    drop(t);
+    let mut t = CANDIDATES.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = t.take() {
+        std::mem::forget(m);
+    }
     COUNT.store(0, Ordering::Release);
     drop(t);
     let mut c = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
@@ -319,8 +325,170 @@ pub fn after_fork_in_child() {
     }
 }
 
-/// Opens `abs` (already open in the kernel as `fd`, with `flags`) natively if it is a
-/// regular file on a stripefs mount this process can reach.
+/// A file on a stripefs mount not served yet: its first calls go through the mount, so
+/// that a process reading a small file once (`cat`, a shell's `source`) pays no
+/// connection to the cluster; the descriptor is served natively from its
+/// [`PROMOTE_AFTER_CALLS`]-th read or write, or at once when this process is connected
+/// to the cluster already. (Not by bytes asked for: programs ask for their buffer's
+/// size, which the mount's 4 MiB block size makes large, whatever the file's size.)
+pub struct Candidate {
+    cluster: String,
+    inner: String,
+    path: String,
+    flags: c_int,
+    dev: u64,
+    ino: u64,
+    calls: AtomicU64,
+    wrote: AtomicBool,
+}
+
+pub const PROMOTE_AFTER_CALLS: u64 = 4;
+
+static CANDIDATES: RwLock<Option<HashMap<c_int, Arc<Candidate>>>> = RwLock::new(None);
+
+fn candidate(fd: c_int) -> Option<Arc<Candidate>> {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let t = CANDIDATES.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()?.get(&fd).cloned()
+}
+
+fn insert_candidate(fd: c_int, c: Arc<Candidate>) {
+    let mut t = CANDIDATES.write().unwrap_or_else(|p| p.into_inner());
+    if t.get_or_insert_with(HashMap::new).insert(fd, c).is_none() {
+        COUNT.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Forgets the candidate of `fd` (closed, or handed to a call not served).
+pub fn drop_candidate(fd: c_int) -> bool {
+    if COUNT.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let mut t = CANDIDATES.write().unwrap_or_else(|p| p.into_inner());
+    let gone = t.as_mut().and_then(|m| m.remove(&fd)).is_some();
+    if gone {
+        COUNT.fetch_sub(1, Ordering::AcqRel);
+    }
+    gone
+}
+
+/// `to` is a duplicate of `from`: it is a candidate too.
+pub fn dup_candidate(from: c_int, to: c_int) {
+    if let Some(c) = candidate(from) {
+        insert_candidate(to, c);
+    }
+}
+
+/// The candidates in `first..=last`.
+pub fn candidates_in(first: u64, last: u64) -> Vec<c_int> {
+    let t = CANDIDATES.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()
+        .map(|m| {
+            m.keys()
+                .copied()
+                .filter(|fd| (first..=last).contains(&(*fd as u64)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A read or write of `n` bytes is about to be made on `fd`: the served file if `fd` is
+/// served, or becomes served now; `None` to make it through the mount.
+pub fn for_io(fd: c_int, n: usize, write: bool) -> Option<Arc<Open>> {
+    if let Some(o) = get(fd) {
+        return Some(o);
+    }
+    let c = candidate(fd)?;
+    let calls = c.calls.fetch_add(1, Ordering::Relaxed) + 1;
+    let _ = n;
+    let due = calls >= PROMOTE_AFTER_CALLS || connected(&c.cluster);
+    if !due {
+        if write {
+            c.wrote.store(true, Ordering::Relaxed);
+        }
+        return None;
+    }
+    // Every descriptor of the description moves over together.
+    let fds: Vec<c_int> = {
+        let t = CANDIDATES.read().unwrap_or_else(|p| p.into_inner());
+        t.as_ref()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, x)| Arc::ptr_eq(x, &c))
+                    .map(|(k, _)| *k)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for f in &fds {
+        drop_candidate(*f);
+    }
+    if c.wrote.load(Ordering::Relaxed) {
+        // Its writes through the mount leave the mount daemon's write-behind first:
+        // closing a duplicate sends the daemon a flush.
+        // SAFETY: a duplicate of the caller's descriptor, closed at once.
+        unsafe {
+            let d = real::dup(fd);
+            if d >= 0 {
+                real::close(d);
+            }
+        }
+    }
+    let o = open_native(fd, &c)?;
+    for f in &fds {
+        insert(*f, o.clone());
+    }
+    Some(o)
+}
+
+/// Whether this process has a working client of `cluster` already.
+fn connected(cluster: &str) -> bool {
+    let all = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    all.as_ref()
+        .and_then(|m| m.get(cluster))
+        .is_some_and(|c| c.is_some())
+}
+
+fn open_native(fd: c_int, c: &Candidate) -> Option<Arc<Open>> {
+    let Some(client) = client(&c.cluster) else {
+        FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
+    let acc = c.flags & libc::O_ACCMODE;
+    let opts = OpenOptions::new()
+        .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+        .write(acc == libc::O_WRONLY || acc == libc::O_RDWR);
+    match client.open(&c.inner, &opts) {
+        Ok(file) => {
+            OPENED.fetch_add(1, Ordering::Relaxed);
+            log(format_args!(
+                "{} (fd {fd}) served natively as {}",
+                c.path, c.inner
+            ));
+            Some(Arc::new(Open {
+                file,
+                dev: c.dev,
+                ino: c.ino,
+                offset: Mutex::new(()),
+                path: c.path.clone(),
+                written: AtomicBool::new(false),
+            }))
+        }
+        Err(e) => {
+            FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
+            log(format_args!(
+                "{} goes through the mount: native open: {e}",
+                c.path
+            ));
+            None
+        }
+    }
+}
+
+/// After the kernel opened `fd` with `flags`: a regular file on a stripefs mount becomes
+/// a candidate (served at once if this process is connected to its cluster already).
 pub fn adopt(fd: c_int, flags: c_int) {
     // Most processes have no stripefs mount at all: no readlink for them.
     if on_mount(None).is_none() {
@@ -351,39 +519,22 @@ pub fn adopt(fd: c_int, flags: c_int) {
         ));
         return;
     }
-    let Some(client) = client(&found.cluster) else {
-        FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    let acc = flags & libc::O_ACCMODE;
-    let opts = OpenOptions::new()
-        .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
-        .write(acc == libc::O_WRONLY || acc == libc::O_RDWR);
-    match client.open(&found.inner, &opts) {
-        Ok(file) => {
-            insert(
-                fd,
-                Arc::new(Open {
-                    file,
-                    dev: st.st_dev,
-                    ino: st.st_ino,
-                    offset: Mutex::new(()),
-                    path: abs.clone(),
-                    written: AtomicBool::new(false),
-                }),
-            );
-            OPENED.fetch_add(1, Ordering::Relaxed);
-            log(format_args!(
-                "{abs} (fd {fd}) served natively as {}",
-                found.inner
-            ));
+    let c = Arc::new(Candidate {
+        cluster: found.cluster,
+        inner: found.inner,
+        path: abs,
+        flags,
+        dev: st.st_dev,
+        ino: st.st_ino,
+        calls: AtomicU64::new(0),
+        wrote: AtomicBool::new(false),
+    });
+    if connected(&c.cluster) {
+        if let Some(o) = open_native(fd, &c) {
+            insert(fd, o);
         }
-        Err(e) => {
-            FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
-            log(format_args!(
-                "{abs} goes through the mount: native open: {e}"
-            ));
-        }
+    } else {
+        insert_candidate(fd, c);
     }
 }
 

@@ -210,8 +210,12 @@ import os, shutil
 base = {base:?}
 os.makedirs(os.path.join(base, "tree", "sub"), exist_ok=True)
 for i in range(20):
-    with open(os.path.join(base, "tree", "sub" if i % 2 else "", f"f{{i}}"), "wb") as f:
-        f.write(bytes([i]) * (1000 * i + 1))
+    # Unbuffered, in pieces: a file written in several calls is served natively (one
+    # written in one call stays with the mount, which costs no connection).
+    with open(os.path.join(base, "tree", "sub" if i % 2 else "", f"f{{i}}"), "wb", buffering=0) as f:
+        data = bytes([i]) * (1000 * i + 1)
+        for k in range(0, len(data), 997):
+            f.write(data[k:k + 997])
 shutil.copytree(os.path.join(base, "tree"), os.path.join(base, "copy"))
 total = 0
 for root, dirs, files in os.walk(os.path.join(base, "copy")):

@@ -1,41 +1,5 @@
-//! `libstripefs_preload.so`: run a program with `LD_PRELOAD=.../libstripefs_preload.so`
-//! (or `stripefs run -- PROGRAM`), and the reads and writes of regular files it opens on
-//! a stripefs FUSE mount are served by the native client in the process instead of a
-//! kernel round trip each, the approach of DAOS's libioil.
-//!
-//! **Real descriptors always.** A file is opened through the mount first, as without
-//! the library, so its descriptor is the kernel's; the library then opens it natively
-//! too and serves `read`/`write`/`pread`/`pwrite`/`readv`/`writev`/`preadv`/`pwritev`/
-//! `lseek`/`fsync`/`fdatasync`/`ftruncate`/`fstat` and `dup`s of that descriptor. The
-//! kernel's file offset is kept equal to the library's after every call, so a child
-//! after `fork` or `exec`, or any call the library does not see, finds the descriptor
-//! where the program left it. Before a descriptor is handed to a path the library does
-//! not serve (`mmap`, `fdopen`, `sendfile`, `splice`, `copy_file_range`, `fallocate`,
-//! `fcntl` changing O_APPEND/O_DIRECT), its writes are flushed and the library stops
-//! serving it: it works through the mount from there on. Writes still behind are flushed
-//! at `close`, `fsync`, `fork`, `exec*`, `posix_spawn*`, `exit` and `_exit`. Files opened
-//! with `O_APPEND`, `O_DIRECT` or `O_PATH`, not regular, or of a mount whose cluster file
-//! this user cannot read, are left to the mount. A `write` returning means the bytes are
-//! in this process's write-behind, as through the page cache of the mount; a process
-//! killed before the next flush loses them, and nothing it had fsynced.
-//!
-//! **Cheap to load.** A process that never opens a file on a stripefs mount starts no
-//! thread and makes no connection; its first `open` reads the mount table (again at most
-//! once a second), and that is all. The first file on a mount connects; the connection
-//! is shared by the process's threads.
-//!
-//! **Fallbacks say so.** `STRIPEFS_PRELOAD_DEBUG=1` logs each file served natively and
-//! each that fell through (with the reason) to stderr, and prints counters of calls
-//! served and fallen through at exit.
-//!
-//! Not served (they work through the mount, slower): metadata calls (`stat` by path,
-//! `mkdir`, `unlink`, `rename`, directory listing), stdio's own reads and writes
-//! (glibc calls its internal entry points, which no preloaded library can see; `fopen`
-//! opens through the mount), system calls made directly (static and Go binaries,
-//! `syscall(2)`), io_uring and libaio.
-
-#![allow(clippy::missing_safety_doc)] // The contracts are those of the libc calls hooked.
-
-mod hooks;
-mod real;
-mod state;
+//! The interception library's shim, `libstripefs_preload.so`, is C (shim/shim.c), built
+//! by this crate's build script into the profile's directory (target/release); the
+//! native client behind it is crates/preload-engine. This crate holds no Rust code but
+//! its tests (tests/preload.rs), which run unmodified programs with the library on a
+//! real cluster and mount.

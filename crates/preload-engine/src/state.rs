@@ -490,6 +490,13 @@ fn open_native(fd: c_int, c: &Candidate) -> Option<Arc<Open>> {
 /// After the kernel opened `fd` with `flags`: a regular file on a stripefs mount becomes
 /// a candidate (served at once if this process is connected to its cluster already).
 pub fn adopt(fd: c_int, flags: c_int) {
+    take(fd, flags, 0, false)
+}
+
+/// As `adopt`, for a descriptor that already made `calls` reads and writes through the
+/// mount (`wrote`: some of them writes), counted by the shim before it loaded the
+/// engine.
+pub fn take(fd: c_int, flags: c_int, calls: u64, wrote: bool) {
     // Most processes have no stripefs mount at all: no readlink for them.
     if on_mount(None).is_none() {
         return;
@@ -526,10 +533,10 @@ pub fn adopt(fd: c_int, flags: c_int) {
         flags,
         dev: st.st_dev,
         ino: st.st_ino,
-        calls: AtomicU64::new(0),
-        wrote: AtomicBool::new(false),
+        calls: AtomicU64::new(calls),
+        wrote: AtomicBool::new(wrote),
     });
-    if connected(&c.cluster) {
+    if connected(&c.cluster) && !wrote {
         if let Some(o) = open_native(fd, &c) {
             insert(fd, o);
         }

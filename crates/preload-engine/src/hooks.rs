@@ -61,18 +61,34 @@ fn opened(fd: c_int, flags: c_int) -> c_int {
 
 // ---- open ----
 
+/// The shim opened `fd` (with `flags`) before this library was loaded, and made `calls`
+/// reads and writes on it through the mount (`wrote`: some were writes): a candidate
+/// here, as if this library had seen them.
 #[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn sfs_engine_take(fd: c_int, flags: c_int, calls: u64, wrote: c_int) {
+    if fd >= 0 {
+        if let Some(_b) = enter() {
+            state::take(fd, flags, calls, wrote != 0);
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     opened(real::open(path, flags, mode), flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn sfs_engine_open64(
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
     opened(real::open64(path, flags, mode), flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn openat(
+pub unsafe extern "C" fn sfs_engine_openat(
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -82,7 +98,7 @@ pub unsafe extern "C" fn openat(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn openat64(
+pub unsafe extern "C" fn sfs_engine_openat64(
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -92,27 +108,35 @@ pub unsafe extern "C" fn openat64(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine___open_2(path: *const c_char, flags: c_int) -> c_int {
     opened(real::__open_2(path, flags), flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine___open64_2(path: *const c_char, flags: c_int) -> c_int {
     opened(real::__open64_2(path, flags), flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine___openat_2(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> c_int {
     opened(real::__openat_2(dirfd, path, flags), flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine___openat64_2(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> c_int {
     opened(real::__openat64_2(dirfd, path, flags), flags)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn creat(path: *const c_char, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn sfs_engine_creat(path: *const c_char, mode: c_uint) -> c_int {
     opened(
         real::creat(path, mode),
         libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
@@ -120,7 +144,7 @@ pub unsafe extern "C" fn creat(path: *const c_char, mode: c_uint) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn creat64(path: *const c_char, mode: c_uint) -> c_int {
+pub unsafe extern "C" fn sfs_engine_creat64(path: *const c_char, mode: c_uint) -> c_int {
     opened(
         real::creat64(path, mode),
         libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
@@ -130,7 +154,7 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: c_uint) -> c_int {
 // ---- close and descriptors ----
 
 #[no_mangle]
-pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine_close(fd: c_int) -> c_int {
     let mut failed = None;
     if let Some(_b) = enter() {
         state::drop_candidate(fd);
@@ -162,7 +186,11 @@ fn closing_range(first: u64, last: u64) {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine_close_range(
+    first: c_uint,
+    last: c_uint,
+    flags: c_int,
+) -> c_int {
     // CLOSE_RANGE_CLOEXEC only marks them; they close at exec, where nothing is kept.
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         closing_range(first as u64, last as u64);
@@ -171,7 +199,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn closefrom(first: c_int) {
+pub unsafe extern "C" fn sfs_engine_closefrom(first: c_int) {
     closing_range(first.max(0) as u64, u64::MAX);
     real::closefrom(first)
 }
@@ -202,12 +230,12 @@ fn closing(to: c_int) {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine_dup(fd: c_int) -> c_int {
     duplicated(fd, real::dup(fd))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine_dup2(fd: c_int, to: c_int) -> c_int {
     if fd == to {
         return real::dup2(fd, to);
     }
@@ -216,7 +244,7 @@ pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine_dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
     if fd != to {
         closing(to);
     }
@@ -242,12 +270,12 @@ unsafe fn fcntl_any(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     fcntl_any(fd, cmd, arg, real::fcntl)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     fcntl_any(fd, cmd, arg, real::fcntl64)
 }
 
@@ -409,12 +437,12 @@ macro_rules! io_or {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, b: *mut c_void, n: usize) -> isize {
+pub unsafe extern "C" fn sfs_engine_read(fd: c_int, b: *mut c_void, n: usize) -> isize {
     io_or!(fd, n, false, o => do_read(fd, &o, &mut [buf_mut(b, n)], None), else real::read(fd, b, n))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, b: *const c_void, n: usize) -> isize {
+pub unsafe extern "C" fn sfs_engine_write(fd: c_int, b: *const c_void, n: usize) -> isize {
     io_or!(fd, n, true, o => do_write(fd, &o, &[buf(b, n)], None), else real::write(fd, b, n))
 }
 
@@ -445,22 +473,37 @@ unsafe fn pwrite_any(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, b: *mut c_void, n: usize, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_pread(fd: c_int, b: *mut c_void, n: usize, off: i64) -> isize {
     pread_any(fd, b, n, off, real::pread)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, b: *mut c_void, n: usize, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_pread64(
+    fd: c_int,
+    b: *mut c_void,
+    n: usize,
+    off: i64,
+) -> isize {
     pread_any(fd, b, n, off, real::pread64)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, b: *const c_void, n: usize, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_pwrite(
+    fd: c_int,
+    b: *const c_void,
+    n: usize,
+    off: i64,
+) -> isize {
     pwrite_any(fd, b, n, off, real::pwrite)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pwrite64(fd: c_int, b: *const c_void, n: usize, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_pwrite64(
+    fd: c_int,
+    b: *const c_void,
+    n: usize,
+    off: i64,
+) -> isize {
     pwrite_any(fd, b, n, off, real::pwrite64)
 }
 
@@ -499,39 +542,59 @@ unsafe fn writev_at(fd: c_int, v: *const libc::iovec, n: c_int, at: Option<i64>)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, v: *const libc::iovec, n: c_int) -> isize {
+pub unsafe extern "C" fn sfs_engine_readv(fd: c_int, v: *const libc::iovec, n: c_int) -> isize {
     readv_at(fd, v, n, None).unwrap_or_else(|| real::readv(fd, v, n))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn writev(fd: c_int, v: *const libc::iovec, n: c_int) -> isize {
+pub unsafe extern "C" fn sfs_engine_writev(fd: c_int, v: *const libc::iovec, n: c_int) -> isize {
     writev_at(fd, v, n, None).unwrap_or_else(|| real::writev(fd, v, n))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn preadv(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_preadv(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+) -> isize {
     readv_at(fd, v, n, Some(off)).unwrap_or_else(|| real::preadv(fd, v, n, off))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn preadv64(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_preadv64(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+) -> isize {
     readv_at(fd, v, n, Some(off)).unwrap_or_else(|| real::preadv64(fd, v, n, off))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pwritev(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_pwritev(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+) -> isize {
     writev_at(fd, v, n, Some(off)).unwrap_or_else(|| real::pwritev(fd, v, n, off))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pwritev64(fd: c_int, v: *const libc::iovec, n: c_int, off: i64) -> isize {
+pub unsafe extern "C" fn sfs_engine_pwritev64(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+) -> isize {
     writev_at(fd, v, n, Some(off)).unwrap_or_else(|| real::pwritev64(fd, v, n, off))
 }
 
 /// preadv2/pwritev2: offset -1 means the file offset; flags (RWF_*) are hints here,
 /// except RWF_APPEND, which is left to the mount.
 #[no_mangle]
-pub unsafe extern "C" fn preadv2(
+pub unsafe extern "C" fn sfs_engine_preadv2(
     fd: c_int,
     v: *const libc::iovec,
     n: c_int,
@@ -543,7 +606,7 @@ pub unsafe extern "C" fn preadv2(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn pwritev2(
+pub unsafe extern "C" fn sfs_engine_pwritev2(
     fd: c_int,
     v: *const libc::iovec,
     n: c_int,
@@ -614,17 +677,17 @@ unsafe fn lseek_any(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
+pub unsafe extern "C" fn sfs_engine_lseek(fd: c_int, off: i64, whence: c_int) -> i64 {
     lseek_any(fd, off, whence, real::lseek)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn lseek64(fd: c_int, off: i64, whence: c_int) -> i64 {
+pub unsafe extern "C" fn sfs_engine_lseek64(fd: c_int, off: i64, whence: c_int) -> i64 {
     lseek_any(fd, off, whence, real::lseek64)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fsync(fd: c_int) -> c_int {
     served_or!(fd, o => match o.file.fsync() {
         Ok(()) => { served(); 0 }
         Err(e) => fail(&e) as c_int,
@@ -632,7 +695,7 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fdatasync(fd: c_int) -> c_int {
     served_or!(fd, o => match o.file.fsync() {
         Ok(()) => { served(); 0 }
         Err(e) => fail(&e) as c_int,
@@ -657,12 +720,12 @@ unsafe fn ftruncate_any(fd: c_int, len: i64, f: unsafe fn(c_int, i64) -> c_int) 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ftruncate(fd: c_int, len: i64) -> c_int {
+pub unsafe extern "C" fn sfs_engine_ftruncate(fd: c_int, len: i64) -> c_int {
     ftruncate_any(fd, len, real::ftruncate)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ftruncate64(fd: c_int, len: i64) -> c_int {
+pub unsafe extern "C" fn sfs_engine_ftruncate64(fd: c_int, len: i64) -> c_int {
     ftruncate_any(fd, len, real::ftruncate64)
 }
 
@@ -682,7 +745,7 @@ fn fix_size(fd: Option<c_int>, dev: u64, ino: u64, size: &mut i64) {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fstat(fd: c_int, st: *mut libc::stat) -> c_int {
     let r = real::fstat(fd, st);
     if r == 0 && !st.is_null() {
         let s = &mut *st;
@@ -692,7 +755,7 @@ pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
     let r = real::fstat64(fd, st);
     if r == 0 && !st.is_null() {
         let s = &mut *st;
@@ -702,7 +765,7 @@ pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
+pub unsafe extern "C" fn sfs_engine___fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
     let r = real::__fxstat(ver, fd, st);
     if r == 0 && !st.is_null() {
         let s = &mut *st;
@@ -712,7 +775,11 @@ pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) ->
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat64) -> c_int {
+pub unsafe extern "C" fn sfs_engine___fxstat64(
+    ver: c_int,
+    fd: c_int,
+    st: *mut libc::stat64,
+) -> c_int {
     let r = real::__fxstat64(ver, fd, st);
     if r == 0 && !st.is_null() {
         let s = &mut *st;
@@ -730,7 +797,7 @@ fn release(fd: c_int, why: &str) {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn mmap(
+pub unsafe extern "C" fn sfs_engine_mmap(
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -745,7 +812,7 @@ pub unsafe extern "C" fn mmap(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn mmap64(
+pub unsafe extern "C" fn sfs_engine_mmap64(
     addr: *mut c_void,
     len: usize,
     prot: c_int,
@@ -760,27 +827,37 @@ pub unsafe extern "C" fn mmap64(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+pub unsafe extern "C" fn sfs_engine_fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
     release(fd, "fdopen (stdio reads and writes it directly)");
     real::fdopen(fd, mode)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut i64, n: usize) -> isize {
+pub unsafe extern "C" fn sfs_engine_sendfile(
+    out: c_int,
+    inp: c_int,
+    off: *mut i64,
+    n: usize,
+) -> isize {
     release(out, "sendfile");
     release(inp, "sendfile");
     real::sendfile(out, inp, off, n)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sendfile64(out: c_int, inp: c_int, off: *mut i64, n: usize) -> isize {
+pub unsafe extern "C" fn sfs_engine_sendfile64(
+    out: c_int,
+    inp: c_int,
+    off: *mut i64,
+    n: usize,
+) -> isize {
     release(out, "sendfile");
     release(inp, "sendfile");
     real::sendfile64(out, inp, off, n)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn splice(
+pub unsafe extern "C" fn sfs_engine_splice(
     inp: c_int,
     off_in: *mut i64,
     out: c_int,
@@ -794,7 +871,7 @@ pub unsafe extern "C" fn splice(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn copy_file_range(
+pub unsafe extern "C" fn sfs_engine_copy_file_range(
     inp: c_int,
     off_in: *mut i64,
     out: c_int,
@@ -808,25 +885,30 @@ pub unsafe extern "C" fn copy_file_range(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fallocate(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
     release(fd, "fallocate");
     real::fallocate(fd, mode, off, len)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: i64, len: i64) -> c_int {
+pub unsafe extern "C" fn sfs_engine_fallocate64(
+    fd: c_int,
+    mode: c_int,
+    off: i64,
+    len: i64,
+) -> c_int {
     release(fd, "fallocate");
     real::fallocate64(fd, mode, off, len)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int {
+pub unsafe extern "C" fn sfs_engine_posix_fallocate(fd: c_int, off: i64, len: i64) -> c_int {
     release(fd, "posix_fallocate");
     real::posix_fallocate(fd, off, len)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: i64, len: i64) -> c_int {
+pub unsafe extern "C" fn sfs_engine_posix_fallocate64(fd: c_int, off: i64, len: i64) -> c_int {
     release(fd, "posix_fallocate");
     real::posix_fallocate64(fd, off, len)
 }
@@ -840,7 +922,7 @@ fn flush_all() {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn execve(
+pub unsafe extern "C" fn sfs_engine_execve(
     path: *const c_char,
     argv: *const *const c_char,
     envp: *const *const c_char,
@@ -850,19 +932,25 @@ pub unsafe extern "C" fn execve(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn sfs_engine_execv(
+    path: *const c_char,
+    argv: *const *const c_char,
+) -> c_int {
     flush_all();
     real::execv(path, argv)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+pub unsafe extern "C" fn sfs_engine_execvp(
+    file: *const c_char,
+    argv: *const *const c_char,
+) -> c_int {
     flush_all();
     real::execvp(file, argv)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn execvpe(
+pub unsafe extern "C" fn sfs_engine_execvpe(
     file: *const c_char,
     argv: *const *const c_char,
     envp: *const *const c_char,
@@ -872,7 +960,7 @@ pub unsafe extern "C" fn execvpe(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn fexecve(
+pub unsafe extern "C" fn sfs_engine_fexecve(
     fd: c_int,
     argv: *const *const c_char,
     envp: *const *const c_char,
@@ -882,7 +970,7 @@ pub unsafe extern "C" fn fexecve(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
+pub unsafe extern "C" fn sfs_engine_posix_spawn(
     pid: *mut libc::pid_t,
     path: *const c_char,
     fa: *const c_void,
@@ -895,7 +983,7 @@ pub unsafe extern "C" fn posix_spawn(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
+pub unsafe extern "C" fn sfs_engine_posix_spawnp(
     pid: *mut libc::pid_t,
     file: *const c_char,
     fa: *const c_void,
@@ -908,13 +996,13 @@ pub unsafe extern "C" fn posix_spawnp(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn _exit(code: c_int) -> ! {
+pub unsafe extern "C" fn sfs_engine__exit(code: c_int) -> ! {
     flush_all();
     real::exit_now(code)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
+pub unsafe extern "C" fn sfs_engine__Exit(code: c_int) -> ! {
     flush_all();
     real::exit_now(code)
 }

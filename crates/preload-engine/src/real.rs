@@ -1,16 +1,37 @@
-//! The C library's own functions behind the hooks, found with `dlsym(RTLD_NEXT)` at
-//! first use.
+//! The C library's own functions behind the hooks, looked up in libc.so.6 itself at
+//! first use (this library is loaded with dlopen by the shim, after which
+//! `RTLD_NEXT` would not name libc for certain).
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The handle of the C library the process runs with.
+fn libc_handle() -> *mut c_void {
+    static H: AtomicUsize = AtomicUsize::new(0);
+    let h = H.load(Ordering::Relaxed);
+    if h != 0 {
+        return h as *mut c_void;
+    }
+    // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds what is loaded.
+    let h = unsafe {
+        libc::dlopen(
+            c"libc.so.6".as_ptr(),
+            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+        )
+    };
+    H.store(h as usize, Ordering::Relaxed);
+    h
+}
 
 fn lookup(slot: &AtomicUsize, name: &'static [u8]) -> usize {
     let p = slot.load(Ordering::Relaxed);
     if p != 0 {
         return p;
     }
+    let h = libc_handle();
+    let h = if h.is_null() { libc::RTLD_NEXT } else { h };
     // SAFETY: `name` is NUL-terminated; dlsym has no other precondition.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) } as usize;
+    let p = unsafe { libc::dlsym(h, name.as_ptr() as *const c_char) } as usize;
     if p == 0 {
         let msg = b"libstripefs_preload: a C library function it hooks is missing\n";
         // SAFETY: writing a static message to stderr, then ending the process.

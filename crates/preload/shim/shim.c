@@ -1,0 +1,587 @@
+/*
+ * libstripefs_preload.so: the library a program preloads (LD_PRELOAD, or
+ * `stripefs run -- PROGRAM`) so that its file calls on a stripefs FUSE mount are served
+ * by the native client, past FUSE.
+ *
+ * This part is a shim in C, so that the thousands of short processes of a shell script
+ * or a build pay almost nothing for it (a Rust library brings the Rust runtime and
+ * libgcc_s into every process: 19-23% on a loop of /bin/true, against 4% for an empty
+ * preloaded library). Every hooked function goes straight to the C library until the
+ * process makes its 4th read or write on a file under a stripefs mount (the mount
+ * table, read at most once a second, says where they are; see "candidates" below).
+ * Then it loads libstripefs_preload_engine.so from its own directory
+ * (crates/preload-engine, the native client), hands it those descriptors, and from then
+ * on every hooked call goes to the engine's sfs_engine_<name>.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static void *engine;       /* the engine's handle once loaded */
+static int engine_failed;  /* it could not be loaded: never again */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *libc_fn(const char *name) {
+    void *p = dlsym(RTLD_NEXT, name);
+    if (p == NULL) {
+        static const char msg[] = "libstripefs_preload: a C library function it hooks is missing\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        abort();
+    }
+    return p;
+}
+
+static void *engine_fn(const char *name) {
+    void *p = dlsym(engine, name);
+    if (p == NULL) {
+        static const char msg[] =
+            "libstripefs_preload: libstripefs_preload_engine.so lacks a function (another build?)\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        abort();
+    }
+    return p;
+}
+
+/* ---- the mount table ---- */
+
+#define MAX_MOUNTS 32
+static char mounts[MAX_MOUNTS][1024];
+static int n_mounts;
+static time_t mounts_read_at = -1;
+
+static void unescape(char *s) {
+    char *o = s;
+    for (char *i = s; *i;) {
+        if (i[0] == '\\' && i[1] >= '0' && i[1] <= '7' && i[2] >= '0' && i[2] <= '7' &&
+            i[3] >= '0' && i[3] <= '7') {
+            *o++ = (char)((i[1] - '0') * 64 + (i[2] - '0') * 8 + (i[3] - '0'));
+            i += 4;
+        } else {
+            *o++ = *i++;
+        }
+    }
+    *o = '\0';
+}
+
+/* One line of /proc/self/mountinfo: a stripefs mount (FUSE subtype stripefs, or plain
+ * FUSE whose source names stripefs, as its daemon names it) is kept. */
+static void mount_line(char *line) {
+    char *f[64];
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(line, " ", &save); t && n < 64; t = strtok_r(NULL, " ", &save))
+        f[n++] = t;
+    int dash = -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(f[i], "-") == 0) {
+            dash = i;
+            break;
+        }
+    if (dash < 5 || n < dash + 3 || n_mounts == MAX_MOUNTS) return;
+    const char *fstype = f[dash + 1], *source = f[dash + 2];
+    int ours = strcmp(fstype, "fuse.stripefs") == 0 ||
+               (strcmp(fstype, "fuse") == 0 &&
+                (strcmp(source, "stripefs") == 0 || strncmp(source, "stripefs:", 9) == 0));
+    if (!ours || strlen(f[4]) >= sizeof mounts[0]) return;
+    strcpy(mounts[n_mounts], f[4]);
+    unescape(mounts[n_mounts]);
+    n_mounts++;
+}
+
+/* Reads the mount table if it was last read more than a second ago; under `lock`. */
+static void refresh_mounts(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    if (mounts_read_at == now.tv_sec) return;
+    mounts_read_at = now.tv_sec;
+    n_mounts = 0;
+    static int (*c_open)(const char *, int, ...);
+    static ssize_t (*c_read)(int, void *, size_t);
+    static int (*c_close)(int);
+    if (!c_open) c_open = libc_fn("open");
+    if (!c_read) c_read = libc_fn("read");
+    if (!c_close) c_close = libc_fn("close");
+    int fd = c_open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    char buf[16384], line[8192];
+    size_t len = 0;
+    ssize_t r;
+    while ((r = c_read(fd, buf, sizeof buf)) > 0) {
+        for (ssize_t i = 0; i < r; i++) {
+            if (buf[i] == '\n') {
+                line[len] = '\0';
+                if (memmem(line, len, "stripefs", 8)) mount_line(line);
+                len = 0;
+            } else if (len + 1 < sizeof line) {
+                line[len++] = buf[i];
+            }
+        }
+    }
+    c_close(fd);
+}
+
+/* Whether the kernel's path of `fd` lies under a stripefs mount. */
+static int on_stripefs(int fd) {
+    pthread_mutex_lock(&lock);
+    refresh_mounts();
+    int any = n_mounts > 0;
+    pthread_mutex_unlock(&lock);
+    if (!any) return 0;
+    char name[64], path[4096];
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(name, path, sizeof path - 1);
+    if (n <= 0) return 0;
+    path[n] = '\0';
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < n_mounts && !found; i++) {
+        size_t m = strlen(mounts[i]);
+        found = strncmp(path, mounts[i], m) == 0 &&
+                (path[m] == '\0' || path[m] == '/' || strcmp(mounts[i], "/") == 0);
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+/* ---- the engine ---- */
+
+static int load_engine(void) {
+    pthread_mutex_lock(&lock);
+    if (engine == NULL && !engine_failed) {
+        Dl_info info;
+        char path[4096] = "";
+        if (dladdr((void *)load_engine, &info) && info.dli_fname) {
+            const char *slash = strrchr(info.dli_fname, '/');
+            if (slash && (size_t)(slash - info.dli_fname) + 1 < sizeof path - 40) {
+                memcpy(path, info.dli_fname, (size_t)(slash - info.dli_fname) + 1);
+                path[slash - info.dli_fname + 1] = '\0';
+            }
+        }
+        strcat(path, "libstripefs_preload_engine.so");
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL) {
+            engine_failed = 1;
+            fprintf(stderr,
+                    "libstripefs_preload: cannot load %s (%s); files on stripefs mounts go through the mount\n",
+                    path, dlerror());
+        } else {
+            __atomic_store_n(&engine, h, __ATOMIC_RELEASE);
+        }
+    }
+    int ok = engine != NULL;
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
+static inline void *loaded(void) { return __atomic_load_n(&engine, __ATOMIC_ACQUIRE); }
+
+/* ---- candidates: descriptors on a stripefs mount, before the engine is loaded ----
+ *
+ * A file opened on a mount is served natively only from its 4th read or write, so
+ * that a process reading or writing a small file once (cat, a shell's redirection) loads
+ * no engine and makes no connection. Until then the shim counts its calls here; at the
+ * 4th it loads the engine and hands it every candidate with its count. */
+
+#define MAX_FD 65536
+#define PROMOTE_AFTER_CALLS 4
+static struct candidate {
+    int on;
+    int flags;
+    int calls;
+    int wrote;
+} cand[MAX_FD];
+static int n_cand;
+
+static inline int is_cand(int fd) {
+    return __atomic_load_n(&n_cand, __ATOMIC_RELAXED) > 0 && fd >= 0 && fd < MAX_FD &&
+           __atomic_load_n(&cand[fd].on, __ATOMIC_ACQUIRE);
+}
+
+static void cand_set(int fd, int flags, int calls, int wrote) {
+    if (fd < 0 || fd >= MAX_FD) return;
+    pthread_mutex_lock(&lock);
+    if (!cand[fd].on) n_cand++;
+    cand[fd].flags = flags;
+    cand[fd].calls = calls;
+    cand[fd].wrote = wrote;
+    __atomic_store_n(&cand[fd].on, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
+}
+
+static void cand_clear(int fd) {
+    if (!is_cand(fd)) return;
+    pthread_mutex_lock(&lock);
+    if (cand[fd].on) {
+        cand[fd].on = 0;
+        n_cand--;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static void cand_dup(int from, int to) {
+    if (to >= 0 && is_cand(from)) cand_set(to, cand[from].flags, cand[from].calls, cand[from].wrote);
+}
+
+/* After an open the engine did not see: a file on a stripefs mount is a candidate. */
+static int opened(int fd, int flags) {
+    if (fd >= 0 && on_stripefs(fd)) cand_set(fd, flags, 0, 0);
+    return fd;
+}
+
+/* A read or write is about to be made on `fd`: count it, and at the 4th load the
+ * engine and hand it every candidate (this one with the calls before this, which the
+ * engine counts itself). */
+static void io_call(int fd, int write) {
+    if (!is_cand(fd)) return;
+    int calls = __atomic_add_fetch(&cand[fd].calls, 1, __ATOMIC_RELAXED);
+    if (calls < PROMOTE_AFTER_CALLS) {
+        if (write) __atomic_store_n(&cand[fd].wrote, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    if (!load_engine()) {
+        pthread_mutex_lock(&lock);
+        memset(cand, 0, sizeof cand);
+        n_cand = 0;
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    static void (*take)(int, int, unsigned long long, int);
+    if (!take) take = engine_fn("sfs_engine_take");
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_FD && n_cand > 0; i++) {
+        if (!cand[i].on) continue;
+        int c = cand[i].calls - (i == fd ? 1 : 0);
+        take(i, cand[i].flags, (unsigned long long)(c < 0 ? 0 : c), cand[i].wrote);
+        cand[i].on = 0;
+        n_cand--;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* A read or write (`fd` its descriptor): counted while the engine is not loaded. */
+#define IO_HOOK(ret, name, params, args, fd, write)                                     \
+    EXPORT ret name params {                                                            \
+        static ret(*sfs_e_) params;                                                     \
+        static ret(*sfs_c_) params;                                                     \
+        if (!loaded()) io_call(fd, write);                                              \
+        if (loaded()) {                                                                 \
+            if (!sfs_e_) sfs_e_ = (ret(*) params)engine_fn("sfs_engine_" #name);        \
+            return sfs_e_ args;                                                         \
+        }                                                                               \
+        if (!sfs_c_) sfs_c_ = (ret(*) params)libc_fn(#name);                            \
+        return sfs_c_ args;                                                             \
+    }
+
+/* A call after which `fd` is no candidate any more (closed, or handed to a call the
+ * library does not serve, for good). */
+#define END_HOOK(ret, name, params, args, fd)                                           \
+    EXPORT ret name params {                                                            \
+        static ret(*sfs_e_) params;                                                     \
+        static ret(*sfs_c_) params;                                                     \
+        if (loaded()) {                                                                 \
+            if (!sfs_e_) sfs_e_ = (ret(*) params)engine_fn("sfs_engine_" #name);        \
+            return sfs_e_ args;                                                         \
+        }                                                                               \
+        cand_clear(fd);                                                                 \
+        if (!sfs_c_) sfs_c_ = (ret(*) params)libc_fn(#name);                            \
+        return sfs_c_ args;                                                             \
+    }
+
+/* A hooked function: the engine's once loaded, else the C library's. */
+#define HOOK(ret, name, params, args)                                                   \
+    EXPORT ret name params {                                                            \
+        static ret(*sfs_e_) params;                                                     \
+        static ret(*sfs_c_) params;                                                     \
+        if (loaded()) {                                                                 \
+            if (!sfs_e_) sfs_e_ = (ret(*) params)engine_fn("sfs_engine_" #name);        \
+            return sfs_e_ args;                                                         \
+        }                                                                               \
+        if (!sfs_c_) sfs_c_ = (ret(*) params)libc_fn(#name);                            \
+        return sfs_c_ args;                                                             \
+    }
+
+/* An open: the engine's once loaded; else the C library's, then perhaps the engine. */
+#define OPEN(name, params, args, flags)                                                 \
+    EXPORT int name params {                                                            \
+        static int(*sfs_e_) params;                                                          \
+        static int(*sfs_c_) params;                                                          \
+        if (loaded()) {                                                                 \
+            if (!sfs_e_) sfs_e_ = (int(*) params)engine_fn("sfs_engine_" #name);                  \
+            return sfs_e_ args;                                                              \
+        }                                                                               \
+        if (!sfs_c_) sfs_c_ = (int(*) params)libc_fn(#name);                                      \
+        return opened(sfs_c_ args, flags);                                                   \
+    }
+
+/* The mode argument of the open calls is there only with O_CREAT or O_TMPFILE. */
+#define MODE_ARG(flags)                                                                 \
+    unsigned mode = 0;                                                                  \
+    if ((flags) & (O_CREAT | O_TMPFILE)) {                                              \
+        va_list ap;                                                                     \
+        va_start(ap, flags);                                                            \
+        mode = va_arg(ap, unsigned);                                                    \
+        va_end(ap);                                                                     \
+    }
+
+static int open_(const char *p, int f, unsigned m);
+static int open64_(const char *p, int f, unsigned m);
+static int openat_(int d, const char *p, int f, unsigned m);
+static int openat64_(int d, const char *p, int f, unsigned m);
+
+#define OPEN_MODE(name, inner, params, args, flags, lastflag)                           \
+    EXPORT int name params {                                                            \
+        MODE_ARG(lastflag)                                                              \
+        return inner args;                                                              \
+    }
+
+#define OPEN_INNER(inner, sym, params, args, flags)                                     \
+    static int inner params {                                                           \
+        static int(*sfs_e_) params;                                                          \
+        static int(*sfs_c_) params;                                                          \
+        if (loaded()) {                                                                 \
+            if (!sfs_e_) sfs_e_ = (int(*) params)engine_fn("sfs_engine_" sym);                    \
+            return sfs_e_ args;                                                              \
+        }                                                                               \
+        if (!sfs_c_) sfs_c_ = (int(*) params)libc_fn(sym);                                        \
+        return opened(sfs_c_ args, flags);                                                   \
+    }
+
+OPEN_INNER(open_, "open", (const char *p, int f, unsigned m), (p, f, m), f)
+OPEN_INNER(open64_, "open64", (const char *p, int f, unsigned m), (p, f, m), f)
+OPEN_INNER(openat_, "openat", (int d, const char *p, int f, unsigned m), (d, p, f, m), f)
+OPEN_INNER(openat64_, "openat64", (int d, const char *p, int f, unsigned m), (d, p, f, m), f)
+
+OPEN_MODE(open, open_, (const char *path, int flags, ...), (path, flags, mode), flags, flags)
+OPEN_MODE(open64, open64_, (const char *path, int flags, ...), (path, flags, mode), flags, flags)
+OPEN_MODE(openat, openat_, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, mode), flags, flags)
+OPEN_MODE(openat64, openat64_, (int dirfd, const char *path, int flags, ...), (dirfd, path, flags, mode), flags, flags)
+
+OPEN(__open_2, (const char *path, int flags), (path, flags), flags)
+OPEN(__open64_2, (const char *path, int flags), (path, flags), flags)
+OPEN(__openat_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
+OPEN(__openat64_2, (int dirfd, const char *path, int flags), (dirfd, path, flags), flags)
+OPEN(creat, (const char *path, mode_t mode), (path, mode), O_CREAT | O_WRONLY | O_TRUNC)
+OPEN(creat64, (const char *path, mode_t mode), (path, mode), O_CREAT | O_WRONLY | O_TRUNC)
+
+/* fcntl's third argument is an int, a pointer or absent: passed on as a word. */
+static int fcntl_(const char *sym, const char *esym, int fd, int cmd, unsigned long arg) {
+    if (loaded()) {
+        int (*e)(int, int, unsigned long) = (int (*)(int, int, unsigned long))engine_fn(esym);
+        return e(fd, cmd, arg);
+    }
+    int (*c)(int, int, unsigned long) = (int (*)(int, int, unsigned long))libc_fn(sym);
+    if (cmd == F_SETFL && ((int)arg & (O_APPEND | O_DIRECT))) cand_clear(fd);
+    int r = c(fd, cmd, arg);
+    if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) cand_dup(fd, r);
+    return r;
+}
+
+EXPORT int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    unsigned long arg = va_arg(ap, unsigned long);
+    va_end(ap);
+    return fcntl_("fcntl", "sfs_engine_fcntl", fd, cmd, arg);
+}
+
+EXPORT int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    unsigned long arg = va_arg(ap, unsigned long);
+    va_end(ap);
+    return fcntl_("fcntl64", "sfs_engine_fcntl64", fd, cmd, arg);
+}
+
+typedef const struct iovec *iov_t;
+
+END_HOOK(int, close, (int fd), (fd), fd)
+
+static void clear_range(unsigned long first, unsigned long last) {
+    if (__atomic_load_n(&n_cand, __ATOMIC_RELAXED) == 0) return;
+    for (unsigned long i = first; i <= last && i < MAX_FD; i++) cand_clear((int)i);
+}
+
+EXPORT int close_range(unsigned first, unsigned last, int flags) {
+    static int (*e)(unsigned, unsigned, int);
+    static int (*c)(unsigned, unsigned, int);
+    if (loaded()) {
+        if (!e) e = (int (*)(unsigned, unsigned, int))engine_fn("sfs_engine_close_range");
+        return e(first, last, flags);
+    }
+    if (!(flags & CLOSE_RANGE_CLOEXEC)) clear_range(first, last);
+    if (!c) c = (int (*)(unsigned, unsigned, int))libc_fn("close_range");
+    return c(first, last, flags);
+}
+
+EXPORT void closefrom(int first) {
+    static void (*e)(int);
+    static void (*c)(int);
+    if (loaded()) {
+        if (!e) e = (void (*)(int))engine_fn("sfs_engine_closefrom");
+        e(first);
+        return;
+    }
+    clear_range(first < 0 ? 0 : (unsigned long)first, MAX_FD);
+    if (!c) c = (void (*)(int))libc_fn("closefrom");
+    c(first);
+}
+
+EXPORT int dup(int fd) {
+    static int (*e)(int);
+    static int (*c)(int);
+    if (loaded()) {
+        if (!e) e = (int (*)(int))engine_fn("sfs_engine_dup");
+        return e(fd);
+    }
+    if (!c) c = (int (*)(int))libc_fn("dup");
+    int r = c(fd);
+    cand_dup(fd, r);
+    return r;
+}
+
+EXPORT int dup2(int fd, int to) {
+    static int (*e)(int, int);
+    static int (*c)(int, int);
+    if (loaded()) {
+        if (!e) e = (int (*)(int, int))engine_fn("sfs_engine_dup2");
+        return e(fd, to);
+    }
+    if (!c) c = (int (*)(int, int))libc_fn("dup2");
+    if (fd != to) cand_clear(to);
+    int r = c(fd, to);
+    if (fd != to) cand_dup(fd, r);
+    return r;
+}
+
+EXPORT int dup3(int fd, int to, int flags) {
+    static int (*e)(int, int, int);
+    static int (*c)(int, int, int);
+    if (loaded()) {
+        if (!e) e = (int (*)(int, int, int))engine_fn("sfs_engine_dup3");
+        return e(fd, to, flags);
+    }
+    if (!c) c = (int (*)(int, int, int))libc_fn("dup3");
+    cand_clear(to);
+    int r = c(fd, to, flags);
+    cand_dup(fd, r);
+    return r;
+}
+
+IO_HOOK(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n), fd, 0)
+IO_HOOK(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n), fd, 1)
+IO_HOOK(ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o), fd, 0)
+IO_HOOK(ssize_t, pread64, (int fd, void *b, size_t n, off64_t o), (fd, b, n, o), fd, 0)
+IO_HOOK(ssize_t, pwrite, (int fd, const void *b, size_t n, off_t o), (fd, b, n, o), fd, 1)
+IO_HOOK(ssize_t, pwrite64, (int fd, const void *b, size_t n, off64_t o), (fd, b, n, o), fd, 1)
+IO_HOOK(ssize_t, readv, (int fd, iov_t v, int n), (fd, v, n), fd, 0)
+IO_HOOK(ssize_t, writev, (int fd, iov_t v, int n), (fd, v, n), fd, 1)
+IO_HOOK(ssize_t, preadv, (int fd, iov_t v, int n, off_t o), (fd, v, n, o), fd, 0)
+IO_HOOK(ssize_t, preadv64, (int fd, iov_t v, int n, off64_t o), (fd, v, n, o), fd, 0)
+IO_HOOK(ssize_t, pwritev, (int fd, iov_t v, int n, off_t o), (fd, v, n, o), fd, 1)
+IO_HOOK(ssize_t, pwritev64, (int fd, iov_t v, int n, off64_t o), (fd, v, n, o), fd, 1)
+IO_HOOK(ssize_t, preadv2, (int fd, iov_t v, int n, off_t o, int f), (fd, v, n, o, f), fd, 0)
+IO_HOOK(ssize_t, pwritev2, (int fd, iov_t v, int n, off_t o, int f), (fd, v, n, o, f), fd, 1)
+HOOK(off_t, lseek, (int fd, off_t o, int w), (fd, o, w))
+HOOK(off64_t, lseek64, (int fd, off64_t o, int w), (fd, o, w))
+HOOK(int, fsync, (int fd), (fd))
+HOOK(int, fdatasync, (int fd), (fd))
+HOOK(int, ftruncate, (int fd, off_t l), (fd, l))
+HOOK(int, ftruncate64, (int fd, off64_t l), (fd, l))
+HOOK(int, fstat, (int fd, struct stat *st), (fd, st))
+HOOK(int, fstat64, (int fd, struct stat64 *st), (fd, st))
+HOOK(int, __fxstat, (int ver, int fd, struct stat *st), (ver, fd, st))
+HOOK(int, __fxstat64, (int ver, int fd, struct stat64 *st), (ver, fd, st))
+END_HOOK(void *, mmap, (void *a, size_t l, int p, int f, int fd, off_t o), (a, l, p, f, fd, o), fd)
+END_HOOK(void *, mmap64, (void *a, size_t l, int p, int f, int fd, off64_t o), (a, l, p, f, fd, o), fd)
+END_HOOK(FILE *, fdopen, (int fd, const char *m), (fd, m), fd)
+EXPORT ssize_t sendfile(int out, int in, off_t *o, size_t n) {
+    static ssize_t (*e)(int, int, off_t *, size_t);
+    static ssize_t (*c)(int, int, off_t *, size_t);
+    if (loaded()) {
+        if (!e) e = (ssize_t (*)(int, int, off_t *, size_t))engine_fn("sfs_engine_sendfile");
+        return e(out, in, o, n);
+    }
+    cand_clear(out);
+    cand_clear(in);
+    if (!c) c = (ssize_t (*)(int, int, off_t *, size_t))libc_fn("sendfile");
+    return c(out, in, o, n);
+}
+EXPORT ssize_t sendfile64(int out, int in, off64_t *o, size_t n) {
+    static ssize_t (*e)(int, int, off64_t *, size_t);
+    static ssize_t (*c)(int, int, off64_t *, size_t);
+    if (loaded()) {
+        if (!e) e = (ssize_t (*)(int, int, off64_t *, size_t))engine_fn("sfs_engine_sendfile64");
+        return e(out, in, o, n);
+    }
+    cand_clear(out);
+    cand_clear(in);
+    if (!c) c = (ssize_t (*)(int, int, off64_t *, size_t))libc_fn("sendfile64");
+    return c(out, in, o, n);
+}
+EXPORT ssize_t splice(int in, loff_t *oi, int out, loff_t *oo, size_t n, unsigned f) {
+    static ssize_t (*e)(int, loff_t *, int, loff_t *, size_t, unsigned);
+    static ssize_t (*c)(int, loff_t *, int, loff_t *, size_t, unsigned);
+    if (loaded()) {
+        if (!e) e = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))engine_fn("sfs_engine_splice");
+        return e(in, oi, out, oo, n, f);
+    }
+    cand_clear(in);
+    cand_clear(out);
+    if (!c) c = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))libc_fn("splice");
+    return c(in, oi, out, oo, n, f);
+}
+EXPORT ssize_t copy_file_range(int in, loff_t *oi, int out, loff_t *oo, size_t n, unsigned f) {
+    static ssize_t (*e)(int, loff_t *, int, loff_t *, size_t, unsigned);
+    static ssize_t (*c)(int, loff_t *, int, loff_t *, size_t, unsigned);
+    if (loaded()) {
+        if (!e) e = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))engine_fn("sfs_engine_copy_file_range");
+        return e(in, oi, out, oo, n, f);
+    }
+    cand_clear(in);
+    cand_clear(out);
+    if (!c) c = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))libc_fn("copy_file_range");
+    return c(in, oi, out, oo, n, f);
+}
+END_HOOK(int, fallocate, (int fd, int m, off_t o, off_t l), (fd, m, o, l), fd)
+END_HOOK(int, fallocate64, (int fd, int m, off64_t o, off64_t l), (fd, m, o, l), fd)
+END_HOOK(int, posix_fallocate, (int fd, off_t o, off_t l), (fd, o, l), fd)
+END_HOOK(int, posix_fallocate64, (int fd, off64_t o, off64_t l), (fd, o, l), fd)
+HOOK(int, execve, (const char *p, char *const a[], char *const e[]), (p, a, e))
+HOOK(int, execv, (const char *p, char *const a[]), (p, a))
+HOOK(int, execvp, (const char *f, char *const a[]), (f, a))
+HOOK(int, execvpe, (const char *f, char *const a[], char *const e[]), (f, a, e))
+HOOK(int, fexecve, (int fd, char *const a[], char *const e[]), (fd, a, e))
+HOOK(int, posix_spawn,
+     (pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
+      char *const a[], char *const e[]),
+     (pid, p, fa, at, a, e))
+HOOK(int, posix_spawnp,
+     (pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
+      char *const a[], char *const e[]),
+     (pid, p, fa, at, a, e))
+
+EXPORT void _exit(int code) {
+    static void (*e)(int);
+    static void (*c)(int);
+    if (loaded()) {
+        if (!e) e = (void (*)(int))engine_fn("sfs_engine__exit");
+        e(code);
+    }
+    if (!c) c = (void (*)(int))libc_fn("_exit");
+    c(code);
+    __builtin_unreachable();
+}
+
+EXPORT void _Exit(int code) { _exit(code); }

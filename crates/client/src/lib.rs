@@ -38,6 +38,21 @@ mod file;
 mod io;
 mod local;
 pub mod mounts;
+
+/// The errno a POSIX-facing client (the FUSE mount, the interception library) reports
+/// for a client error. Transport failures (a server down, timed out or speaking
+/// nonsense) are EIO, which programs treat as "the storage failed".
+pub fn posix_errno(e: &WireError) -> i32 {
+    match e.code {
+        ErrorCode::Timeout
+        | ErrorCode::Unreachable
+        | ErrorCode::BadFrame
+        | ErrorCode::VersionMismatch
+        | ErrorCode::UnexpectedMessage
+        | ErrorCode::AuthFailed => libc::EIO,
+        code => code.errno(),
+    }
+}
 mod path;
 mod pool;
 mod session;

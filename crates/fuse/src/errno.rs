@@ -4,18 +4,10 @@ use crate::BLKSIZE_BYTES;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stripefs_client::{Attr, ErrorCode, FileType, WireError};
 
-/// The errno for a client error. Transport failures (a server down, timed out or speaking
-/// nonsense) are EIO, which programs treat as "the storage failed".
+/// The errno for a client error (transport failures are EIO): the client's rule, which
+/// the interception library follows too.
 pub fn errno(e: &WireError) -> i32 {
-    match e.code {
-        ErrorCode::Timeout
-        | ErrorCode::Unreachable
-        | ErrorCode::BadFrame
-        | ErrorCode::VersionMismatch
-        | ErrorCode::UnexpectedMessage
-        | ErrorCode::AuthFailed => libc::EIO,
-        code => code.errno(),
-    }
+    stripefs_client::posix_errno(e)
 }
 
 /// As [`errno`], for a call on an inode the kernel holds: an inode that no longer exists

@@ -12,7 +12,7 @@ use stripefs_client::WireError;
 use state::set_errno;
 
 fn fail(e: &WireError) -> isize {
-    set_errno(e.code.errno());
+    set_errno(stripefs_client::posix_errno(e));
     -1
 }
 

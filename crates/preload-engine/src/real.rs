@@ -13,12 +13,7 @@ fn libc_handle() -> *mut c_void {
         return h as *mut c_void;
     }
     // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds what is loaded.
-    let h = unsafe {
-        libc::dlopen(
-            c"libc.so.6".as_ptr(),
-            libc::RTLD_LAZY | libc::RTLD_NOLOAD,
-        )
-    };
+    let h = unsafe { libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
     H.store(h as usize, Ordering::Relaxed);
     h
 }

@@ -258,3 +258,56 @@ fn programs_the_library_does_not_serve_work_unchanged_and_a_plain_process_pays_n
     let o = run_ok(preloaded("true"), "true with the library");
     assert!(o.stderr.is_empty(), "{}", text(&o));
 }
+
+#[test]
+fn a_cluster_that_goes_away_fails_served_calls_with_eio_not_a_hang() {
+    let cl = Cluster::up();
+    let d = cl.dir("away");
+    let py = format!(
+        r#"
+import os, sys, time
+fd = os.open({path:?}, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+for i in range(8):
+    os.write(fd, b"x" * 65536)
+os.fsync(fd)
+print("served", flush=True)
+sys.stdin.readline()  # the cluster stops now
+t0 = time.time()
+try:
+    while time.time() - t0 < 60:
+        os.write(fd, b"y" * 65536)
+        os.fsync(fd)
+    print("no error")
+except OSError as e:
+    print("errno", e.errno, round(time.time() - t0))
+"#,
+        path = d.join("f").display().to_string()
+    );
+    let mut p = preloaded("python3");
+    p.args(["-c", &py])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = p.spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "served");
+    let mut down = Command::new(release_dir().join("stripefs"));
+    down.args(["cluster", "down", "--dir"]).arg(cl.dir.path());
+    run_ok(down, "cluster down");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"\n").unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        words.first().copied(),
+        Some("errno"),
+        "{line} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(words[1], "5", "EIO, as through the mount: {line}");
+    let secs: u64 = words[2].parse().unwrap();
+    assert!(secs < 30, "the error took {secs} s");
+}

@@ -390,6 +390,12 @@ impl Fs {
             c.arg(PYTHON);
             c
         };
+        // STRIPEFS_POSIX_PRELOAD=LIB runs the cases with the interception library (by
+        // hand: `STRIPEFS_POSIX_PRELOAD=$PWD/target/release/libstripefs_preload.so
+        // STRIPEFS_PRELOAD_AFTER=1 cargo test --release --test posix_matrix mount`).
+        if let Some(lib) = std::env::var_os("STRIPEFS_POSIX_PRELOAD") {
+            cmd.env("LD_PRELOAD", lib);
+        }
         cmd.args(["-I", "-X", "utf8", RUNNER, "--jobs", &jobs.to_string()])
             .current_dir("/")
             .stdin(Stdio::piped())

@@ -367,6 +367,7 @@ fn do_write(fd: c_int, o: &Open, parts: &[&[u8]], at: Option<u64>) -> isize {
         done += p.len() as u64;
     }
     o.written.store(true, Ordering::Relaxed);
+    o.last_write_ns.store(state::now_ns(), Ordering::Relaxed);
     if at.is_none() {
         set_kernel_offset(fd, start + done);
     }
@@ -729,61 +730,110 @@ pub unsafe extern "C" fn sfs_engine_ftruncate64(fd: c_int, len: i64) -> c_int {
     ftruncate_any(fd, len, real::ftruncate64)
 }
 
-// ---- stat: the kernel's answer, with the size this process's writes reached ----
+// ---- stat: the kernel's answer, with what this process's writes did ----
+//
+// The size and times of a file this process writes natively, as a stat through the
+// mount would show them: its writes may still be behind, unknown to the mount daemon.
 
-fn fix_size(fd: Option<c_int>, dev: u64, ino: u64, size: &mut i64) {
+/// Raises `size`, and mtime and ctime to the last write served, for the file
+/// `(dev, ino)` if this process serves it.
+fn fix(
+    dev: u64,
+    ino: u64,
+    size: &mut i64,
+    mtime: (&mut i64, &mut i64),
+    ctime: (&mut i64, &mut i64),
+) {
     let Some(_b) = enter() else { return };
-    let known = match fd.and_then(state::get) {
-        Some(o) => Some(o.file.size()),
-        None => state::known_size(dev, ino),
+    let Some((k, last)) = state::known(dev, ino) else {
+        return;
     };
-    if let Some(k) = known {
-        if k as i64 > *size {
-            *size = k as i64;
+    if k as i64 > *size {
+        *size = k as i64;
+    }
+    for (sec, nsec) in [mtime, ctime] {
+        let cur = *sec * 1_000_000_000 + *nsec;
+        if last > cur {
+            *sec = last.div_euclid(1_000_000_000);
+            *nsec = last.rem_euclid(1_000_000_000);
         }
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sfs_engine_fstat(fd: c_int, st: *mut libc::stat) -> c_int {
-    let r = real::fstat(fd, st);
-    if r == 0 && !st.is_null() {
-        let s = &mut *st;
-        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
-    }
-    r
+macro_rules! fix_stat {
+    ($st:expr) => {{
+        let s = &mut *$st;
+        fix(
+            s.st_dev as u64,
+            s.st_ino as u64,
+            &mut s.st_size,
+            (&mut s.st_mtime, &mut s.st_mtime_nsec),
+            (&mut s.st_ctime, &mut s.st_ctime_nsec),
+        );
+    }};
+}
+
+macro_rules! stat_hooks {
+    ($($real:ident => $name:ident ( $($a:ident : $t:ty),* ) buf $st:ident;)*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+                let r = real::$real($($a),*);
+                if r == 0 && !$st.is_null() && state::any() {
+                    fix_stat!($st);
+                }
+                r
+            }
+        )*
+    };
+}
+
+stat_hooks! {
+    fstat => sfs_engine_fstat(fd: c_int, st: *mut libc::stat) buf st;
+    fstat64 => sfs_engine_fstat64(fd: c_int, st: *mut libc::stat64) buf st;
+    __fxstat => sfs_engine___fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) buf st;
+    __fxstat64 => sfs_engine___fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat64) buf st;
+    stat => sfs_engine_stat(path: *const c_char, st: *mut libc::stat) buf st;
+    stat64 => sfs_engine_stat64(path: *const c_char, st: *mut libc::stat64) buf st;
+    lstat => sfs_engine_lstat(path: *const c_char, st: *mut libc::stat) buf st;
+    lstat64 => sfs_engine_lstat64(path: *const c_char, st: *mut libc::stat64) buf st;
+    fstatat => sfs_engine_fstatat(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) buf st;
+    fstatat64 => sfs_engine_fstatat64(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) buf st;
+    __xstat => sfs_engine___xstat(ver: c_int, path: *const c_char, st: *mut libc::stat) buf st;
+    __xstat64 => sfs_engine___xstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) buf st;
+    __lxstat => sfs_engine___lxstat(ver: c_int, path: *const c_char, st: *mut libc::stat) buf st;
+    __lxstat64 => sfs_engine___lxstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) buf st;
+    __fxstatat => sfs_engine___fxstatat(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) buf st;
+    __fxstatat64 => sfs_engine___fxstatat64(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) buf st;
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sfs_engine_fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
-    let r = real::fstat64(fd, st);
-    if r == 0 && !st.is_null() {
-        let s = &mut *st;
-        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
-    }
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sfs_engine___fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) -> c_int {
-    let r = real::__fxstat(ver, fd, st);
-    if r == 0 && !st.is_null() {
-        let s = &mut *st;
-        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
-    }
-    r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sfs_engine___fxstat64(
-    ver: c_int,
-    fd: c_int,
-    st: *mut libc::stat64,
+pub unsafe extern "C" fn sfs_engine_statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    st: *mut libc::statx,
 ) -> c_int {
-    let r = real::__fxstat64(ver, fd, st);
-    if r == 0 && !st.is_null() {
+    let r = real::statx(dirfd, path, flags, mask, st);
+    if r == 0 && !st.is_null() && state::any() {
         let s = &mut *st;
-        fix_size(Some(fd), s.st_dev, s.st_ino, &mut s.st_size);
+        let dev = libc::makedev(s.stx_dev_major, s.stx_dev_minor);
+        let mut size = s.stx_size as i64;
+        let (mut ms, mut mn) = (s.stx_mtime.tv_sec, s.stx_mtime.tv_nsec as i64);
+        let (mut cs, mut cn) = (s.stx_ctime.tv_sec, s.stx_ctime.tv_nsec as i64);
+        fix(
+            dev,
+            s.stx_ino,
+            &mut size,
+            (&mut ms, &mut mn),
+            (&mut cs, &mut cn),
+        );
+        s.stx_size = size as u64;
+        s.stx_mtime.tv_sec = ms;
+        s.stx_mtime.tv_nsec = mn as u32;
+        s.stx_ctime.tv_sec = cs;
+        s.stx_ctime.tv_nsec = cn as u32;
     }
     r
 }

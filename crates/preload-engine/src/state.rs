@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 use stripefs_client::{Client, ClusterConfig, Cred, OpenOptions, WireError};
@@ -185,10 +185,17 @@ pub struct Open {
     pub offset: Mutex<()>,
     pub path: String,
     pub written: AtomicBool,
+    /// When this process last wrote it natively (ns since the epoch; 0: never).
+    pub last_write_ns: AtomicI64,
 }
 
 static FDS: RwLock<Option<HashMap<c_int, Arc<Open>>>> = RwLock::new(None);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any descriptor is served or a candidate (no lock).
+pub fn any() -> bool {
+    COUNT.load(Ordering::Acquire) > 0
+}
 
 /// The open file served for `fd`, if any (no lock when none is served at all).
 pub fn get(fd: c_int) -> Option<Arc<Open>> {
@@ -237,16 +244,23 @@ fn all() -> Vec<(c_int, Arc<Open>)> {
         .unwrap_or_default()
 }
 
-/// The size this process knows for the file `(dev, ino)` if it serves it (its own
-/// writes may not have reached the mount's attributes yet).
-pub fn known_size(dev: u64, ino: u64) -> Option<u64> {
+/// The size this process knows for the file `(dev, ino)` if it serves it, and the time
+/// of its last write served (0: none); the mount's attributes may not show them yet.
+pub fn known(dev: u64, ino: u64) -> Option<(u64, i64)> {
     if COUNT.load(Ordering::Acquire) == 0 {
         return None;
     }
     all()
         .into_iter()
         .find(|(_, o)| o.dev == dev && o.ino == ino)
-        .map(|(_, o)| o.file.size())
+        .map(|(_, o)| (o.file.size(), o.last_write_ns.load(Ordering::Relaxed)))
+}
+
+/// Now, in nanoseconds since the epoch (the time of a write served).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
 }
 
 /// Flushes every served file's writes still behind (before fork, exec, exit).
@@ -344,6 +358,19 @@ pub struct Candidate {
 
 pub const PROMOTE_AFTER_CALLS: u64 = 4;
 
+/// [`PROMOTE_AFTER_CALLS`], or `STRIPEFS_PRELOAD_AFTER` (1: from the first read or
+/// write, for tests), as the shim reads it.
+fn promote_after() -> u64 {
+    static N: OnceLock<u64> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("STRIPEFS_PRELOAD_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v| v >= 1)
+            .unwrap_or(PROMOTE_AFTER_CALLS)
+    })
+}
+
 static CANDIDATES: RwLock<Option<HashMap<c_int, Arc<Candidate>>>> = RwLock::new(None);
 
 fn candidate(fd: c_int) -> Option<Arc<Candidate>> {
@@ -403,7 +430,7 @@ pub fn for_io(fd: c_int, n: usize, write: bool) -> Option<Arc<Open>> {
     let c = candidate(fd)?;
     let calls = c.calls.fetch_add(1, Ordering::Relaxed) + 1;
     let _ = n;
-    let due = calls >= PROMOTE_AFTER_CALLS || connected(&c.cluster);
+    let due = calls >= promote_after() || connected(&c.cluster);
     if !due {
         if write {
             c.wrote.store(true, Ordering::Relaxed);
@@ -474,6 +501,7 @@ fn open_native(fd: c_int, c: &Candidate) -> Option<Arc<Open>> {
                 offset: Mutex::new(()),
                 path: c.path.clone(),
                 written: AtomicBool::new(false),
+                last_write_ns: AtomicI64::new(0),
             }))
         }
         Err(e) => {

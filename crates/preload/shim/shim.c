@@ -196,6 +196,18 @@ static inline void *loaded(void) { return __atomic_load_n(&engine, __ATOMIC_ACQU
 
 #define MAX_FD 65536
 #define PROMOTE_AFTER_CALLS 4
+
+/* Calls a file makes through the mount before it is served: PROMOTE_AFTER_CALLS, or
+ * STRIPEFS_PRELOAD_AFTER (1 serves from the first read or write; for tests). */
+static int promote_after(void) {
+    static int n;
+    if (n == 0) {
+        const char *e = getenv("STRIPEFS_PRELOAD_AFTER");
+        int v = e ? atoi(e) : 0;
+        n = v >= 1 ? v : PROMOTE_AFTER_CALLS;
+    }
+    return n;
+}
 static struct candidate {
     int on;
     int flags;
@@ -246,7 +258,7 @@ static int opened(int fd, int flags) {
 static void io_call(int fd, int write) {
     if (!is_cand(fd)) return;
     int calls = __atomic_add_fetch(&cand[fd].calls, 1, __ATOMIC_RELAXED);
-    if (calls < PROMOTE_AFTER_CALLS) {
+    if (calls < promote_after()) {
         if (write) __atomic_store_n(&cand[fd].wrote, 1, __ATOMIC_RELAXED);
         return;
     }
@@ -503,6 +515,19 @@ HOOK(int, fstat, (int fd, struct stat *st), (fd, st))
 HOOK(int, fstat64, (int fd, struct stat64 *st), (fd, st))
 HOOK(int, __fxstat, (int ver, int fd, struct stat *st), (ver, fd, st))
 HOOK(int, __fxstat64, (int ver, int fd, struct stat64 *st), (ver, fd, st))
+HOOK(int, stat, (const char *p, struct stat *st), (p, st))
+HOOK(int, stat64, (const char *p, struct stat64 *st), (p, st))
+HOOK(int, lstat, (const char *p, struct stat *st), (p, st))
+HOOK(int, lstat64, (const char *p, struct stat64 *st), (p, st))
+HOOK(int, fstatat, (int d, const char *p, struct stat *st, int f), (d, p, st, f))
+HOOK(int, fstatat64, (int d, const char *p, struct stat64 *st, int f), (d, p, st, f))
+HOOK(int, __xstat, (int v, const char *p, struct stat *st), (v, p, st))
+HOOK(int, __xstat64, (int v, const char *p, struct stat64 *st), (v, p, st))
+HOOK(int, __lxstat, (int v, const char *p, struct stat *st), (v, p, st))
+HOOK(int, __lxstat64, (int v, const char *p, struct stat64 *st), (v, p, st))
+HOOK(int, __fxstatat, (int v, int d, const char *p, struct stat *st, int f), (v, d, p, st, f))
+HOOK(int, __fxstatat64, (int v, int d, const char *p, struct stat64 *st, int f), (v, d, p, st, f))
+HOOK(int, statx, (int d, const char *p, int f, unsigned m, struct statx *st), (d, p, f, m, st))
 END_HOOK(void *, mmap, (void *a, size_t l, int p, int f, int fd, off_t o), (a, l, p, f, fd, o), fd)
 END_HOOK(void *, mmap64, (void *a, size_t l, int p, int f, int fd, off64_t o), (a, l, p, f, fd, o), fd)
 END_HOOK(FILE *, fdopen, (int fd, const char *m), (fd, m), fd)

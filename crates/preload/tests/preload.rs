@@ -167,6 +167,23 @@ fn a_program_sees_the_same_with_the_library_as_through_the_mount_and_on_a_local_
     );
     same_files(&plain_dir, &lib_dir, &["a", "b", "c"]);
     same_files(local.path(), &lib_dir, &["a", "b", "c"]);
+    // And with every file served from its first call (no calls through the mount first).
+    let first_dir = cl.dir("first");
+    let first = run_ok(
+        {
+            let mut c = preloaded(&prog);
+            c.env("STRIPEFS_PRELOAD_AFTER", "1").arg(&first_dir);
+            c
+        },
+        "exercise with the library serving from the first call",
+    );
+    assert!(served(&first), "{}", text(&first));
+    assert_eq!(
+        String::from_utf8_lossy(&first.stdout),
+        String::from_utf8_lossy(&plain.stdout),
+        "the library (from the first call) differs from the mount"
+    );
+    same_files(&plain_dir, &first_dir, &["a", "b", "c"]);
 }
 
 #[test]

@@ -328,3 +328,49 @@ except OSError as e:
     let secs: u64 = words[2].parse().unwrap();
     assert!(secs < 30, "the error took {secs} s");
 }
+
+/// `sh -c SCRIPT` in `dir`, with the library (every file served from its first call)
+/// or without; its stdout.
+fn sh_in(dir: &Path, script: &str, with_library: bool) -> String {
+    let mut c = if with_library {
+        let mut c = preloaded("sh");
+        c.env("STRIPEFS_PRELOAD_AFTER", "1");
+        c
+    } else {
+        Command::new("sh")
+    };
+    c.args(["-c", script]).current_dir(dir);
+    let o = run_ok(c, script);
+    if with_library {
+        assert!(served(&o), "nothing served for {script}: {}", text(&o));
+    }
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn tar_cp_git_sqlite_rsync_and_fio_agree_with_and_without_the_library() {
+    let cl = Cluster::up();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let rows: String = (1..=500)
+        .map(|i| format!("insert into t values({i},'row{i}');"))
+        .collect();
+    let script = format!(
+        "set -e
+tar cf a.tar -C {src} . && mkdir t && tar xf a.tar -C t && diff -r t {src} && echo tar
+cp -a {src} c && diff -r c {src} && echo cp
+git clone -q {repo} g && cd g && git fsck --full >/dev/null 2>/dev/null && echo fsck && git rev-list --count HEAD && cd ..
+sqlite3 s.db \"create table t(a integer, b text); begin; {rows} commit;\" && sqlite3 s.db 'select count(*), sum(a) from t; pragma integrity_check;'
+rsync -a {src}/ r/ && diff -r r {src} && echo rsync
+fio --name=v --filename=f.dat --size=8M --bs=4k --rw=randwrite --verify=crc32c --do_verify=1 --ioengine=psync --output-format=terse --terse-version=3 | cut -d';' -f5
+",
+        src = src.display(),
+        repo = repo.display()
+    );
+    let without = sh_in(&cl.dir("without"), &script, false);
+    let with = sh_in(&cl.dir("with"), &script, true);
+    assert!(without.contains("tar\ncp\n"), "{without}");
+    assert_eq!(with, without, "the tools' outputs differ with the library");
+    // fio's terse field 5 is its error count.
+    assert!(without.trim_end().ends_with('0'), "{without}");
+}

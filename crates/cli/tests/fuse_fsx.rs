@@ -48,7 +48,13 @@ fn exercise(script: &str, a: &Path, b: &Path, args: &[&str]) -> String {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(1500);
-    let out = Command::new(PYTHON)
+    let mut cmd = Command::new(PYTHON);
+    // STRIPEFS_POSIX_PRELOAD=LIB runs the exercisers with the interception library (as
+    // for the POSIX matrix; CI does, with STRIPEFS_PRELOAD_AFTER=1).
+    if let Some(lib) = std::env::var_os("STRIPEFS_POSIX_PRELOAD") {
+        cmd.env("LD_PRELOAD", lib);
+    }
+    let out = cmd
         .arg(script)
         .arg("--a")
         .arg(a)

@@ -503,7 +503,17 @@ impl Client {
                 return Ok(self.with_local_size(a));
             }
         }
-        ctx(self.attr_of(Request::SetAttr { ino, attrs: rest }), what)
+        let touched = rest.mtime.is_some();
+        let a = ctx(self.attr_of(Request::SetAttr { ino, attrs: rest }), what)?;
+        if touched {
+            // A new mtime set from outside says the file changed elsewhere (the
+            // interception library sets it after writing natively): this client's open
+            // handles of it take the size the server has now and forget what they cached.
+            if let Some(io) = self.inner.live_io(ino) {
+                io.note_changed_elsewhere(a.size);
+            }
+        }
+        Ok(a)
     }
 
     /// Sets the layout of an empty file, or the default layout of a directory.

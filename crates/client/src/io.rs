@@ -334,6 +334,14 @@ impl InodeIo {
         lock(&self.state).meta_size = size;
     }
 
+    /// The file changed through another client: `size` is the server's now, and bytes
+    /// read ahead before may be stale.
+    pub fn note_changed_elsewhere(&self, size: u64) {
+        let mut st = lock(&self.state);
+        st.meta_size = size;
+        st.drop_cells(|_| false);
+    }
+
     // ---- waiting on pending writes ----
 
     /// Sends the gathered writes of the places `which` picks (by their pending span).

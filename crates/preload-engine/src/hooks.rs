@@ -158,6 +158,7 @@ pub unsafe extern "C" fn sfs_engine_close(fd: c_int) -> c_int {
     let mut failed = None;
     if let Some(_b) = enter() {
         state::drop_candidate(fd);
+        state::kernel_remove(fd);
         if let Some(o) = state::remove(fd) {
             served();
             failed = state::finish(fd, o).err();
@@ -176,6 +177,7 @@ fn closing_range(first: u64, last: u64) {
         for fd in state::candidates_in(first, last) {
             state::drop_candidate(fd);
         }
+        state::kernel_remove_range(first, last);
         for (fd, o) in state::served_in(first, last) {
             if let Some(o2) = state::remove(fd) {
                 drop(o);
@@ -213,6 +215,7 @@ fn duplicated(from: c_int, to: c_int) -> c_int {
                 served();
             } else {
                 state::dup_candidate(from, to);
+                state::kernel_dup(from, to);
             }
         }
     }
@@ -223,6 +226,7 @@ fn duplicated(from: c_int, to: c_int) -> c_int {
 fn closing(to: c_int) {
     if let Some(_b) = enter() {
         state::drop_candidate(to);
+        state::kernel_remove(to);
         if let Some(o) = state::remove(to) {
             let _ = state::finish(to, o);
         }
@@ -646,6 +650,10 @@ unsafe fn lseek_any(
                 set_errno(libc::ENXIO);
                 return -1;
             };
+            // The servers answer: this process's writes still behind go there first.
+            if let Err(e) = o.file.flush() {
+                return fail(&e) as i64;
+            }
             let r = if whence == libc::SEEK_DATA {
                 o.file.seek_data(from)
             } else {

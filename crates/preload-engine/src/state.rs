@@ -272,8 +272,73 @@ pub fn flush_all() {
     }
 }
 
+// ---- descriptors of stripefs files that go through the kernel ----
+//
+// The mount and the native client are coherent only at opens and closes (close-to-open,
+// as between two clients), while the descriptors of one process on one file are coherent
+// with each other through the kernel's page cache. So a file is served natively only
+// while no descriptor of it in this process goes through the mount (a candidate not
+// served yet, one opened with O_APPEND or O_DIRECT, one handed back for mmap or
+// fallocate): when one does, every served descriptor of the file goes back to the mount
+// too, and none is served again while such a descriptor is open.
+
+static KERNEL: Mutex<Option<HashMap<c_int, (u64, u64)>>> = Mutex::new(None);
+
+/// `fd`, a descriptor of the file `(dev, ino)`, goes through the mount: the file's
+/// served descriptors go back to it.
+pub fn kernel_add(fd: c_int, dev: u64, ino: u64) {
+    {
+        let mut k = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+        k.get_or_insert_with(HashMap::new).insert(fd, (dev, ino));
+    }
+    for (other, o) in all() {
+        if o.dev == dev && o.ino == ino {
+            release(
+                other,
+                "another descriptor of the file goes through the mount",
+            );
+        }
+    }
+}
+
+/// `fd` is closed (or served natively now).
+pub fn kernel_remove(fd: c_int) {
+    let mut k = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = k.as_mut() {
+        m.remove(&fd);
+    }
+}
+
+/// The descriptors in `first..=last` are closed.
+pub fn kernel_remove_range(first: u64, last: u64) {
+    let mut k = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = k.as_mut() {
+        m.retain(|fd, _| !(first..=last).contains(&(*fd as u64)));
+    }
+}
+
+/// `to` is a duplicate of `from`: it goes through the mount if `from` does.
+pub fn kernel_dup(from: c_int, to: c_int) {
+    let mut k = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = k.as_mut() {
+        if let Some(id) = m.get(&from).copied() {
+            m.insert(to, id);
+        }
+    }
+}
+
+/// Whether a descriptor of `(dev, ino)` other than `except` goes through the mount.
+fn kernel_others(dev: u64, ino: u64, except: &[c_int]) -> bool {
+    let k = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    k.as_ref().is_some_and(|m| {
+        m.iter()
+            .any(|(fd, id)| *id == (dev, ino) && !except.contains(fd))
+    })
+}
+
 /// Stops serving `fd` (a call the library does not serve is about to use it): the last
-/// descriptor of the file closes the native handle, which flushes its writes.
+/// descriptor of the file closes the native handle, which flushes its writes; from then
+/// on the file's descriptors all go through the mount.
 pub fn release(fd: c_int, why: &str) {
     drop_candidate(fd);
     if let Some(o) = remove(fd) {
@@ -282,7 +347,9 @@ pub fn release(fd: c_int, why: &str) {
             "{} (fd {fd}) goes through the mount from here: {why}",
             o.path
         ));
+        let (dev, ino) = (o.dev, o.ino);
         let _ = finish(fd, o);
+        kernel_add(fd, dev, ino);
     }
 }
 
@@ -331,8 +398,11 @@ pub fn after_fork_in_child() {
     if let Some(m) = t.take() {
         std::mem::forget(m);
     }
-    COUNT.store(0, Ordering::Release);
     drop(t);
+    let mut k = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    k.take();
+    drop(k);
+    COUNT.store(0, Ordering::Release);
     let mut c = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = c.take() {
         std::mem::forget(m);
@@ -452,6 +522,14 @@ pub fn for_io(fd: c_int, n: usize, write: bool) -> Option<Arc<Open>> {
     for f in &fds {
         drop_candidate(*f);
     }
+    if kernel_others(c.dev, c.ino, &fds) {
+        // Another descriptor of the file goes through the mount: so do these.
+        log(format_args!(
+            "{} (fd {fd}) stays with the mount: another descriptor of it goes through the mount",
+            c.path
+        ));
+        return None;
+    }
     if c.wrote.load(Ordering::Relaxed) {
         // Its writes through the mount leave the mount daemon's write-behind first:
         // closing a duplicate sends the daemon a flush.
@@ -465,6 +543,7 @@ pub fn for_io(fd: c_int, n: usize, write: bool) -> Option<Arc<Open>> {
     }
     let o = open_native(fd, &c)?;
     for f in &fds {
+        kernel_remove(*f);
         insert(*f, o.clone());
     }
     Some(o)
@@ -552,6 +631,9 @@ pub fn take(fd: c_int, flags: c_int, calls: u64, wrote: bool) {
             "{abs} goes through the mount: {}",
             why.unwrap_or("not a regular file")
         ));
+        if regular {
+            kernel_add(fd, st.st_dev, st.st_ino);
+        }
         return;
     }
     let c = Arc::new(Candidate {
@@ -564,13 +646,15 @@ pub fn take(fd: c_int, flags: c_int, calls: u64, wrote: bool) {
         calls: AtomicU64::new(calls),
         wrote: AtomicBool::new(wrote),
     });
-    if connected(&c.cluster) && !wrote {
+    if connected(&c.cluster) && !wrote && !kernel_others(c.dev, c.ino, &[fd]) {
         if let Some(o) = open_native(fd, &c) {
             insert(fd, o);
+            return;
         }
-    } else {
-        insert_candidate(fd, c);
     }
+    // Until served, its calls go through the mount.
+    kernel_add(fd, c.dev, c.ino);
+    insert_candidate(fd, c);
 }
 
 /// The absolute path the kernel gives for descriptor `fd`.

@@ -363,7 +363,10 @@ pub fn finish(fd: c_int, o: Arc<Open>) -> Result<(), WireError> {
     };
     let written = o.written.load(Ordering::Relaxed);
     let path = o.path.clone();
-    let r = o.file.close();
+    // A flush waits until the metadata server has the size the writes reached; the
+    // close's own record of it may still be on its way when the setattr below asks.
+    let flushed = if written { o.file.flush() } else { Ok(()) };
+    let r = flushed.and(o.file.close());
     if written {
         let times = [
             libc::timespec {

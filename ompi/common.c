@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "opal/util/output.h"
 
@@ -38,6 +39,18 @@ int sfs_route(const char *filename, char *cluster, char *path) {
         return SFS_NOT_OURS;
     }
     if (rc == 0) return SFS_NOT_OURS;
+    /* A user who may not read the mount's cluster file (mode 0600, another owner) gets
+     * the mount and Open MPI's own driver, as without these components. */
+    if (access(c, R_OK) != 0) {
+        static int said;
+        if (!said && sfs_verbose) {
+            said = 1;
+            opal_output(0, "stripefs: %s: cannot read the mount's cluster file %s; files on the "
+                           "mount go through the mount",
+                        filename, c);
+        }
+        return SFS_NOT_OURS;
+    }
     if (cluster != NULL) {
         strcpy(cluster, c);
         strcpy(path, p);

@@ -375,3 +375,44 @@ fn parallel_hdf5_writes_and_reads_a_dataset_and_h5dump_shows_it_through_the_moun
         "h5dump does not show the dataset written: {out}"
     );
 }
+
+#[test]
+fn a_user_who_cannot_read_the_cluster_file_gets_the_mount_through_open_mpis_driver() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: acting as another user needs root");
+        return;
+    }
+    let cl = Cluster::up(2);
+    // The cluster file stays 0600 root's; the mount (allow_other) is reachable.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(cl.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let public = cl.mount.join("pub");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let mut c = mpirun(2, &cl.file());
+    let args: Vec<std::ffi::OsString> = std::iter::once(c.get_program().to_owned())
+        .chain(c.get_args().map(|a| a.to_owned()))
+        .collect();
+    let mut as_nobody = Command::new("setpriv");
+    as_nobody
+        .args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "env",
+            "HOME=/tmp",
+        ])
+        .args(args.iter().filter(|a| *a != "--allow-run-as-root"))
+        .arg(program("semantics"))
+        .arg(public.join("n.dat"));
+    for (k, v) in c.get_envs() {
+        if let Some(v) = v {
+            as_nobody.env(k, v);
+        }
+    }
+    as_nobody.env("EXPECT_STRIPEFS", "0");
+    let o = run_ok(as_nobody, "semantics as nobody on the mount");
+    assert!(!served_natively(&o), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ok MPI_File_delete"));
+}

@@ -390,7 +390,7 @@ fn a_user_who_cannot_read_the_cluster_file_gets_the_mount_through_open_mpis_driv
     let public = cl.mount.join("pub");
     std::fs::create_dir(&public).unwrap();
     std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let mut c = mpirun(2, &cl.file());
+    let c = mpirun(2, &cl.file());
     let args: Vec<std::ffi::OsString> = std::iter::once(c.get_program().to_owned())
         .chain(c.get_args().map(|a| a.to_owned()))
         .collect();

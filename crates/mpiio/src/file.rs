@@ -349,27 +349,26 @@ impl File {
         buf: &[u8],
     ) -> Result<()> {
         check_list(ext, buf.len())?;
-        let ext = ext.to_vec();
         if self.cb_write == Some(false) {
-            let r = write_extents(&self.f, &ext, buf);
+            let r = write_extents(&self.f, ext, buf);
             comm.barrier();
             return r;
         }
-        let spans = spans(comm, &ext);
+        let spans = spans(comm, ext);
         if self.cb_write.is_none() && !worth_aggregating(&spans, AGGREGATE_WRITES_BELOW_BYTES) {
             // Automatic: aggregation would only copy every byte once more. Each rank
             // reports its own outcome (MPI lets a collective call's error codes differ
             // between ranks): one collective per call, not two, matters where ranks
             // spin in MPI's collectives on the cores the client needs.
-            return write_extents(&self.f, &ext, buf);
+            return write_extents(&self.f, ext, buf);
         }
         let domains = self.domains(comm, &spans);
         // Pieces for each aggregator: (offset, len) then the bytes; each message sized
         // first, so that it is filled without growing (no copies, no fresh pages twice).
         let mut need = vec![0usize; comm.size()];
-        for_each_piece(&ext, &domains, |a, _, _, n| need[a] += 16 + n);
+        for_each_piece(ext, &domains, |a, _, _, n| need[a] += 16 + n);
         let mut send: Vec<Vec<u8>> = need.into_iter().map(Vec::with_capacity).collect();
-        for_each_piece(&ext, &domains, |a, fo, at, n| {
+        for_each_piece(ext, &domains, |a, fo, at, n| {
             let m = &mut send[a];
             m.extend_from_slice(&fo.to_le_bytes());
             m.extend_from_slice(&(n as u64).to_le_bytes());
@@ -435,29 +434,28 @@ impl File {
         buf: &mut [u8],
     ) -> Result<()> {
         check_list(ext, buf.len())?;
-        let ext = ext.to_vec();
         // Writes of this handle still behind (a collective write's aggregation) reach
         // the servers before any aggregator reads: every rank flushes before it sends
         // its requests, and the aggregators read only once they have all requests.
         let flushed = self.f.flush().map_err(IoError::from);
         if self.cb_read == Some(false) {
             comm.barrier();
-            let r = flushed.and(read_extents(&self.f, &ext, buf, self.sieve_bytes));
+            let r = flushed.and(read_extents(&self.f, ext, buf, self.sieve_bytes));
             comm.barrier();
             return r;
         }
-        let spans = spans(comm, &ext);
+        let spans = spans(comm, ext);
         if self.cb_read.is_none() && !worth_aggregating(&spans, u64::MAX) {
             // Every rank's writes reached the servers before any rank reads (the
             // gathering of the spans was the barrier), as with aggregation.
             // Each rank reports its own outcome, as for writes.
-            return flushed.and(read_extents(&self.f, &ext, buf, self.sieve_bytes));
+            return flushed.and(read_extents(&self.f, ext, buf, self.sieve_bytes));
         }
         let domains = self.domains(comm, &spans);
         let mut ask = vec![Vec::new(); comm.size()];
         // Where each asked piece goes in `buf`, per aggregator, in order.
         let mut dest: Vec<Vec<(usize, usize)>> = vec![Vec::new(); comm.size()];
-        for_each_piece(&ext, &domains, |a, fo, at, n| {
+        for_each_piece(ext, &domains, |a, fo, at, n| {
             ask[a].extend_from_slice(&fo.to_le_bytes());
             ask[a].extend_from_slice(&(n as u64).to_le_bytes());
             dest[a].push((at, n));

@@ -311,6 +311,21 @@ static void io_call(int fd, int write) {
         return sfs_c_ args;                                                             \
     }
 
+/* The same, for a call that hands two descriptors to the kernel (sendfile, splice). */
+#define END2_HOOK(ret, name, params, args, fd1, fd2)                                    \
+    EXPORT ret name params {                                                            \
+        static ret(*sfs_e_) params;                                                     \
+        static ret(*sfs_c_) params;                                                     \
+        if (loaded()) {                                                                 \
+            if (!sfs_e_) sfs_e_ = (ret(*) params)engine_fn("sfs_engine_" #name);        \
+            return sfs_e_ args;                                                         \
+        }                                                                               \
+        cand_clear(fd1);                                                                \
+        cand_clear(fd2);                                                                \
+        if (!sfs_c_) sfs_c_ = (ret(*) params)libc_fn(#name);                            \
+        return sfs_c_ args;                                                             \
+    }
+
 /* A hooked function: the engine's once loaded, else the C library's. */
 #define HOOK(ret, name, params, args)                                                   \
     EXPORT ret name params {                                                            \
@@ -531,54 +546,12 @@ HOOK(int, statx, (int d, const char *p, int f, unsigned m, struct statx *st), (d
 END_HOOK(void *, mmap, (void *a, size_t l, int p, int f, int fd, off_t o), (a, l, p, f, fd, o), fd)
 END_HOOK(void *, mmap64, (void *a, size_t l, int p, int f, int fd, off64_t o), (a, l, p, f, fd, o), fd)
 END_HOOK(FILE *, fdopen, (int fd, const char *m), (fd, m), fd)
-EXPORT ssize_t sendfile(int out, int in, off_t *o, size_t n) {
-    static ssize_t (*e)(int, int, off_t *, size_t);
-    static ssize_t (*c)(int, int, off_t *, size_t);
-    if (loaded()) {
-        if (!e) e = (ssize_t (*)(int, int, off_t *, size_t))engine_fn("sfs_engine_sendfile");
-        return e(out, in, o, n);
-    }
-    cand_clear(out);
-    cand_clear(in);
-    if (!c) c = (ssize_t (*)(int, int, off_t *, size_t))libc_fn("sendfile");
-    return c(out, in, o, n);
-}
-EXPORT ssize_t sendfile64(int out, int in, off64_t *o, size_t n) {
-    static ssize_t (*e)(int, int, off64_t *, size_t);
-    static ssize_t (*c)(int, int, off64_t *, size_t);
-    if (loaded()) {
-        if (!e) e = (ssize_t (*)(int, int, off64_t *, size_t))engine_fn("sfs_engine_sendfile64");
-        return e(out, in, o, n);
-    }
-    cand_clear(out);
-    cand_clear(in);
-    if (!c) c = (ssize_t (*)(int, int, off64_t *, size_t))libc_fn("sendfile64");
-    return c(out, in, o, n);
-}
-EXPORT ssize_t splice(int in, loff_t *oi, int out, loff_t *oo, size_t n, unsigned f) {
-    static ssize_t (*e)(int, loff_t *, int, loff_t *, size_t, unsigned);
-    static ssize_t (*c)(int, loff_t *, int, loff_t *, size_t, unsigned);
-    if (loaded()) {
-        if (!e) e = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))engine_fn("sfs_engine_splice");
-        return e(in, oi, out, oo, n, f);
-    }
-    cand_clear(in);
-    cand_clear(out);
-    if (!c) c = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))libc_fn("splice");
-    return c(in, oi, out, oo, n, f);
-}
-EXPORT ssize_t copy_file_range(int in, loff_t *oi, int out, loff_t *oo, size_t n, unsigned f) {
-    static ssize_t (*e)(int, loff_t *, int, loff_t *, size_t, unsigned);
-    static ssize_t (*c)(int, loff_t *, int, loff_t *, size_t, unsigned);
-    if (loaded()) {
-        if (!e) e = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))engine_fn("sfs_engine_copy_file_range");
-        return e(in, oi, out, oo, n, f);
-    }
-    cand_clear(in);
-    cand_clear(out);
-    if (!c) c = (ssize_t (*)(int, loff_t *, int, loff_t *, size_t, unsigned))libc_fn("copy_file_range");
-    return c(in, oi, out, oo, n, f);
-}
+END2_HOOK(ssize_t, sendfile, (int out, int in, off_t *o, size_t n), (out, in, o, n), out, in)
+END2_HOOK(ssize_t, sendfile64, (int out, int in, off64_t *o, size_t n), (out, in, o, n), out, in)
+END2_HOOK(ssize_t, splice, (int in, loff_t *oi, int out, loff_t *oo, size_t n, unsigned f),
+          (in, oi, out, oo, n, f), in, out)
+END2_HOOK(ssize_t, copy_file_range, (int in, loff_t *oi, int out, loff_t *oo, size_t n, unsigned f),
+          (in, oi, out, oo, n, f), in, out)
 END_HOOK(int, fallocate, (int fd, int m, off_t o, off_t l), (fd, m, o, l), fd)
 END_HOOK(int, fallocate64, (int fd, int m, off64_t o, off64_t l), (fd, m, o, l), fd)
 END_HOOK(int, posix_fallocate, (int fd, off_t o, off_t l), (fd, o, l), fd)

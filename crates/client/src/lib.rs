@@ -39,22 +39,10 @@ mod io;
 mod local;
 pub mod mounts;
 
-/// The errno a POSIX-facing client (the FUSE mount, the interception library) reports
-/// for a client error. Transport failures (a server down, timed out or speaking
-/// nonsense) are EIO, which programs treat as "the storage failed".
-pub fn posix_errno(e: &WireError) -> i32 {
-    match e.code {
-        ErrorCode::Timeout
-        | ErrorCode::Unreachable
-        | ErrorCode::BadFrame
-        | ErrorCode::VersionMismatch
-        | ErrorCode::UnexpectedMessage
-        | ErrorCode::AuthFailed => libc::EIO,
-        code => code.errno(),
-    }
-}
+pub mod mountctl;
 mod path;
 mod pool;
+pub mod posix;
 mod session;
 mod unsynced;
 
@@ -63,6 +51,7 @@ pub use client::{DataStatus, MetaStatus, StatFs};
 pub use file::{File, OpenOptions};
 pub use local::DirectReads;
 pub use pool::Transport;
+pub use posix::{posix_attr, posix_errno, PosixAttr};
 pub use stripefs_rpc::ClusterConfig;
 pub use stripefs_wire::{
     make_rdev, split_rdev, Attr, Counters, Cred, DirEntry, ErrorCode, FileType, InodeId, Layout,

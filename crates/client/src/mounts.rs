@@ -75,49 +75,121 @@ pub fn find(table: &str, abs: &Path) -> Option<Found> {
     find_with(table, abs, std::env::var("STRIPEFS_CLUSTER").ok())
 }
 
-fn find_with(table: &str, abs: &Path, env_cluster: Option<String>) -> Option<Found> {
-    // (mount point depth, root inside the file system, mount point, source, fstype)
-    let mut best: Option<(usize, String, PathBuf, String, String)> = None;
-    for line in table.lines() {
+/// One line of the mount table.
+struct Entry {
+    /// The device number (`major:minor`) of the file system, as `st_dev` shows it.
+    dev: (u32, u32),
+    /// The directory of the file system mounted there ("/" for all of it).
+    root: String,
+    mountpoint: PathBuf,
+    fstype: String,
+    source: String,
+    /// The super block options (`rw,user_id=0,...`).
+    options: String,
+}
+
+fn entries(table: &str) -> impl Iterator<Item = Entry> + '_ {
+    table.lines().filter_map(|line| {
         let f: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
+        let dash = f.iter().position(|x| *x == "-")?;
         if f.len() < dash + 3 || dash < 5 {
+            return None;
+        }
+        let (major, minor) = f[2].split_once(':')?;
+        Some(Entry {
+            dev: (major.parse().ok()?, minor.parse().ok()?),
+            root: unescape(f[3]),
+            mountpoint: PathBuf::from(unescape(f[4])),
+            fstype: f[dash + 1].to_string(),
+            source: unescape(f[dash + 2]),
+            options: f.get(dash + 3).map_or(String::new(), |o| o.to_string()),
+        })
+    })
+}
+
+impl Entry {
+    /// The cluster file of a stripefs mount (`None` for any other file system, or a
+    /// stripefs mount whose daemon named no cluster file and no `env_cluster`).
+    fn cluster(&self, env_cluster: Option<String>) -> Option<String> {
+        let named = self.source == "stripefs" || self.source.starts_with(SOURCE_PREFIX);
+        if self.fstype != FSTYPE && !(self.fstype == FUSE && named) {
+            return None;
+        }
+        match self.source.strip_prefix(SOURCE_PREFIX) {
+            Some(c) if c.starts_with('/') => Some(c.to_string()),
+            _ => env_cluster,
+        }
+    }
+}
+
+fn find_with(table: &str, abs: &Path, env_cluster: Option<String>) -> Option<Found> {
+    // Any mount deeper than the best so far, stripefs or not, hides what is below; of
+    // two on one directory, the later one.
+    let mut best: Option<(usize, Entry)> = None;
+    for e in entries(table) {
+        if under(abs, &e.mountpoint).is_none() {
             continue;
         }
-        let mountpoint = PathBuf::from(unescape(f[4]));
-        if under(abs, &mountpoint).is_none() {
-            continue;
-        }
-        let depth = mountpoint.components().count();
-        // Any mount deeper than the best so far, stripefs or not, hides what is below.
+        let depth = e.mountpoint.components().count();
         if best.as_ref().map_or(true, |b| depth >= b.0) {
-            best = Some((
-                depth,
-                unescape(f[3]),
-                mountpoint,
-                unescape(f[dash + 2]),
-                f[dash + 1].to_string(),
-            ));
+            best = Some((depth, e));
         }
     }
-    let (_, root, mountpoint, source, fstype) = best?;
-    let named = source == "stripefs" || source.starts_with(SOURCE_PREFIX);
-    if fstype != FSTYPE && !(fstype == FUSE && named) {
-        return None;
-    }
-    let cluster = match source.strip_prefix(SOURCE_PREFIX) {
-        Some(c) if c.starts_with('/') => c.to_string(),
-        _ => env_cluster?,
-    };
-    let mut inner = PathBuf::from(if root.is_empty() { "/" } else { &root });
-    for c in under(abs, &mountpoint)? {
+    let (_, e) = best?;
+    let cluster = e.cluster(env_cluster)?;
+    let mut inner = PathBuf::from(if e.root.is_empty() { "/" } else { &e.root });
+    for c in under(abs, &e.mountpoint)? {
         inner.push(c.as_os_str());
     }
     Some(Found {
         cluster,
         inner: inner.to_string_lossy().into_owned(),
+    })
+}
+
+/// The mount points of the stripefs mounts in `table` (whatever their cluster file).
+pub fn mountpoints(table: &str) -> Vec<PathBuf> {
+    entries(table)
+        .filter(|e| e.cluster(Some(String::new())).is_some())
+        .map(|e| e.mountpoint)
+        .collect()
+}
+
+/// A stripefs mount known by its device number.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DevMount {
+    /// Its daemon's cluster file.
+    pub cluster: String,
+    /// Another file system is mounted somewhere below it (a name there may lead off
+    /// the mount).
+    pub nested: bool,
+    /// The user who mounted it (its daemon's uid: FUSE's `user_id` option).
+    pub owner: Option<u32>,
+}
+
+/// The stripefs mount whose device number is `dev` (`st_dev` of a file on it, as major
+/// and minor), from the mount table text `table`.
+pub fn of_dev(table: &str, dev: (u32, u32)) -> Option<DevMount> {
+    let all: Vec<Entry> = entries(table).collect();
+    let env = std::env::var("STRIPEFS_CLUSTER").ok();
+    let ours: Vec<&Entry> = all.iter().filter(|e| e.dev == dev).collect();
+    let last = ours.last()?;
+    let cluster = last.cluster(env)?;
+    let owner = last
+        .options
+        .split(',')
+        .find_map(|o| o.strip_prefix("user_id="))
+        .and_then(|u| u.parse().ok());
+    let nested = all.iter().any(|o| {
+        o.dev != dev
+            && ours.iter().any(|e| {
+                o.mountpoint != e.mountpoint && under(&o.mountpoint, &e.mountpoint).is_some()
+            })
+    });
+    Some(DevMount {
+        cluster,
+        nested,
+        owner,
     })
 }
 
@@ -179,6 +251,39 @@ mod tests {
             find_in("/mnt/old/f", Some("/etc/c.toml")).unwrap().cluster,
             "/etc/c.toml"
         );
+    }
+
+    #[test]
+    fn a_mount_is_known_by_its_device_number() {
+        assert_eq!(
+            of_dev(TABLE, (0, 45)),
+            Some(DevMount {
+                cluster: "/tmp/c/cluster.toml".into(),
+                // /mnt/sfs/tmp is a tmpfs on it.
+                nested: true,
+                owner: Some(0),
+            })
+        );
+        assert_eq!(
+            of_dev(TABLE, (0, 48)),
+            Some(DevMount {
+                cluster: "/tmp/d/cluster.toml".into(),
+                nested: false,
+                owner: None,
+            })
+        );
+        assert_eq!(of_dev(TABLE, (0, 46)), None);
+        assert_eq!(of_dev(TABLE, (0, 49)), None);
+        assert_eq!(of_dev(TABLE, (8, 1)), None);
+    }
+
+    #[test]
+    fn mount_points_are_listed() {
+        let p: Vec<String> = mountpoints(TABLE)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(p, ["/mnt/sfs", "/mnt/old", "/srv/proj x", "/mnt/root"]);
     }
 
     #[test]

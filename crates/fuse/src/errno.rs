@@ -1,6 +1,5 @@
 //! Client errors as errno values, and client attributes as the kernel's.
 
-use crate::BLKSIZE_BYTES;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use stripefs_client::{Attr, ErrorCode, FileType, WireError};
 
@@ -62,27 +61,25 @@ pub fn time_ns(t: SystemTime) -> i64 {
 
 /// The kernel's attributes of `a`; `allocated_bytes` is what the file occupies on the
 /// data servers (`Client::allocated_bytes`), reported as `st_blocks` so that `du` is true.
+/// The values are [`stripefs_client::posix_attr`]'s, which the interception library
+/// reports too.
 pub fn file_attr(a: &Attr, allocated_bytes: u64) -> fuser::FileAttr {
-    let size = match a.ftype {
-        FileType::Symlink | FileType::File => a.size,
-        FileType::Dir => 4096,
-        FileType::Fifo | FileType::Socket | FileType::BlockDev | FileType::CharDev => 0,
-    };
+    let p = stripefs_client::posix_attr(a, allocated_bytes);
     fuser::FileAttr {
-        ino: a.ino.0,
-        size,
-        blocks: allocated_bytes.div_ceil(512),
-        atime: time(a.atime_ns),
-        mtime: time(a.mtime_ns),
-        ctime: time(a.ctime_ns),
-        crtime: time(a.ctime_ns),
-        kind: kind(a.ftype),
-        perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: BLKSIZE_BYTES,
+        ino: p.ino,
+        size: p.size,
+        blocks: p.blocks,
+        atime: time(p.atime_ns),
+        mtime: time(p.mtime_ns),
+        ctime: time(p.ctime_ns),
+        crtime: time(p.ctime_ns),
+        kind: kind(p.ftype),
+        perm: p.perm as u16,
+        nlink: p.nlink,
+        uid: p.uid,
+        gid: p.gid,
+        rdev: p.rdev,
+        blksize: p.blksize,
         flags: 0,
     }
 }

@@ -412,6 +412,20 @@ impl Shared {
         }
     }
 
+    /// Another program changed inode `ino` with the native client (and, with `name`,
+    /// the entry `name` in directory `ino`): the kernel and this daemon forget what
+    /// they cached of them.
+    pub fn changed_elsewhere(&self, ino: u64, name: Option<&str>) {
+        self.dirs.forget(ino);
+        let Some(n) = self.notifier.get() else { return };
+        // Each fails only if the kernel does not know the inode or the name: nothing to
+        // drop then.
+        if let Some(name) = name {
+            let _ = n.inval_entry(ino, std::ffi::OsStr::new(name));
+        }
+        let _ = n.inval_inode(ino, -1, 0);
+    }
+
     /// Close-to-open: drops the kernel's cached attributes of `ino`, so that the size
     /// and times another client left are fetched again.
     fn forget_attrs(&self, ino: u64) {

@@ -29,6 +29,7 @@
 //! mount works again once the servers are back.
 
 mod behind;
+mod control;
 mod cred;
 mod dir;
 mod errno;
@@ -89,7 +90,7 @@ pub(crate) fn keep_head_bytes() -> u64 {
 /// The least [`keep_head_bytes`] gives, whatever the machine.
 pub const MIN_KEEP_HEAD_BYTES: u64 = 256 << 20;
 /// The block size `stat` reports: programs size their buffers by it.
-pub const BLKSIZE_BYTES: u32 = 1 << 20;
+pub use stripefs_client::posix::BLKSIZE_BYTES;
 
 const _: () = {
     assert!(MAX_IO_BYTES as u64 <= stripefs_client::CHUNK_TARGET_BYTES * 16);
@@ -134,6 +135,8 @@ impl Default for MountOptions {
 /// A mounted file system whose request loop has not started yet.
 pub struct Mounted {
     session: fuser::Session<fs::StripeFs>,
+    shared: std::sync::Arc<fs::Shared>,
+    mountpoint: std::path::PathBuf,
 }
 
 /// Mounts `client`'s cluster at `mountpoint`. The mount exists when this returns; the
@@ -172,13 +175,19 @@ pub fn mount(client: Client, mountpoint: &Path, opts: &MountOptions) -> io::Resu
         )
     })?;
     shared.set_notifier(session.notifier());
-    Ok(Mounted { session })
+    Ok(Mounted {
+        session,
+        shared,
+        mountpoint: mountpoint.clone(),
+    })
 }
 
 impl Mounted {
     /// Serves kernel requests until the file system is unmounted, then closes every
     /// handle still open (flushing its writes).
+    /// Also listens on the mount's control socket (see `control.rs`).
     pub fn run(mut self) -> io::Result<()> {
+        control::start(self.shared.clone(), self.mountpoint.clone());
         let r = self.session.run();
         drop(self.session);
         r

@@ -2,6 +2,7 @@
 //! is already inside the library (then, and for descriptors it does not serve, the C
 //! library's own function runs), so the client's own sockets and files never loop back.
 
+use crate::meta;
 use crate::real;
 use crate::state::{self, enter, served, Open};
 use std::ffi::{c_char, c_int, c_uint, c_void};
@@ -801,18 +802,69 @@ stat_hooks! {
     fstat64 => sfs_engine_fstat64(fd: c_int, st: *mut libc::stat64) buf st;
     __fxstat => sfs_engine___fxstat(ver: c_int, fd: c_int, st: *mut libc::stat) buf st;
     __fxstat64 => sfs_engine___fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat64) buf st;
-    stat => sfs_engine_stat(path: *const c_char, st: *mut libc::stat) buf st;
-    stat64 => sfs_engine_stat64(path: *const c_char, st: *mut libc::stat64) buf st;
-    lstat => sfs_engine_lstat(path: *const c_char, st: *mut libc::stat) buf st;
-    lstat64 => sfs_engine_lstat64(path: *const c_char, st: *mut libc::stat64) buf st;
-    fstatat => sfs_engine_fstatat(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) buf st;
-    fstatat64 => sfs_engine_fstatat64(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) buf st;
-    __xstat => sfs_engine___xstat(ver: c_int, path: *const c_char, st: *mut libc::stat) buf st;
-    __xstat64 => sfs_engine___xstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) buf st;
-    __lxstat => sfs_engine___lxstat(ver: c_int, path: *const c_char, st: *mut libc::stat) buf st;
-    __lxstat64 => sfs_engine___lxstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) buf st;
-    __fxstatat => sfs_engine___fxstatat(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int) buf st;
-    __fxstatat64 => sfs_engine___fxstatat64(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int) buf st;
+}
+
+/// The `fstatat` flags a native stat honours (others go to the kernel).
+const STAT_FLAGS: c_int = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT | libc::AT_EMPTY_PATH;
+/// The `statx` flags it honours: those and the sync type (a native stat is always as
+/// fresh as a forced sync).
+const STATX_FLAGS: c_int = STAT_FLAGS | libc::AT_STATX_FORCE_SYNC | libc::AT_STATX_DONT_SYNC;
+
+/// A stat by path: natively if it may be (meta.rs), else the kernel's; then what this
+/// process's own writes did (`fix`). `$ok` says whether the arguments allow a native
+/// answer at all.
+macro_rules! path_stat_hooks {
+    ($($real:ident => $name:ident ( $($a:ident : $t:ty),* ) at ($dirfd:expr, $path:expr, $follow:expr, $ok:expr) buf $st:ident fill $fill:ident;)*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+                let native = match enter() {
+                    Some(_b) if $ok && !$st.is_null() => match meta::stat($dirfd, $path, $follow) {
+                        Some(Ok(f)) => Some(Ok(f)),
+                        Some(Err(e)) => {
+                            set_errno(e);
+                            Some(Err(()))
+                        }
+                        None => None,
+                    },
+                    _ => None,
+                };
+                let r = match native {
+                    Some(Ok(f)) => {
+                        meta::$fill($st, &f);
+                        0
+                    }
+                    Some(Err(())) => -1,
+                    None => real::$real($($a),*),
+                };
+                if r == 0 && !$st.is_null() && state::any() {
+                    fix_stat!($st);
+                }
+                r
+            }
+        )*
+    };
+}
+
+const CWD: c_int = libc::AT_FDCWD;
+
+path_stat_hooks! {
+    stat => sfs_engine_stat(path: *const c_char, st: *mut libc::stat) at (CWD, path, true, true) buf st fill fill_stat;
+    stat64 => sfs_engine_stat64(path: *const c_char, st: *mut libc::stat64) at (CWD, path, true, true) buf st fill fill_stat64;
+    lstat => sfs_engine_lstat(path: *const c_char, st: *mut libc::stat) at (CWD, path, false, true) buf st fill fill_stat;
+    lstat64 => sfs_engine_lstat64(path: *const c_char, st: *mut libc::stat64) at (CWD, path, false, true) buf st fill fill_stat64;
+    fstatat => sfs_engine_fstatat(dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int)
+        at (dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, flags & !STAT_FLAGS == 0) buf st fill fill_stat;
+    fstatat64 => sfs_engine_fstatat64(dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int)
+        at (dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, flags & !STAT_FLAGS == 0) buf st fill fill_stat64;
+    __xstat => sfs_engine___xstat(ver: c_int, path: *const c_char, st: *mut libc::stat) at (CWD, path, true, ver <= 1) buf st fill fill_stat;
+    __xstat64 => sfs_engine___xstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) at (CWD, path, true, ver <= 1) buf st fill fill_stat64;
+    __lxstat => sfs_engine___lxstat(ver: c_int, path: *const c_char, st: *mut libc::stat) at (CWD, path, false, ver <= 1) buf st fill fill_stat;
+    __lxstat64 => sfs_engine___lxstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) at (CWD, path, false, ver <= 1) buf st fill fill_stat64;
+    __fxstatat => sfs_engine___fxstatat(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat, flags: c_int)
+        at (dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, ver <= 1 && flags & !STAT_FLAGS == 0) buf st fill fill_stat;
+    __fxstatat64 => sfs_engine___fxstatat64(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut libc::stat64, flags: c_int)
+        at (dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, ver <= 1 && flags & !STAT_FLAGS == 0) buf st fill fill_stat64;
 }
 
 #[no_mangle]
@@ -823,7 +875,27 @@ pub unsafe extern "C" fn sfs_engine_statx(
     mask: c_uint,
     st: *mut libc::statx,
 ) -> c_int {
-    let r = real::statx(dirfd, path, flags, mask, st);
+    let native = match enter() {
+        Some(_b) if !st.is_null() && flags & !STATX_FLAGS == 0 => {
+            match meta::stat(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) {
+                Some(Ok(f)) => Some(Ok(f)),
+                Some(Err(e)) => {
+                    set_errno(e);
+                    Some(Err(()))
+                }
+                None => None,
+            }
+        }
+        _ => None,
+    };
+    let r = match native {
+        Some(Ok(f)) => {
+            meta::fill_statx(st, &f);
+            0
+        }
+        Some(Err(())) => -1,
+        None => real::statx(dirfd, path, flags, mask, st),
+    };
     if r == 0 && !st.is_null() && state::any() {
         let s = &mut *st;
         let dev = libc::makedev(s.stx_dev_major, s.stx_dev_minor);
@@ -844,6 +916,93 @@ pub unsafe extern "C" fn sfs_engine_statx(
         s.stx_ctime.tv_nsec = cn as u32;
     }
     r
+}
+
+// ---- changes of names: natively where meta.rs may, else through the mount ----
+
+/// `$native` (an `Option<c_int>` from meta.rs) inside the library, else `$kernel`.
+macro_rules! name_change {
+    ($native:expr, $kernel:expr) => {{
+        if let Some(_b) = enter() {
+            if let Some(r) = $native {
+                return r;
+            }
+        }
+        $kernel
+    }};
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_unlink(path: *const c_char) -> c_int {
+    name_change!(meta::remove(CWD, path, false), real::unlink(path))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_rmdir(path: *const c_char) -> c_int {
+    name_change!(meta::remove(CWD, path, true), real::rmdir(path))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_unlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> c_int {
+    let native = || match flags {
+        0 => meta::remove(dirfd, path, false),
+        libc::AT_REMOVEDIR => meta::remove(dirfd, path, true),
+        _ => None,
+    };
+    name_change!(native(), real::unlinkat(dirfd, path, flags))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_mkdir(path: *const c_char, mode: libc::mode_t) -> c_int {
+    name_change!(meta::mkdir(CWD, path, mode), real::mkdir(path, mode))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_mkdirat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: libc::mode_t,
+) -> c_int {
+    name_change!(
+        meta::mkdir(dirfd, path, mode),
+        real::mkdirat(dirfd, path, mode)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_rename(from: *const c_char, to: *const c_char) -> c_int {
+    name_change!(meta::rename(CWD, from, CWD, to, 0), real::rename(from, to))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_renameat(
+    fromfd: c_int,
+    from: *const c_char,
+    tofd: c_int,
+    to: *const c_char,
+) -> c_int {
+    name_change!(
+        meta::rename(fromfd, from, tofd, to, 0),
+        real::renameat(fromfd, from, tofd, to)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_renameat2(
+    fromfd: c_int,
+    from: *const c_char,
+    tofd: c_int,
+    to: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    name_change!(
+        meta::rename(fromfd, from, tofd, to, flags),
+        real::renameat2(fromfd, from, tofd, to, flags)
+    )
 }
 
 // ---- calls the library does not serve: the descriptor goes to the mount first ----
@@ -1071,6 +1230,7 @@ extern "C" fn before_fork() {
 
 extern "C" fn in_child() {
     state::after_fork_in_child();
+    crate::meta::after_fork_in_child();
 }
 
 extern "C" fn at_exit() {

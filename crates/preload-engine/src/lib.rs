@@ -33,8 +33,19 @@
 //! each that fell through (with the reason) to stderr, and prints counters of calls
 //! served and fallen through at exit.
 //!
-//! Not served (they work through the mount, slower): metadata calls (`stat` by path,
-//! `mkdir`, `unlink`, `rename`, directory listing), stdio's own reads and writes
+//! **Metadata by path** (`meta.rs`): `stat`, `lstat`, `fstatat`, `statx` and the glibc
+//! `__xstat` family, `mkdir`/`mkdirat`, `unlink`/`unlinkat`, `rmdir`, `rename`/
+//! `renameat`/`renameat2` are served natively where the kernel's resolution and the
+//! native one cannot differ (the directory opened by the kernel with `O_PATH` and no
+//! symbolic links, on a stripefs mount with nothing mounted below it); a `stat` shows
+//! exactly what the mount shows (`stripefs_client::posix_attr`), and after a change of
+//! names the mount daemon has the kernel drop the old entries before the call returns
+//! (its control socket), so other processes see the change at once. Creates stay with
+//! the kernel: the descriptor must be the kernel's, and a kernel open costs as much as
+//! a native create.
+//!
+//! Not served (they work through the mount, slower): `open` with `O_CREAT`, `access`,
+//! `chmod`/`chown`/`utimes`, directory listing, stdio's own reads and writes
 //! (glibc calls its internal entry points, which no preloaded library can see; `fopen`
 //! opens through the mount), system calls made directly (static and Go binaries,
 //! `syscall(2)`), io_uring and libaio.
@@ -42,5 +53,6 @@
 #![allow(clippy::missing_safety_doc)] // The contracts are those of the libc calls hooked.
 
 mod hooks;
+mod meta;
 mod real;
 mod state;

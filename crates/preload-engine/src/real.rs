@@ -128,6 +128,14 @@ real! {
     posix_spawnp: fn(pid: *mut libc::pid_t, file: *const c_char, fa: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     futimens: fn(fd: c_int, times: *const libc::timespec) -> c_int;
     close_range: fn(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    unlink: fn(path: *const c_char) -> c_int;
+    unlinkat: fn(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
+    rmdir: fn(path: *const c_char) -> c_int;
+    mkdir: fn(path: *const c_char, mode: libc::mode_t) -> c_int;
+    mkdirat: fn(dirfd: c_int, path: *const c_char, mode: libc::mode_t) -> c_int;
+    rename: fn(from: *const c_char, to: *const c_char) -> c_int;
+    renameat: fn(fromfd: c_int, from: *const c_char, tofd: c_int, to: *const c_char) -> c_int;
+    renameat2: fn(fromfd: c_int, from: *const c_char, tofd: c_int, to: *const c_char, flags: c_uint) -> c_int;
     closefrom: fn(first: c_int) -> ();
 }
 

@@ -83,7 +83,10 @@ pub fn served() {
 /// At exit: flush what is behind, and with STRIPEFS_PRELOAD_DEBUG=1 print the counters.
 pub fn at_exit() {
     flush_all();
-    if debug() && (OPENED.load(Ordering::Relaxed) > 0 || FELL_THROUGH.load(Ordering::Relaxed) > 0) {
+    let any = [&OPENED, &SERVED, &FELL_THROUGH]
+        .iter()
+        .any(|c| c.load(Ordering::Relaxed) > 0);
+    if debug() && any {
         log(format_args!(
             "files served natively {}, calls served {}, fell through to the mount {}",
             OPENED.load(Ordering::Relaxed),
@@ -98,6 +101,10 @@ pub fn at_exit() {
 struct Table {
     text: String,
     read_at: Instant,
+    /// Counts the readings that changed the text.
+    generation: u64,
+    /// The stripefs mount points in it.
+    points: Vec<PathBuf>,
 }
 
 static MOUNTS: Mutex<Option<Table>> = Mutex::new(None);
@@ -106,28 +113,57 @@ static MOUNTS: Mutex<Option<Table>> = Mutex::new(None);
 /// mount table read at most once a second.
 /// `abs` is the path, or `None` to ask only whether any stripefs mount exists.
 pub fn on_mount(abs: Option<&str>) -> Option<stripefs_client::mounts::Found> {
+    with_table(|text| match abs {
+        Some(abs) => stripefs_client::mounts::find(text, std::path::Path::new(abs)),
+        None => Some(stripefs_client::mounts::Found {
+            cluster: String::new(),
+            inner: String::new(),
+        }),
+    })
+    .flatten()
+}
+
+/// `f` of the mount table text (read at most once a second), if it names any stripefs
+/// mount.
+pub fn with_table<R>(f: impl FnOnce(&str) -> R) -> Option<R> {
+    table(|t| f(&t.text))
+}
+
+/// The generation of the mount table (changes when its text does) and whether `abs`
+/// may lie on a stripefs mount (`None`: no stripefs mount at all).
+pub fn maybe_on_mount(abs: Option<&[u8]>) -> Option<(u64, bool)> {
+    use std::os::unix::ffi::OsStrExt;
+    table(|t| {
+        let may = abs.map_or(true, |abs| {
+            let p = std::path::Path::new(std::ffi::OsStr::from_bytes(abs));
+            t.points.iter().any(|m| p.starts_with(m))
+        });
+        (t.generation, may)
+    })
+}
+
+fn table<R>(f: impl FnOnce(&Table) -> R) -> Option<R> {
     let mut m = MOUNTS.lock().unwrap_or_else(|p| p.into_inner());
     let stale = m
         .as_ref()
         .map_or(true, |t| t.read_at.elapsed() > Duration::from_secs(1));
     if stale {
         let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let generation = match m.as_ref() {
+            Some(t) if t.text == text => t.generation,
+            Some(t) => t.generation + 1,
+            None => 0,
+        };
+        let points = stripefs_client::mounts::mountpoints(&text);
         *m = Some(Table {
             text,
             read_at: Instant::now(),
+            generation,
+            points,
         });
     }
     let t = m.as_ref()?;
-    if !t.text.contains("stripefs") {
-        return None;
-    }
-    match abs {
-        Some(abs) => stripefs_client::mounts::find(&t.text, std::path::Path::new(abs)),
-        None => Some(stripefs_client::mounts::Found {
-            cluster: String::new(),
-            inner: String::new(),
-        }),
-    }
+    t.text.contains("stripefs").then(|| f(t))
 }
 
 // ---- clients ----
@@ -325,6 +361,12 @@ pub fn kernel_dup(from: c_int, to: c_int) {
             m.insert(to, id);
         }
     }
+}
+
+/// Whether a descriptor of `(dev, ino)` in this process goes through the mount (its
+/// size and times are then the kernel's to tell).
+pub fn through_kernel(dev: u64, ino: u64) -> bool {
+    kernel_others(dev, ino, &[])
 }
 
 /// Whether a descriptor of `(dev, ino)` other than `except` goes through the mount.

@@ -11,7 +11,8 @@
  * table, read at most once a second, says where they are; see "candidates" below).
  * Then it loads libstripefs_preload_engine.so from its own directory
  * (crates/preload-engine, the native client), hands it those descriptors, and from then
- * on every hooked call goes to the engine's sfs_engine_<name>.
+ * on every hooked call goes to the engine's sfs_engine_<name>. Calls by path (stat,
+ * mkdir, unlink, rename) on a mount load the engine at their 16th (4 x the 4th).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -132,27 +133,59 @@ static void refresh_mounts(void) {
     c_close(fd);
 }
 
-/* Whether the kernel's path of `fd` lies under a stripefs mount. */
-static int on_stripefs(int fd) {
+/* Whether the absolute path `path` lies under a stripefs mount; under `lock`. */
+static int under_mount(const char *path) {
+    for (int i = 0; i < n_mounts; i++) {
+        size_t m = strlen(mounts[i]);
+        if (strncmp(path, mounts[i], m) == 0 &&
+            (path[m] == '\0' || path[m] == '/' || strcmp(mounts[i], "/") == 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether there is any stripefs mount. */
+static int any_mount(void) {
     pthread_mutex_lock(&lock);
     refresh_mounts();
     int any = n_mounts > 0;
     pthread_mutex_unlock(&lock);
-    if (!any) return 0;
-    char name[64], path[4096];
-    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(name, path, sizeof path - 1);
-    if (n <= 0) return 0;
-    path[n] = '\0';
-    int found = 0;
+    return any;
+}
+
+/* Whether the absolute path in `path` lies under a stripefs mount. */
+static int path_under_mount(const char *path) {
     pthread_mutex_lock(&lock);
-    for (int i = 0; i < n_mounts && !found; i++) {
-        size_t m = strlen(mounts[i]);
-        found = strncmp(path, mounts[i], m) == 0 &&
-                (path[m] == '\0' || path[m] == '/' || strcmp(mounts[i], "/") == 0);
-    }
+    int found = under_mount(path);
     pthread_mutex_unlock(&lock);
     return found;
+}
+
+/* The kernel's absolute path of descriptor `fd` (or the working directory for
+ * AT_FDCWD) in `buf`; 0 if it has none. */
+static int fd_path(int fd, char *buf, size_t size) {
+    if (fd == AT_FDCWD) return getcwd(buf, size) != NULL;
+    char name[64];
+    snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(name, buf, size - 1);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    return 1;
+}
+
+/* Whether the kernel's path of `fd` lies under a stripefs mount. */
+static int on_stripefs(int fd) {
+    if (!any_mount()) return 0;
+    char path[4096];
+    return fd_path(fd, path, sizeof path) && path_under_mount(path);
+}
+
+/* Whether `path` (relative to `dirfd`) may lie under a stripefs mount. */
+static int path_on_stripefs(int dirfd, const char *path) {
+    if (path == NULL || !any_mount()) return 0;
+    if (path[0] == '/') return path_under_mount(path);
+    char dir[4096];
+    return fd_path(dirfd, dir, sizeof dir) && path_under_mount(dir);
 }
 
 /* ---- the engine ---- */
@@ -322,6 +355,34 @@ static void io_call(int fd, int write) {
         }                                                                               \
         cand_clear(fd1);                                                                \
         cand_clear(fd2);                                                                \
+        if (!sfs_c_) sfs_c_ = (ret(*) params)libc_fn(#name);                            \
+        return sfs_c_ args;                                                             \
+    }
+
+/* Calls by path on a stripefs mount (stat, mkdir, unlink, rename) before the engine is
+ * loaded: at the PATH_CALLS_FACTOR * promote_after()-th the engine is loaded, which
+ * serves them natively from then on. (A listing of a few files, `ls -l`, stays with
+ * the mount and loads nothing.) */
+#define PATH_CALLS_FACTOR 4
+static int path_calls;
+
+static void path_call(int dirfd, const char *path) {
+    if (!path_on_stripefs(dirfd, path)) return;
+    int n = __atomic_add_fetch(&path_calls, 1, __ATOMIC_RELAXED);
+    if (n >= PATH_CALLS_FACTOR * promote_after()) load_engine();
+}
+
+/* A call by path (`dirfd`, `path` its location): counted while the engine is not
+ * loaded, then the engine's. */
+#define PATH_HOOK(ret, name, params, args, dirfd, path)                                 \
+    EXPORT ret name params {                                                            \
+        static ret(*sfs_e_) params;                                                     \
+        static ret(*sfs_c_) params;                                                     \
+        if (!loaded()) path_call(dirfd, path);                                          \
+        if (loaded()) {                                                                 \
+            if (!sfs_e_) sfs_e_ = (ret(*) params)engine_fn("sfs_engine_" #name);        \
+            return sfs_e_ args;                                                         \
+        }                                                                               \
         if (!sfs_c_) sfs_c_ = (ret(*) params)libc_fn(#name);                            \
         return sfs_c_ args;                                                             \
     }
@@ -530,19 +591,28 @@ HOOK(int, fstat, (int fd, struct stat *st), (fd, st))
 HOOK(int, fstat64, (int fd, struct stat64 *st), (fd, st))
 HOOK(int, __fxstat, (int ver, int fd, struct stat *st), (ver, fd, st))
 HOOK(int, __fxstat64, (int ver, int fd, struct stat64 *st), (ver, fd, st))
-HOOK(int, stat, (const char *p, struct stat *st), (p, st))
-HOOK(int, stat64, (const char *p, struct stat64 *st), (p, st))
-HOOK(int, lstat, (const char *p, struct stat *st), (p, st))
-HOOK(int, lstat64, (const char *p, struct stat64 *st), (p, st))
-HOOK(int, fstatat, (int d, const char *p, struct stat *st, int f), (d, p, st, f))
-HOOK(int, fstatat64, (int d, const char *p, struct stat64 *st, int f), (d, p, st, f))
-HOOK(int, __xstat, (int v, const char *p, struct stat *st), (v, p, st))
-HOOK(int, __xstat64, (int v, const char *p, struct stat64 *st), (v, p, st))
-HOOK(int, __lxstat, (int v, const char *p, struct stat *st), (v, p, st))
-HOOK(int, __lxstat64, (int v, const char *p, struct stat64 *st), (v, p, st))
-HOOK(int, __fxstatat, (int v, int d, const char *p, struct stat *st, int f), (v, d, p, st, f))
-HOOK(int, __fxstatat64, (int v, int d, const char *p, struct stat64 *st, int f), (v, d, p, st, f))
-HOOK(int, statx, (int d, const char *p, int f, unsigned m, struct statx *st), (d, p, f, m, st))
+#define CWD AT_FDCWD
+PATH_HOOK(int, stat, (const char *p, struct stat *st), (p, st), CWD, p)
+PATH_HOOK(int, stat64, (const char *p, struct stat64 *st), (p, st), CWD, p)
+PATH_HOOK(int, lstat, (const char *p, struct stat *st), (p, st), CWD, p)
+PATH_HOOK(int, lstat64, (const char *p, struct stat64 *st), (p, st), CWD, p)
+PATH_HOOK(int, fstatat, (int d, const char *p, struct stat *st, int f), (d, p, st, f), d, p)
+PATH_HOOK(int, fstatat64, (int d, const char *p, struct stat64 *st, int f), (d, p, st, f), d, p)
+PATH_HOOK(int, __xstat, (int v, const char *p, struct stat *st), (v, p, st), CWD, p)
+PATH_HOOK(int, __xstat64, (int v, const char *p, struct stat64 *st), (v, p, st), CWD, p)
+PATH_HOOK(int, __lxstat, (int v, const char *p, struct stat *st), (v, p, st), CWD, p)
+PATH_HOOK(int, __lxstat64, (int v, const char *p, struct stat64 *st), (v, p, st), CWD, p)
+PATH_HOOK(int, __fxstatat, (int v, int d, const char *p, struct stat *st, int f), (v, d, p, st, f), d, p)
+PATH_HOOK(int, __fxstatat64, (int v, int d, const char *p, struct stat64 *st, int f), (v, d, p, st, f), d, p)
+PATH_HOOK(int, statx, (int d, const char *p, int f, unsigned m, struct statx *st), (d, p, f, m, st), d, p)
+PATH_HOOK(int, unlink, (const char *p), (p), CWD, p)
+PATH_HOOK(int, unlinkat, (int d, const char *p, int f), (d, p, f), d, p)
+PATH_HOOK(int, rmdir, (const char *p), (p), CWD, p)
+PATH_HOOK(int, mkdir, (const char *p, mode_t m), (p, m), CWD, p)
+PATH_HOOK(int, mkdirat, (int d, const char *p, mode_t m), (d, p, m), d, p)
+PATH_HOOK(int, rename, (const char *a, const char *b), (a, b), CWD, a)
+PATH_HOOK(int, renameat, (int da, const char *a, int db, const char *b), (da, a, db, b), da, a)
+PATH_HOOK(int, renameat2, (int da, const char *a, int db, const char *b, unsigned f), (da, a, db, b, f), da, a)
 END_HOOK(void *, mmap, (void *a, size_t l, int p, int f, int fd, off_t o), (a, l, p, f, fd, o), fd)
 END_HOOK(void *, mmap64, (void *a, size_t l, int p, int f, int fd, off64_t o), (a, l, p, f, fd, o), fd)
 END_HOOK(FILE *, fdopen, (int fd, const char *m), (fd, m), fd)

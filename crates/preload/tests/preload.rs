@@ -374,3 +374,130 @@ fio --name=v --filename=f.dat --size=8M --bs=4k --rw=randwrite --verify=crc32c -
     // fio's terse field 5 is its error count.
     assert!(without.trim_end().ends_with('0'), "{without}");
 }
+
+/// What a process without the library sees of `names` in `dir` (`lstat` fields, or
+/// the errno), one line each.
+const KERNEL_VIEW: &str = r#"
+import os, sys
+d = sys.argv[1]
+for n in sys.argv[2:]:
+    try:
+        s = os.lstat(os.path.join(d, n))
+        print(n, s.st_dev, s.st_ino, s.st_mode, s.st_nlink, s.st_uid, s.st_gid, s.st_size,
+              s.st_blocks, s.st_blksize, s.st_mtime_ns, s.st_ctime_ns)
+    except OSError as e:
+        print(n, "errno", e.errno)
+"#;
+
+#[test]
+fn names_changed_by_the_library_are_seen_through_the_mount_at_once_and_stats_agree() {
+    let cl = Cluster::up();
+    let d = cl.dir("names");
+    let view = |names: &[&str]| -> String {
+        let mut c = Command::new("python3");
+        c.args(["-c", KERNEL_VIEW]).arg(&d).args(names);
+        String::from_utf8(run_ok(c, "kernel view").stdout).unwrap()
+    };
+    // The program: makes files through the mount, stats them natively and prints what it
+    // saw (which must be what the kernel shows), then changes names natively; between
+    // the two it waits for a line on stdin, so that the test can have the kernel cache
+    // the old names.
+    let py = format!(
+        r#"
+import os, sys
+d = {d:?}
+os.chdir(d)
+for i in range(6):
+    with open(f"f{{i}}", "wb") as f:
+        f.write(bytes([i]) * (70000 * i))
+os.mkdir("dir")
+os.mkdir("full")
+open("full/x", "w").close()
+os.symlink("f1", "link")
+names = [f"f{{i}}" for i in range(6)] + ["dir", "full", "link", "missing"]
+for n in names:
+    try:
+        s = os.lstat(n)
+        print(n, s.st_dev, s.st_ino, s.st_mode, s.st_nlink, s.st_uid, s.st_gid, s.st_size,
+              s.st_blocks, s.st_blksize, s.st_mtime_ns, s.st_ctime_ns)
+    except OSError as e:
+        print(n, "errno", e.errno)
+sys.stdout.flush()
+sys.stdin.readline()
+os.rename("f1", "g1")
+os.unlink("f2")
+os.rename("f3", "f4")
+os.mkdir("new")
+os.rmdir("dir")
+errors = []
+for call in [lambda: os.rmdir("full"), lambda: os.unlink("nothing"), lambda: os.mkdir("new"),
+             lambda: os.rename("nothing", "x")]:
+    try:
+        call()
+        errors.append(0)
+    except OSError as e:
+        errors.append(e.errno)
+print("errors", *errors)
+print("stat f4", os.stat("f4").st_size)
+"#,
+        d = d.display().to_string()
+    );
+    let mut p = preloaded("python3");
+    p.args(["-c", &py])
+        .env("STRIPEFS_PRELOAD_AFTER", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = p.spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let names = [
+        "f0", "f1", "f2", "f3", "f4", "f5", "dir", "full", "link", "missing",
+    ];
+    let mut seen = String::new();
+    for _ in 0..names.len() {
+        std::io::BufRead::read_line(&mut out, &mut seen).unwrap();
+    }
+    // Stats answered natively show what the kernel shows, field by field.
+    assert_eq!(seen, view(&names), "stats with the library and without");
+    // The kernel has cached the old names now; the program changes them natively.
+    let before = view(&["f1", "f2", "f3", "f4", "dir", "new", "g1"]);
+    assert!(!before.contains("f1 errno"), "{before}");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{rest}\n{err}");
+    // At once, through the mount, for a process without the library.
+    let after = view(&["f1", "g1", "f2", "f3", "f4", "new", "dir"]);
+    let lines: Vec<&str> = after.lines().collect();
+    let enoent = format!("errno {}", libc::ENOENT);
+    assert!(lines[0].ends_with(&enoent), "{after}");
+    assert!(!lines[1].contains("errno"), "{after}");
+    assert!(lines[2].ends_with(&enoent), "{after}");
+    assert!(lines[3].ends_with(&enoent), "{after}");
+    assert!(
+        lines[4].contains(&format!(" {} ", 3 * 70000)),
+        "f4 is f3 now: {after}"
+    );
+    assert!(!lines[5].contains("errno"), "{after}");
+    assert!(lines[6].ends_with(&enoent), "{after}");
+    assert!(
+        rest.contains(&format!(
+            "errors {} {} {} {}",
+            libc::ENOTEMPTY,
+            libc::ENOENT,
+            libc::EEXIST,
+            libc::ENOENT
+        )),
+        "{rest}"
+    );
+    assert!(rest.contains(&format!("stat f4 {}", 3 * 70000)), "{rest}");
+    for what in ["rename", "unlink", "mkdir", "rmdir", "stat"] {
+        assert!(
+            err.contains(&format!("{what} \"")),
+            "{what} was not served natively: {err}"
+        );
+    }
+}

@@ -164,13 +164,20 @@ impl Model {
         let ino = self.entry(sp, sn).ok_or(ErrorCode::NotFound)?;
         let is_dir = self.nodes[&ino].ftype == FileType::Dir;
         let dst = self.entry(dp, dn);
-        // Linux's order: EEXIST, then EINVAL for a directory into its own subtree, then
-        // the same inode (nothing to do), then what the destination says.
+        // Linux's order: EEXIST, then EINVAL for a directory into its own subtree,
+        // ENOTEMPTY for a destination above the source, then the same inode (nothing to
+        // do), then what the destination says.
         if dst.is_some() && noreplace {
             return Err(ErrorCode::Exists);
         }
         if is_dir && sp != dp && self.in_subtree(dp, ino) {
             return Err(ErrorCode::InvalidArgument);
+        }
+        // Then ENOTEMPTY for a destination above the source, whatever the types.
+        if let Some(d) = dst {
+            if d != ino && self.nodes[&d].ftype == FileType::Dir && self.in_subtree(sp, d) {
+                return Err(ErrorCode::NotEmpty);
+            }
         }
         if let Some(d) = dst {
             if d == ino {

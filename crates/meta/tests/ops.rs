@@ -196,6 +196,19 @@ fn rename_cases() {
         code(fs.rename(ROOT, "a", a, "a2", false)),
         ErrorCode::InvalidArgument
     );
+    // A destination above the source: ENOTEMPTY before any type check, as Linux
+    // answers (a file or a directory onto its own parent or grandparent).
+    let f3 = fs.create(&r, sub, "f3", 0o644).unwrap();
+    assert_eq!(
+        code(fs.rename(sub, "f3", ROOT, "a", false)),
+        ErrorCode::NotEmpty
+    );
+    assert_eq!(
+        code(fs.rename(sub, "f3", a, "sub", false)),
+        ErrorCode::NotEmpty
+    );
+    fs.unlink(&r, sub, "f3").unwrap();
+    assert_eq!(code(fs.getattr(f3.ino.0)), ErrorCode::StaleHandle);
     fs.rename(a, "sub", b, "empty", false).unwrap();
     assert_eq!(fs.lookup(b, "empty").unwrap().ino.0, sub);
     assert_eq!(fs.getattr(a).unwrap().nlink, 2);

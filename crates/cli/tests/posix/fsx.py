@@ -22,7 +22,6 @@ Standard library only (ctypes for fallocate).
 
 import argparse
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -33,7 +32,10 @@ FALLOC_FL_KEEP_SIZE = 0x01
 FALLOC_FL_PUNCH_HOLE = 0x02
 FALLOC_FL_ZERO_RANGE = 0x10
 
-libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+# The process's own symbols (dlopen(NULL)), as a C program calling fallocate() would
+# reach it: through a preloaded library first (the interception library), else libc.
+# A handle of libc.so.6 itself would look past every preloaded library.
+libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 

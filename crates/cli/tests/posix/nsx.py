@@ -22,7 +22,6 @@ the operations before it. Standard library only (ctypes for renameat2).
 
 import argparse
 import ctypes
-import ctypes.util
 import errno
 import os
 import random
@@ -34,7 +33,10 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
 
-libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+# The process's own symbols (dlopen(NULL)), as a C program calling renameat2() would
+# reach it: through a preloaded library first (the interception library), else libc.
+# A handle of libc.so.6 itself would look past every preloaded library.
+libc = ctypes.CDLL(None, use_errno=True)
 libc.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                            ctypes.c_uint]
 

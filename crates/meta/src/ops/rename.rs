@@ -40,6 +40,16 @@ pub fn rename(
     if moves_dir {
         check_not_into_itself(ctx, ino, dst_parent)?;
     }
+    if let Some((dino, dinode)) = &dst {
+        // A destination above the source is not empty (Linux says so before any check
+        // of the two types).
+        if dinode.is_dir() && *dino != ino && within(ctx, *dino, src_parent)? {
+            return Err(WireError::new(
+                ErrorCode::NotEmpty,
+                format!("{dst_name:?} in inode {dst_parent} contains {src_name:?}"),
+            ));
+        }
+    }
     if dst.as_ref().is_some_and(|(dino, _)| *dino == ino) {
         // Two links to one inode (or one name to itself): POSIX says do nothing.
         return Ok(Response::Done);
@@ -211,24 +221,30 @@ fn check_move_dir(
 /// `InvalidArgument` if `dst_parent` is directory `ino` or lies below it: the move
 /// would cut the subtree off from the root.
 fn check_not_into_itself(ctx: &Ctx, ino: u64, dst_parent: u64) -> Result<(), WireError> {
-    let mut at = dst_parent;
+    if within(ctx, ino, dst_parent)? {
+        return Err(WireError::new(
+            ErrorCode::InvalidArgument,
+            format!("cannot move directory inode {ino} into its own subtree (inode {dst_parent})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether directory `ino` is `dir` or one of its ancestors.
+fn within(ctx: &Ctx, ino: u64, dir: u64) -> Result<bool, WireError> {
+    let mut at = dir;
     for _ in 0..MAX_DEPTH {
         if at == ino {
-            return Err(WireError::new(
-                ErrorCode::InvalidArgument,
-                format!(
-                    "cannot move directory inode {ino} into its own subtree (inode {dst_parent})"
-                ),
-            ));
+            return Ok(true);
         }
         if at == InodeId::ROOT.0 {
-            return Ok(());
+            return Ok(false);
         }
         at = need(ctx.w, at)?.parent;
     }
     Err(WireError::new(
         ErrorCode::Internal,
-        format!("parents of inode {dst_parent} do not lead to the root"),
+        format!("parents of inode {dir} do not lead to the root"),
     ))
 }
 

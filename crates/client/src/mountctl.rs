@@ -6,9 +6,10 @@
 //! device number ([`socket_name`]), which both sides know: the daemon from a stat of its
 //! mount point, a program from a stat of any file on the mount. Each message is a
 //! little-endian `u32` length and that many bytes of [`Changed`] records; the daemon
-//! answers each message with one byte ([`DONE`]) once the kernel has dropped them. What
-//! it does on a message only drops caches, so it serves anyone who connects; a message
-//! that does not decode closes the connection.
+//! answers each message with one byte ([`DONE`]) once the kernel has dropped them, and,
+//! if the message held a [`Changed::Hello`], one byte of [`features`](FEATURE_WRITEBACK_CACHE)
+//! after it. What it does on a message only drops caches, so it serves anyone who
+//! connects; a message that does not decode closes the connection.
 
 /// The abstract socket name (without its leading NUL) of the mount whose device number
 /// is `major:minor`.
@@ -18,6 +19,11 @@ pub fn socket_name(dev: (u32, u32)) -> String {
 
 /// The daemon's answer to a message it applied.
 pub const DONE: u8 = 0;
+
+/// The mount uses the kernel's writeback cache: the kernel keeps its own size and
+/// times of the files it caches, so nothing may change them past it (the interception
+/// library leaves such a mount's files to the kernel).
+pub const FEATURE_WRITEBACK_CACHE: u8 = 1;
 
 /// Largest message accepted.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 10;
@@ -29,10 +35,13 @@ pub enum Changed {
     Entry { parent: u64, name: String },
     /// The attributes of inode `ino` (its link count, size, times changed).
     Inode { ino: u64 },
+    /// Not a change: asks for the mount's features, answered after [`DONE`].
+    Hello,
 }
 
 const ENTRY: u8 = 1;
 const INODE: u8 = 2;
+const HELLO: u8 = 3;
 const MAX_NAME_BYTES: usize = 255;
 
 /// The message (length prefix included) that names `changes`.
@@ -51,6 +60,7 @@ pub fn encode(changes: &[Changed]) -> Vec<u8> {
                 b.push(INODE);
                 b.extend_from_slice(&ino.to_le_bytes());
             }
+            Changed::Hello => b.push(HELLO),
         }
     }
     let len = (b.len() - 4) as u32;
@@ -109,6 +119,7 @@ pub fn decode(mut b: &[u8]) -> Result<Vec<Changed>, String> {
             INODE => out.push(Changed::Inode {
                 ino: u64_of(&mut b)?,
             }),
+            HELLO => out.push(Changed::Hello),
             t => return Err(format!("unknown record type {t}")),
         }
     }
@@ -127,6 +138,7 @@ mod tests {
                 name: "a b".into(),
             },
             Changed::Inode { ino: u64::MAX },
+            Changed::Hello,
             Changed::Entry {
                 parent: 77,
                 name: "é".repeat(100),

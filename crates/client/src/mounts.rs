@@ -175,11 +175,13 @@ pub fn of_dev(table: &str, dev: (u32, u32)) -> Option<DevMount> {
     let ours: Vec<&Entry> = all.iter().filter(|e| e.dev == dev).collect();
     let last = ours.last()?;
     let cluster = last.cluster(env)?;
-    let owner = last
-        .options
-        .split(',')
-        .find_map(|o| o.strip_prefix("user_id="))
-        .and_then(|u| u.parse().ok());
+    // Super block options, the same on every mount of the file system.
+    let owner = ours.iter().find_map(|e| {
+        e.options
+            .split(',')
+            .find_map(|o| o.strip_prefix("user_id="))
+            .and_then(|u| u.parse().ok())
+    });
     let nested = all.iter().any(|o| {
         o.dev != dev
             && ours.iter().any(|e| {

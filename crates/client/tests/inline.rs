@@ -273,3 +273,46 @@ fn reads_past_the_known_size_ask_again_before_reporting_the_end() {
         r2.close().unwrap();
     }
 }
+
+/// fsx's sequence through the interception library (seed 1): writes past the
+/// threshold, truncations while writes are behind, reads of what stands.
+#[test]
+fn truncations_while_writes_are_behind_cut_them() {
+    let cl = Cluster::start();
+    let c = cl.client();
+    let s = seed("inline_truncate_behind");
+    let opts = OpenOptions::create_truncate()
+        .read(true)
+        .mode(0o644)
+        .layout(hint(4096, 2));
+    let f = c.open("/t", &opts).unwrap();
+    let mut model: Vec<u8> = Vec::new();
+    let write = |f: &stripefs_client::File, model: &mut Vec<u8>, at: usize, data: &[u8]| {
+        f.write_at(at as u64, data).unwrap();
+        if model.len() < at + data.len() {
+            model.resize(at + data.len(), 0);
+        }
+        model[at..at + data.len()].copy_from_slice(data);
+    };
+    write(&f, &mut model, 0, &pattern(s, 12000));
+    f.set_len(5565).unwrap();
+    model.truncate(5565);
+    write(&f, &mut model, 0, &pattern(s + 1, 12000));
+    for (i, at) in [0usize, 3000, 6000, 9000].iter().enumerate() {
+        write(&f, &mut model, *at, &pattern(s + 2 + i as u64, 3000));
+    }
+    f.set_len(1464).unwrap();
+    model.truncate(1464);
+    assert_eq!(f.size(), 1464);
+    let mut buf = vec![0u8; 1564];
+    let n = f.read_at(0, &mut buf).unwrap();
+    assert_eq!(n, 1464, "read past the truncation");
+    assert!(buf[..n] == model[..], "bytes before the truncation");
+    write(&f, &mut model, 8563, &pattern(s + 9, 320));
+    let mut buf = vec![0u8; 5657];
+    let n = f.read_at(225, &mut buf).unwrap();
+    assert_eq!(n, 5657);
+    assert!(buf[..n] == model[225..225 + n]);
+    f.close().unwrap();
+    assert_eq!(c.read_file("/t").unwrap(), model);
+}

@@ -92,18 +92,27 @@ fn serve(shared: &Shared, mut conn: UnixStream) {
                 return;
             }
         };
-        match mountctl::decode(&body) {
+        let hello = match mountctl::decode(&body) {
             Ok(changes) => {
                 for c in &changes {
                     apply(shared, c);
                 }
+                changes.contains(&Changed::Hello)
             }
             Err(e) => {
                 tracing::warn!("control socket: {e}; connection closed");
                 return;
             }
+        };
+        let mut answer = vec![mountctl::DONE];
+        if hello {
+            answer.push(if shared.writeback_cache() {
+                mountctl::FEATURE_WRITEBACK_CACHE
+            } else {
+                0
+            });
         }
-        if conn.write_all(&[mountctl::DONE]).is_err() {
+        if conn.write_all(&answer).is_err() {
             return;
         }
     }
@@ -115,5 +124,6 @@ fn apply(shared: &Shared, c: &Changed) {
             shared.changed_elsewhere(*parent, Some(name));
         }
         Changed::Inode { ino } => shared.changed_elsewhere(*ino, None),
+        Changed::Hello => {}
     }
 }

@@ -412,6 +412,11 @@ impl Shared {
         }
     }
 
+    /// Whether the kernel's writeback cache is on (or asked for, before INIT).
+    pub fn writeback_cache(&self) -> bool {
+        self.writeback_wanted || self.writeback.load(Ordering::Relaxed)
+    }
+
     /// Another program changed inode `ino` with the native client (and, with `name`,
     /// the entry `name` in directory `ino`): the kernel and this daemon forget what
     /// they cached of them.

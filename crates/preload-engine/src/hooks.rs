@@ -597,8 +597,40 @@ pub unsafe extern "C" fn sfs_engine_pwritev64(
     writev_at(fd, v, n, Some(off)).unwrap_or_else(|| real::pwritev64(fd, v, n, off))
 }
 
-/// preadv2/pwritev2: offset -1 means the file offset; flags (RWF_*) are hints here,
-/// except RWF_APPEND, which is left to the mount.
+type RwV2 = unsafe fn(c_int, *const libc::iovec, c_int, i64, c_int) -> isize;
+
+/// preadv2/pwritev2 (and their 64 names): offset -1 means the file offset; flags
+/// (RWF_*) are hints here, except RWF_APPEND, which is left to the mount.
+unsafe fn preadv2_any(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+    flags: c_int,
+    f: RwV2,
+) -> isize {
+    let at = if off == -1 { None } else { Some(off) };
+    readv_at(fd, v, n, at).unwrap_or_else(|| f(fd, v, n, off, flags))
+}
+
+unsafe fn pwritev2_any(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+    flags: c_int,
+    f: RwV2,
+) -> isize {
+    if flags & libc::RWF_APPEND != 0 {
+        if let Some(_b) = enter() {
+            state::release(fd, "pwritev2 with RWF_APPEND");
+        }
+        return f(fd, v, n, off, flags);
+    }
+    let at = if off == -1 { None } else { Some(off) };
+    writev_at(fd, v, n, at).unwrap_or_else(|| f(fd, v, n, off, flags))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sfs_engine_preadv2(
     fd: c_int,
@@ -607,8 +639,18 @@ pub unsafe extern "C" fn sfs_engine_preadv2(
     off: i64,
     flags: c_int,
 ) -> isize {
-    let at = if off == -1 { None } else { Some(off) };
-    readv_at(fd, v, n, at).unwrap_or_else(|| real::preadv2(fd, v, n, off, flags))
+    preadv2_any(fd, v, n, off, flags, real::preadv2)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_preadv64v2(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+    flags: c_int,
+) -> isize {
+    preadv2_any(fd, v, n, off, flags, real::preadv64v2)
 }
 
 #[no_mangle]
@@ -619,14 +661,18 @@ pub unsafe extern "C" fn sfs_engine_pwritev2(
     off: i64,
     flags: c_int,
 ) -> isize {
-    if flags & libc::RWF_APPEND != 0 {
-        if let Some(_b) = enter() {
-            state::release(fd, "pwritev2 with RWF_APPEND");
-        }
-        return real::pwritev2(fd, v, n, off, flags);
-    }
-    let at = if off == -1 { None } else { Some(off) };
-    writev_at(fd, v, n, at).unwrap_or_else(|| real::pwritev2(fd, v, n, off, flags))
+    pwritev2_any(fd, v, n, off, flags, real::pwritev2)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_pwritev64v2(
+    fd: c_int,
+    v: *const libc::iovec,
+    n: c_int,
+    off: i64,
+    flags: c_int,
+) -> isize {
+    pwritev2_any(fd, v, n, off, flags, real::pwritev64v2)
 }
 
 unsafe fn lseek_any(
@@ -726,7 +772,12 @@ unsafe fn ftruncate_any(fd: c_int, len: i64, f: unsafe fn(c_int, i64) -> c_int) 
         return fail(&e) as c_int;
     }
     served();
-    keep_errno(f(fd, len) as i64) as c_int
+    let _ = f;
+    // The kernel's size and times follow from a setattr of the mtime (which a
+    // truncation changes anyway); a second truncation through the mount would be
+    // another client's, and race this process's writes after it.
+    state::kernel_attrs_changed(fd);
+    0
 }
 
 #[no_mangle]

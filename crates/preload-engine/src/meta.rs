@@ -14,7 +14,8 @@
 //! `mkdir`), the mount daemon is told on its control socket (`stripefs_client::mountctl`)
 //! and has the kernel drop its entries and attributes of those names and directories
 //! before the call returns, so every process on the machine sees the change at once.
-//! Without that socket (an older daemon) these calls go through the mount.
+//! Without that socket (an older daemon), and on a mount with the kernel's writeback
+//! cache (which keeps its own sizes and times), these calls go through the mount.
 
 use crate::real;
 use crate::state::{self, log, set_errno};
@@ -34,8 +35,8 @@ struct Mount {
     nested: bool,
     /// The uid its daemon runs as: the control socket must be served by it.
     owner: Option<u32>,
-    /// The daemon's control socket, once connected.
-    ctl: Mutex<Option<UnixStream>>,
+    /// The daemon's control socket, once connected, and the features it told.
+    ctl: Mutex<Option<(UnixStream, u8)>>,
 }
 
 /// The mounts by device number, with the mount table generation they were found in.
@@ -169,6 +170,11 @@ pub fn locate(dirfd: c_int, path: *const c_char) -> Option<Target> {
     if mount.nested {
         return None;
     }
+    // The mount's features come from its daemon; a mount whose daemon cannot be asked,
+    // or whose kernel keeps its own sizes (writeback cache), is left to the kernel.
+    if mount.features(dev)? & mountctl::FEATURE_WRITEBACK_CACHE != 0 {
+        return None;
+    }
     let client = state::client(&mount.cluster)?;
     Some(Target {
         client,
@@ -295,36 +301,69 @@ pub unsafe fn fill_statx(st: *mut libc::statx, f: &Found) {
 
 // ---- changes of names ----
 
+impl Mount {
+    /// The mount's features (`mountctl::FEATURE_*`), connecting its daemon's control
+    /// socket if it is not yet; `None` if there is no socket to connect.
+    fn features(&self, dev: (u32, u32)) -> Option<u8> {
+        let mut ctl = self.ctl.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, f)) = ctl.as_ref() {
+            return Some(*f);
+        }
+        let name = mountctl::socket_name(dev);
+        let s = match SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|a| UnixStream::connect_addr(&a))
+        {
+            Ok(s) if !served_by(&s, self.owner) => {
+                log(format_args!(
+                    "mount control socket @{name} is not served by the mount's owner ({:?})",
+                    self.owner
+                ));
+                return None;
+            }
+            Ok(s) => s,
+            Err(e) => {
+                log(format_args!("mount control socket @{name}: {e}"));
+                return None;
+            }
+        };
+        let _ = s.set_read_timeout(Some(ANNOUNCE_TIMEOUT));
+        let _ = s.set_write_timeout(Some(ANNOUNCE_TIMEOUT));
+        let mut s = s;
+        let mut answer = [0u8; 2];
+        let r = s
+            .write_all(&mountctl::encode(&[Changed::Hello]))
+            .and_then(|()| s.read_exact(&mut answer));
+        if r.is_err() || answer[0] != mountctl::DONE {
+            log(format_args!("mount control socket @{name}: {r:?}"));
+            return None;
+        }
+        *ctl = Some((s, answer[1]));
+        Some(answer[1])
+    }
+}
+
+/// Whether files of the stripefs mount of device `dev` may be served natively: not on
+/// a mount with the kernel's writeback cache, whose size and times the kernel keeps
+/// itself (`None`: not a stripefs mount, or one that may be served).
+pub fn refuses_files(dev: u64) -> Option<&'static str> {
+    let dev = (libc::major(dev), libc::minor(dev));
+    let (generation, _) = state::maybe_on_mount(None)?;
+    let m = mount_of(dev, generation)?;
+    match m.features(dev) {
+        Some(f) if f & mountctl::FEATURE_WRITEBACK_CACHE != 0 => {
+            Some("the mount uses the kernel's writeback cache, which keeps its own sizes")
+        }
+        _ => None,
+    }
+}
+
 impl Target {
     /// Whether the daemon's control socket is connected (connecting it if not): a
     /// change made natively must be announced to it.
     fn can_announce(&self) -> bool {
-        let mut ctl = self.mount.ctl.lock().unwrap_or_else(|p| p.into_inner());
-        if ctl.is_none() {
-            let name = mountctl::socket_name(self.dev);
-            match SocketAddr::from_abstract_name(name.as_bytes())
-                .and_then(|a| UnixStream::connect_addr(&a))
-            {
-                Ok(s) if !served_by(&s, self.mount.owner) => {
-                    log(format_args!(
-                        "mount control socket @{name} is not served by the mount's owner \
-                         ({:?}); names change through the mount",
-                        self.mount.owner
-                    ));
-                    return false;
-                }
-                Ok(s) => {
-                    let _ = s.set_read_timeout(Some(ANNOUNCE_TIMEOUT));
-                    let _ = s.set_write_timeout(Some(ANNOUNCE_TIMEOUT));
-                    *ctl = Some(s);
-                }
-                Err(e) => {
-                    log(format_args!(
-                        "mount control socket @{name}: {e}; names change through the mount"
-                    ));
-                    return false;
-                }
-            }
+        if self.mount.features(self.dev).is_none() {
+            log(format_args!("names change through the mount"));
+            return false;
         }
         true
     }
@@ -354,7 +393,7 @@ const ANNOUNCE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10)
 /// Has the daemon of `m` drop the kernel's caches of `changes`, and waits until it has.
 fn announce(m: &Mount, changes: &[Changed]) {
     let mut ctl = m.ctl.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(s) = ctl.as_mut() else { return };
+    let Some((s, _)) = ctl.as_mut() else { return };
     let msg = mountctl::encode(changes);
     let mut done = [0u8; 1];
     let r = s.write_all(&msg).and_then(|()| s.read_exact(&mut done));

@@ -80,6 +80,8 @@ real! {
     pwritev64: fn(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64) -> isize;
     preadv2: fn(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64, flags: c_int) -> isize;
     pwritev2: fn(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64, flags: c_int) -> isize;
+    preadv64v2: fn(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64, flags: c_int) -> isize;
+    pwritev64v2: fn(fd: c_int, iov: *const libc::iovec, n: c_int, off: i64, flags: c_int) -> isize;
     lseek: fn(fd: c_int, off: i64, whence: c_int) -> i64;
     lseek64: fn(fd: c_int, off: i64, whence: c_int) -> i64;
     fsync: fn(fd: c_int) -> c_int;

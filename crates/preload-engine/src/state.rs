@@ -327,13 +327,18 @@ pub fn kernel_add(fd: c_int, dev: u64, ino: u64) {
         let mut k = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
         k.get_or_insert_with(HashMap::new).insert(fd, (dev, ino));
     }
-    for (other, o) in all() {
-        if o.dev == dev && o.ino == ino {
-            release(
-                other,
-                "another descriptor of the file goes through the mount",
-            );
-        }
+    // Only the descriptors: a reference to the file held here would keep the last
+    // release from closing it (and flushing its writes).
+    let others: Vec<c_int> = all()
+        .into_iter()
+        .filter(|(_, o)| o.dev == dev && o.ino == ino)
+        .map(|(fd, _)| fd)
+        .collect();
+    for other in others {
+        release(
+            other,
+            "another descriptor of the file goes through the mount",
+        );
     }
 }
 
@@ -410,23 +415,30 @@ pub fn finish(fd: c_int, o: Arc<Open>) -> Result<(), WireError> {
     let flushed = if written { o.file.flush() } else { Ok(()) };
     let r = flushed.and(o.file.close());
     if written {
-        let times = [
-            libc::timespec {
-                tv_sec: 0,
-                tv_nsec: libc::UTIME_OMIT,
-            },
-            libc::timespec {
-                tv_sec: 0,
-                tv_nsec: libc::UTIME_NOW,
-            },
-        ];
-        // SAFETY: two timespecs, as futimens takes.
-        unsafe { real::futimens(fd, times.as_ptr()) };
+        kernel_attrs_changed(fd);
     }
     if let Err(e) = &r {
         log(format_args!("closing {path}: {e}"));
     }
     r
+}
+
+/// The cluster has a size or times of the file of `fd` that the kernel may not: a
+/// setattr of its mtime through the mount makes the kernel (and the mount daemon's
+/// handles of it) take the cluster's.
+pub fn kernel_attrs_changed(fd: c_int) {
+    let times = [
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+    ];
+    // SAFETY: two timespecs, as futimens takes.
+    unsafe { real::futimens(fd, times.as_ptr()) };
 }
 
 /// In the child of a fork: the parent's clients and handles belong to threads that do
@@ -657,7 +669,18 @@ pub fn take(fd: c_int, flags: c_int, calls: u64, wrote: bool) {
     let Some(found) = on_mount(Some(&abs)) else {
         return;
     };
-    let why = if flags & libc::O_APPEND != 0 {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a stat buffer for a descriptor the kernel just gave.
+    let regular =
+        unsafe { real::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let refused = if regular {
+        crate::meta::refuses_files(st.st_dev)
+    } else {
+        None
+    };
+    let why = if let Some(r) = refused {
+        Some(r)
+    } else if flags & libc::O_APPEND != 0 {
         Some("O_APPEND")
     } else if flags & libc::O_DIRECT != 0 {
         Some("O_DIRECT")
@@ -666,10 +689,6 @@ pub fn take(fd: c_int, flags: c_int, calls: u64, wrote: bool) {
     } else {
         None
     };
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a stat buffer for a descriptor the kernel just gave.
-    let regular =
-        unsafe { real::fstat(fd, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
     if why.is_some() || !regular {
         FELL_THROUGH.fetch_add(1, Ordering::Relaxed);
         log(format_args!(

@@ -581,6 +581,9 @@ IO_HOOK(ssize_t, pwritev, (int fd, iov_t v, int n, off_t o), (fd, v, n, o), fd, 
 IO_HOOK(ssize_t, pwritev64, (int fd, iov_t v, int n, off64_t o), (fd, v, n, o), fd, 1)
 IO_HOOK(ssize_t, preadv2, (int fd, iov_t v, int n, off_t o, int f), (fd, v, n, o, f), fd, 0)
 IO_HOOK(ssize_t, pwritev2, (int fd, iov_t v, int n, off_t o, int f), (fd, v, n, o, f), fd, 1)
+/* What programs built with _FILE_OFFSET_BITS=64 call for preadv2/pwritev2 (Python, fio). */
+IO_HOOK(ssize_t, preadv64v2, (int fd, iov_t v, int n, off64_t o, int f), (fd, v, n, o, f), fd, 0)
+IO_HOOK(ssize_t, pwritev64v2, (int fd, iov_t v, int n, off64_t o, int f), (fd, v, n, o, f), fd, 1)
 HOOK(off_t, lseek, (int fd, off_t o, int w), (fd, o, w))
 HOOK(off64_t, lseek64, (int fd, off64_t o, int w), (fd, o, w))
 HOOK(int, fsync, (int fd), (fd))
@@ -653,3 +656,62 @@ EXPORT void _exit(int code) {
 }
 
 EXPORT void _Exit(int code) { _exit(code); }
+
+/* ---- other names of the same calls ----
+ *
+ * _FORTIFY_SOURCE builds call __read_chk and __pread(64)_chk where the buffer's size is
+ * known; glibc also exports __read, __write, __close and others as public aliases. Each
+ * is the hook of its plain name, after the check the C library would make. */
+
+EXPORT ssize_t __read_chk(int fd, void *b, size_t n, size_t room) {
+    if (n > room) {
+        ssize_t (*c)(int, void *, size_t, size_t) =
+            (ssize_t (*)(int, void *, size_t, size_t))libc_fn("__read_chk");
+        return c(fd, b, n, room); /* reports the overflow as the C library does */
+    }
+    return read(fd, b, n);
+}
+
+EXPORT ssize_t __pread_chk(int fd, void *b, size_t n, off_t o, size_t room) {
+    if (n > room) {
+        ssize_t (*c)(int, void *, size_t, off_t, size_t) =
+            (ssize_t (*)(int, void *, size_t, off_t, size_t))libc_fn("__pread_chk");
+        return c(fd, b, n, o, room);
+    }
+    return pread(fd, b, n, o);
+}
+
+EXPORT ssize_t __pread64_chk(int fd, void *b, size_t n, off64_t o, size_t room) {
+    if (n > room) {
+        ssize_t (*c)(int, void *, size_t, off64_t, size_t) =
+            (ssize_t (*)(int, void *, size_t, off64_t, size_t))libc_fn("__pread64_chk");
+        return c(fd, b, n, o, room);
+    }
+    return pread64(fd, b, n, o);
+}
+
+EXPORT ssize_t __read(int fd, void *b, size_t n) { return read(fd, b, n); }
+EXPORT ssize_t __write(int fd, const void *b, size_t n) { return write(fd, b, n); }
+EXPORT ssize_t __pread64(int fd, void *b, size_t n, off64_t o) { return pread64(fd, b, n, o); }
+EXPORT ssize_t __pwrite64(int fd, const void *b, size_t n, off64_t o) { return pwrite64(fd, b, n, o); }
+EXPORT int __close(int fd) { return close(fd); }
+EXPORT off_t __lseek(int fd, off_t o, int w) { return lseek(fd, o, w); }
+EXPORT int __dup2(int fd, int to) { return dup2(fd, to); }
+
+EXPORT int __open(const char *path, int flags, ...) {
+    MODE_ARG(flags)
+    return open_(path, flags, mode);
+}
+
+EXPORT int __open64(const char *path, int flags, ...) {
+    MODE_ARG(flags)
+    return open64_(path, flags, mode);
+}
+
+EXPORT int __fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    unsigned long arg = va_arg(ap, unsigned long);
+    va_end(ap);
+    return fcntl_("fcntl", "sfs_engine_fcntl", fd, cmd, arg);
+}

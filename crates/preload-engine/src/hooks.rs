@@ -1237,6 +1237,23 @@ pub unsafe extern "C" fn sfs_engine_fexecve(
     real::fexecve(fd, argv, envp)
 }
 
+/// `system` and `popen` start their shell with the C library's own spawn, past the
+/// `posix_spawn` hook: what is behind goes out first here, so that the command sees it.
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_system(command: *const c_char) -> c_int {
+    flush_all();
+    real::system(command)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sfs_engine_popen(
+    command: *const c_char,
+    mode: *const c_char,
+) -> *mut libc::FILE {
+    flush_all();
+    real::popen(command, mode)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sfs_engine_posix_spawn(
     pid: *mut libc::pid_t,

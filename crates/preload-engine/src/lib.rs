@@ -17,7 +17,8 @@
 //! not serve (`mmap`, `fdopen`, `sendfile`, `splice`, `copy_file_range`, `fallocate`,
 //! `fcntl` changing O_APPEND/O_DIRECT), its writes are flushed and the library stops
 //! serving it: it works through the mount from there on. Writes still behind are flushed
-//! at `close`, `fsync`, `fork`, `exec*`, `posix_spawn*`, `exit` and `_exit`. Files opened
+//! at `close`, `fsync`, `fork`, `exec*`, `posix_spawn*`, `system`, `popen`, `exit` and
+//! `_exit`. Files opened
 //! with `O_APPEND`, `O_DIRECT` or `O_PATH`, not regular, or of a mount whose cluster file
 //! this user cannot read, are left to the mount. A `write` returning means the bytes are
 //! in this process's write-behind, as through the page cache of the mount; a process

@@ -129,6 +129,8 @@ real! {
     posix_spawn: fn(pid: *mut libc::pid_t, path: *const c_char, fa: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     posix_spawnp: fn(pid: *mut libc::pid_t, file: *const c_char, fa: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
     futimens: fn(fd: c_int, times: *const libc::timespec) -> c_int;
+    system: fn(command: *const c_char) -> c_int;
+    popen: fn(command: *const c_char, mode: *const c_char) -> *mut libc::FILE;
     close_range: fn(first: c_uint, last: c_uint, flags: c_int) -> c_int;
     unlink: fn(path: *const c_char) -> c_int;
     unlinkat: fn(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;

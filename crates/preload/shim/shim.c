@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -642,6 +643,50 @@ HOOK(int, posix_spawnp,
      (pid_t *pid, const char *p, const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *at,
       char *const a[], char *const e[]),
      (pid, p, fa, at, a, e))
+
+HOOK(int, system, (const char *c), (c))
+HOOK(FILE *, popen, (const char *c, const char *m), (c, m))
+
+/* The execl family is variadic: glibc builds the argument vector and calls its internal
+ * execve, past the hooks. Built here the same way, on the hooked execv, execvp, execve. */
+#define MAX_EXECL_ARGS 4096
+#define EXECL_ARGV(first, ap, argv, n)                                                  \
+    const char *argv[MAX_EXECL_ARGS];                                                   \
+    int n = 0;                                                                          \
+    argv[n++] = first;                                                                  \
+    while (argv[n - 1] != NULL) {                                                       \
+        if (n == MAX_EXECL_ARGS) {                                                      \
+            va_end(ap);                                                                 \
+            errno = E2BIG;                                                              \
+            return -1;                                                                  \
+        }                                                                               \
+        argv[n++] = va_arg(ap, const char *);                                           \
+    }
+
+EXPORT int execl(const char *path, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    EXECL_ARGV(arg, ap, argv, n)
+    va_end(ap);
+    return execv(path, (char *const *)argv);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    EXECL_ARGV(arg, ap, argv, n)
+    va_end(ap);
+    return execvp(file, (char *const *)argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...) {
+    va_list ap;
+    va_start(ap, arg);
+    EXECL_ARGV(arg, ap, argv, n)
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(path, (char *const *)argv, envp);
+}
 
 EXPORT void _exit(int code) {
     static void (*e)(int);

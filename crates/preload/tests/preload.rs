@@ -501,3 +501,93 @@ print("stat f4", os.stat("f4").st_size)
         );
     }
 }
+
+/// A program that writes without closing and then starts a command (`system`, `popen`,
+/// `execl` through a child) that reads the file: the command sees every byte, as it
+/// would through the mount's page cache (the library flushes before each).
+#[test]
+fn commands_started_by_a_writer_see_its_writes() {
+    let cl = Cluster::up();
+    let d = cl.dir("spawn");
+    let py = format!(
+        r#"
+import os, sys
+p = os.path.join({d:?}, "f")
+fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for i in range(8):
+    os.write(fd, b"x" * 1000)
+print("system", os.system(f"test $(wc -c < {{p}}) = 8000") >> 8)
+for i in range(8):
+    os.write(fd, b"y" * 1000)
+print("popen", os.popen(f"wc -c < {{p}}").read().strip())
+os.close(fd)
+"#,
+        d = d.display().to_string()
+    );
+    let mut p = preloaded("python3");
+    p.args(["-c", &py]).env("STRIPEFS_PRELOAD_AFTER", "1");
+    let o = run_ok(p, "python with the library");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "system 0\npopen 16000\n",
+        "{}",
+        text(&o)
+    );
+    assert!(served(&o), "{}", text(&o));
+
+    // execl, execlp and execle (variadic: built on the hooked execv family) from the
+    // writing process itself: the shell it becomes checks the size; and popen from C
+    // (Python's spawns through execve).
+    let src = d.join("execl.c");
+    let exe = release_dir().join("preload-execl");
+    std::fs::write(
+        &src,
+        r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char b[1000];
+    memset(b, 'x', sizeof b);
+    for (int i = 0; i < 8; i++)
+        if (write(fd, b, sizeof b) != sizeof b) return 2;
+    char check[4200];
+    snprintf(check, sizeof check, "test $(wc -c < '%s') = 8000 && test \"$0\" = sh && test \"$1\" = one", argv[1]);
+    char *env[] = {"PATH=/usr/bin:/bin", NULL};
+    switch (argv[2][0]) {
+    case 'l': execl("/bin/sh", "sh", "-c", check, "sh", "one", (char *)NULL); break;
+    case 'p': execlp("sh", "sh", "-c", check, "sh", "one", (char *)NULL); break;
+    case 'e': execle("/bin/sh", "sh", "-c", check, "sh", "one", (char *)NULL, env); break;
+    case 'o': {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "wc -c < '%s'", argv[1]);
+        FILE *p = popen(cmd, "r");
+        long n = -1;
+        if (p == NULL || fscanf(p, "%ld", &n) != 1) return 4;
+        pclose(p);
+        return n == 8000 ? 0 : 1;
+    }
+    }
+    perror("exec");
+    return 3;
+}
+"#,
+    )
+    .unwrap();
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src);
+    run_ok(cc, "cc execl.c");
+    for how in ["l", "p", "e", "o"] {
+        let mut c = preloaded(&exe);
+        c.arg(d.join(format!("exec-{how}")))
+            .arg(how)
+            .env("STRIPEFS_PRELOAD_AFTER", "1");
+        let o = run_ok(c, &format!("exec{how} with the library"));
+        assert!(served(&o), "exec{how}: {}", text(&o));
+    }
+}

@@ -52,7 +52,7 @@ fn io_interleaved_unaligned_native_and_through_the_mount() {
     assert_eq!(st["size"], 3 * 20 * 47008, "{st}");
 
     if let Some(why) = fuse_unavailable() {
-        eprintln!("skipping the mount half: {why}");
+        skip(&format!("the mount half: {why}"));
         return;
     }
     let m = FuseMount::new(&c.cluster_file());
@@ -200,7 +200,7 @@ fn md_small_files_in_a_shared_directory_native_and_through_the_mount() {
     positive(&r, "create_ops_s");
 
     if let Some(why) = fuse_unavailable() {
-        eprintln!("skipping the mount half: {why}");
+        skip(&format!("the mount half: {why}"));
         return;
     }
     let m = FuseMount::new(&c.cluster_file());

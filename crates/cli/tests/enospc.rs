@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{exe, fuse_unavailable, random_bytes, Cluster, FuseMount};
+use common::{exe, fuse_unavailable, random_bytes, skip, Cluster, FuseMount};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -66,7 +66,7 @@ impl Drop for Tmpfs {
 fn cluster_on_tmpfs(extra: &[&str], size: &str) -> Option<(Cluster, Tmpfs)> {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
+        skip("mounting a tmpfs needs root");
         return None;
     }
     let c = Cluster::up(1, 1, extra);
@@ -83,7 +83,7 @@ fn cluster_on_tmpfs(extra: &[&str], size: &str) -> Option<(Cluster, Tmpfs)> {
 /// FUSE or root is missing. Bound in this order, the mount goes first when dropped.
 fn mounted_on_tmpfs(size: &str) -> Option<(Cluster, Tmpfs, FuseMount)> {
     if let Some(why) = fuse_unavailable() {
-        eprintln!("skipped: {why}");
+        skip(&why);
         return None;
     }
     let (c, disk) = cluster_on_tmpfs(&[], size)?;

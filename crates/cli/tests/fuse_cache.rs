@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 macro_rules! need_fuse {
     () => {
         if let Some(why) = fuse_unavailable() {
-            eprintln!("skipping: {why}");
+            skip(&why);
             return;
         }
     };

@@ -34,7 +34,7 @@ const PYTHON: &str = "/usr/bin/python3";
 macro_rules! need_fuse {
     () => {
         if let Some(why) = fuse_unavailable() {
-            eprintln!("skipping: {why}");
+            skip(&why);
             return;
         }
     };

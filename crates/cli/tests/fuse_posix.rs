@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 macro_rules! need_fuse {
     () => {
         if let Some(why) = fuse_unavailable() {
-            eprintln!("skipping: {why}");
+            skip(&why);
             return;
         }
     };
@@ -30,7 +30,7 @@ macro_rules! need_root {
     ($why:expr) => {
         // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipping: {}", $why);
+            skip(&$why);
             return;
         }
     };
@@ -1021,7 +1021,7 @@ fn extended_attributes_work_through_the_mount() {
     // SAFETY: geteuid cannot fail.
     let python = Path::new("/usr/bin/python3");
     if unsafe { libc::geteuid() } != 0 || !python.exists() {
-        eprintln!("skipping the unprivileged part: needs root and /usr/bin/python3");
+        skip("the unprivileged part needs root and /usr/bin/python3");
         return;
     }
     setx(&f, "user.r", b"readable", 0).unwrap();

@@ -23,7 +23,7 @@ const OVERHEAD_MAX_BYTES: u64 = 128 << 10;
 macro_rules! need_fuse {
     () => {
         if let Some(why) = fuse_unavailable() {
-            eprintln!("skipping: {why}");
+            skip(&why);
             return;
         }
     };

@@ -16,7 +16,7 @@ use std::time::Duration;
 macro_rules! need_fuse {
     () => {
         if let Some(why) = fuse_unavailable() {
-            eprintln!("skipping: {why}");
+            skip(&why);
             return;
         }
     };

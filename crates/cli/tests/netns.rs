@@ -90,7 +90,7 @@ fn setup() -> Hosts {
 #[test]
 fn servers_and_client_in_separate_network_namespaces() {
     if let Err(why) = can_run() {
-        eprintln!("skipped: {why}");
+        skip(&why);
         return;
     }
     let mut h = setup();

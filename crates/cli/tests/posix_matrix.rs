@@ -305,11 +305,11 @@ fn is_root() -> bool {
 impl Fs {
     fn mount() -> Option<Fs> {
         if let Some(why) = fuse_unavailable() {
-            eprintln!("skipping: {why}");
+            skip(&why);
             return None;
         }
         if !is_root() {
-            eprintln!("skipping: needs root to act as other users");
+            skip("needs root to act as other users");
             return None;
         }
         let shared = shared_mounts();
@@ -331,7 +331,7 @@ impl Fs {
 
     fn tmpfs() -> Option<Fs> {
         if !is_root() {
-            eprintln!("skipping: needs root to act as other users");
+            skip("needs root to act as other users");
             return None;
         }
         let tmp = tempfile::Builder::new()

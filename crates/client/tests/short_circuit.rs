@@ -179,7 +179,9 @@ fn reads_of_a_partly_local_file_go_short_circuit_where_they_can() {
         (unit - (128 << 10), false),
     ] {
         if !uncache(&obj) {
-            eprintln!("skipped: the page cache keeps {obj:?} (tmpfs?) or cannot say");
+            common::skip(&format!(
+                "the page cache keeps {obj:?} (tmpfs?) or cannot say"
+            ));
             return;
         }
         let before = reader.traffic();
@@ -802,7 +804,7 @@ fn a_late_direct_write_never_lands_over_a_later_writer() {
 #[test]
 fn a_client_that_may_not_open_the_servers_files_reads_them_through_the_page_cache() {
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: needs root to take another file-system uid");
+        common::skip("needs root to take another file-system uid");
         return;
     }
     let cl = Cluster::with(1, 1, 1 << 20);
@@ -817,7 +819,9 @@ fn a_client_that_may_not_open_the_servers_files_reads_them_through_the_page_cach
     let mut small = vec![0u8; 4096];
     r.read_at(0, &mut small).unwrap();
     if !uncache(&obj) {
-        eprintln!("skipped: the page cache keeps {obj:?} (tmpfs?) or cannot say");
+        common::skip(&format!(
+            "the page cache keeps {obj:?} (tmpfs?) or cannot say"
+        ));
         return;
     }
     let before = reader.traffic();
@@ -879,7 +883,9 @@ fn large_reads_of_uncached_bytes_go_from_the_disk_into_an_aligned_buffer() {
     let ino = c.stat("/dr").unwrap().ino;
     let (obj, _) = cl.data[0].object_paths(0, ino);
     if !uncache(&obj) {
-        eprintln!("skipped: the page cache keeps {obj:?} (tmpfs?) or cannot say");
+        common::skip(&format!(
+            "the page cache keeps {obj:?} (tmpfs?) or cannot say"
+        ));
         return;
     }
 

@@ -290,3 +290,13 @@ pub fn seed(test: &str) -> u64 {
     eprintln!("{test}: seed {s} (replay with STRIPEFS_SEED={s})");
     s
 }
+
+/// A test, or part of one, that cannot run here (`why`): skipped with a message, except
+/// where its environment is required (`STRIPEFS_REQUIRE_ENV=1`, which `.ci/run` sets):
+/// there a missing environment fails the test instead of passing it unseen.
+pub fn skip(why: &str) {
+    if std::env::var("STRIPEFS_REQUIRE_ENV").is_ok_and(|v| v == "1") {
+        panic!("this test's environment is missing ({why}); STRIPEFS_REQUIRE_ENV=1 requires it");
+    }
+    eprintln!("skipping: {why}");
+}

@@ -464,6 +464,9 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         | Opcode::Mknod
         | Opcode::Symlink
         | Opcode::Link
+        // The parent directory's attributes after the removal.
+        | Opcode::Unlink
+        | Opcode::Rmdir
         | Opcode::SetAttr
         | Opcode::SetLayout
         | Opcode::WriteInline
@@ -584,8 +587,6 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             rate_bytes_s: rng.gen(),
         },
         Opcode::Auth
-        | Opcode::Unlink
-        | Opcode::Rmdir
         | Opcode::Rename
         | Opcode::Exchange
         | Opcode::Close

@@ -773,35 +773,9 @@ fn wire_since(before: (u64, u64), conn: &Conn) -> (u64, u64) {
 
 /// Requests whose data goes one way only, which a pipelined connection carries.
 fn bulk(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::Read { .. }
-            | Request::Write { .. }
-            | Request::ReadList { .. }
-            | Request::WriteList { .. }
-    )
+    req.opcode().bulk()
 }
 
 fn idempotent(req: &Request) -> bool {
-    use Request::*;
-    matches!(
-        req,
-        Ping {}
-            | Lookup { .. }
-            | GetAttr { .. }
-            | Resolve { .. }
-            | Readlink { .. }
-            | ReadDir { .. }
-            | ReadDirPlus { .. }
-            | MetaStatus {}
-            | Access { .. }
-            | Write { .. }
-            | Read { .. }
-            | Truncate { .. }
-            | Remove { .. }
-            | Fsync { .. }
-            | DataStatus {}
-            | Space {}
-            | ExtendSize { .. }
-    )
+    req.opcode().idempotent()
 }

@@ -137,28 +137,10 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
     }
 }
 
-/// Whether the request changes the namespace (and so goes through the writer).
+/// Whether the request changes the namespace (and so goes through the writer): the
+/// operation table says (`Opcode::metadata_mutation`).
 pub fn is_mutation(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::Mkdir { .. }
-            | Request::Create { .. }
-            | Request::Mknod { .. }
-            | Request::Symlink { .. }
-            | Request::Link { .. }
-            | Request::Unlink { .. }
-            | Request::Rmdir { .. }
-            | Request::Rename { .. }
-            | Request::Exchange { .. }
-            | Request::SetAttr { .. }
-            | Request::ExtendSize { .. }
-            | Request::ExtendSizeUnsynced { .. }
-            | Request::SetLayout { .. }
-            | Request::WriteInline { .. }
-            | Request::WriteInlineUnsynced { .. }
-            | Request::SetXattr { .. }
-            | Request::RemoveXattr { .. }
-    )
+    req.opcode().metadata_mutation()
 }
 
 /// Marks a directory's entries as changed.

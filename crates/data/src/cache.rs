@@ -6,7 +6,7 @@ use crate::intent::IntentLog;
 use crate::store::ObjectFile;
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 /// Most objects (each a data file and a checksum sidecar, so two descriptors, and a third
 /// once the object has logged an intent) kept open.
@@ -32,6 +32,16 @@ pub type Key = (u32, u64);
 #[derive(Default)]
 pub struct ObjectCache {
     inner: Mutex<Inner>,
+    /// Signalled when an open in progress ends (see [`Opening`]).
+    opened: Condvar,
+}
+
+/// An open of one object in progress, outside the cache mutex: requests for the same
+/// object wait for it (so it is never opened twice), requests for others go on.
+#[derive(Default)]
+struct Opening {
+    /// The object was removed meanwhile: its handle is not cached when the open ends.
+    cancelled: bool,
 }
 
 #[derive(Default)]
@@ -41,6 +51,8 @@ struct Inner {
     /// so that an object never has two live handles (two would keep two logs' states
     /// apart, and opening the second would replay the log under the first's writes).
     evicted: HashMap<Key, Weak<Object>>,
+    /// Opens in progress.
+    opening: HashMap<Key, Opening>,
     tick: u64,
 }
 
@@ -50,42 +62,72 @@ impl ObjectCache {
     }
 
     /// The cached handle for `key` (or an evicted one still in use), or the result of
-    /// `open`, which runs under the cache mutex, so that a handle is never opened twice
-    /// or cached after a removal that raced with it, and runs only when no handle of the
-    /// object is alive anywhere (no write is using one).
+    /// `open`. `open` runs without the cache mutex (a slow open of one object, a log
+    /// replay, stalls no request for another), only when no handle of the object is
+    /// alive anywhere (no write is using one), and once at a time per object: a request
+    /// for an object being opened waits for that open. A handle opened while its object
+    /// was removed ([`ObjectCache::evict`]) is given to its caller but not cached.
     pub fn get_or_open(
         &self,
         key: Key,
         open: impl FnOnce() -> io::Result<Option<Object>>,
     ) -> io::Result<Option<Arc<Object>>> {
         let mut inner = self.lock();
-        inner.tick += 1;
-        let tick = inner.tick;
-        if let Some((obj, used)) = inner.map.get_mut(&key) {
-            *used = tick;
-            return Ok(Some(obj.clone()));
+        loop {
+            inner.tick += 1;
+            let tick = inner.tick;
+            if let Some((obj, used)) = inner.map.get_mut(&key) {
+                *used = tick;
+                return Ok(Some(obj.clone()));
+            }
+            if !inner.opening.contains_key(&key) {
+                break;
+            }
+            inner = self.opened.wait(inner).unwrap_or_else(|p| p.into_inner());
         }
-        let alive = inner.evicted.remove(&key).and_then(|w| w.upgrade());
-        let obj = match alive {
-            Some(obj) => obj,
-            None => match open()? {
-                Some(obj) => Arc::new(obj),
-                None => return Ok(None),
-            },
-        };
-        if inner.map.len() >= MAX_OPEN_OBJECTS {
-            inner.evict_oldest();
+        if let Some(obj) = inner.evicted.remove(&key).and_then(|w| w.upgrade()) {
+            inner.cache(key, obj.clone());
+            return Ok(Some(obj));
         }
-        inner.map.insert(key, (obj.clone(), tick));
-        assert!(inner.map.len() <= MAX_OPEN_OBJECTS);
-        Ok(Some(obj))
+        inner.opening.insert(key, Opening::default());
+        drop(inner);
+        // Should `open` panic, the waiters for this object are let go all the same.
+        struct Unregister<'a>(&'a ObjectCache, Key, bool);
+        impl Drop for Unregister<'_> {
+            fn drop(&mut self) {
+                if !self.2 {
+                    self.0.lock().opening.remove(&self.1);
+                    self.0.opened.notify_all();
+                }
+            }
+        }
+        let mut unregister = Unregister(self, key, false);
+        let r = open();
+        unregister.2 = true;
+        let mut inner = self.lock();
+        let slot = inner.opening.remove(&key).expect("our open is registered");
+        self.opened.notify_all();
+        match r? {
+            Some(obj) => {
+                let obj = Arc::new(obj);
+                if !slot.cancelled {
+                    inner.cache(key, obj.clone());
+                }
+                Ok(Some(obj))
+            }
+            None => Ok(None),
+        }
     }
 
-    /// Forgets `key`'s handle, also an evicted one (its object is being removed).
+    /// Forgets `key`'s handle, also an evicted one, and one being opened (its object is
+    /// being removed).
     pub fn evict(&self, key: Key) {
         let mut inner = self.lock();
         inner.map.remove(&key);
         inner.evicted.remove(&key);
+        if let Some(o) = inner.opening.get_mut(&key) {
+            o.cancelled = true;
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -94,6 +136,14 @@ impl ObjectCache {
 }
 
 impl Inner {
+    fn cache(&mut self, key: Key, obj: Arc<Object>) {
+        if self.map.len() >= MAX_OPEN_OBJECTS {
+            self.evict_oldest();
+        }
+        self.map.insert(key, (obj, self.tick));
+        assert!(self.map.len() <= MAX_OPEN_OBJECTS);
+    }
+
     /// A linear scan, paid only on a miss with a full cache: cheap next to an open(2).
     fn evict_oldest(&mut self) {
         let oldest = self
@@ -170,5 +220,79 @@ mod tests {
         let before = opened.get();
         get(0);
         assert_eq!(opened.get(), before + 1);
+    }
+
+    /// A slow open of one object (a long log replay, a slow disk) leaves requests for
+    /// another unaffected, and a second request for the object being opened waits for
+    /// that open instead of opening it again.
+    #[test]
+    fn a_slow_open_stalls_only_its_own_object() {
+        let store = Arc::new(MemStore::new());
+        let cache = Arc::new(ObjectCache::default());
+        let opens = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started) = std::sync::mpsc::channel::<()>();
+        let slow = {
+            let (cache, store, opens) = (cache.clone(), store.clone(), opens.clone());
+            std::thread::spawn(move || {
+                cache
+                    .get_or_open((0, 1), || {
+                        opens.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        started_tx.send(()).unwrap();
+                        wait.recv().unwrap();
+                        Ok(Some(object(&store, 1)))
+                    })
+                    .unwrap()
+                    .unwrap()
+            })
+        };
+        started.recv().unwrap();
+        // Another object, while the first is still being opened.
+        let (done_tx, done) = std::sync::mpsc::channel();
+        {
+            let (cache, store) = (cache.clone(), store.clone());
+            std::thread::spawn(move || {
+                let o = cache.get_or_open((0, 2), || Ok(Some(object(&store, 2))));
+                done_tx.send(o.unwrap().is_some()).unwrap();
+            });
+        }
+        assert_eq!(
+            done.recv_timeout(std::time::Duration::from_secs(10)),
+            Ok(true),
+            "a request for another object waited for the slow open"
+        );
+        // The same object: waits, then shares the handle the slow open made.
+        let same = {
+            let (cache, opens) = (cache.clone(), opens.clone());
+            std::thread::spawn(move || {
+                cache
+                    .get_or_open((0, 1), || {
+                        opens.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        panic!("opened twice")
+                    })
+                    .unwrap()
+                    .unwrap()
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        release.send(()).unwrap();
+        let (a, b) = (slow.join().unwrap(), same.join().unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(opens.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// An object removed while it is being opened is not cached afterwards.
+    #[test]
+    fn an_object_removed_during_its_open_is_not_cached() {
+        let store = Arc::new(MemStore::new());
+        let cache = ObjectCache::default();
+        let o = cache
+            .get_or_open((0, 7), || {
+                cache.evict((0, 7));
+                Ok(Some(object(&store, 7)))
+            })
+            .unwrap();
+        assert!(o.is_some());
+        assert_eq!(cache.len(), 0);
     }
 }

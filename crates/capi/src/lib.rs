@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use stripefs_client::{Client, OpenOptions};
 use stripefs_mpiio::{Communicator, Datatype, Hints, IoError, Mode};
 use stripefs_rpc::ClusterConfig;
-use stripefs_wire::{FileType, WireError};
+use stripefs_wire::WireError;
 
 use stripefs_client::mounts;
 
@@ -195,18 +195,6 @@ pub struct StatOut {
     pub stripe_count: u32,
 }
 
-fn type_bits(t: FileType) -> u32 {
-    match t {
-        FileType::File => libc::S_IFREG,
-        FileType::Dir => libc::S_IFDIR,
-        FileType::Symlink => libc::S_IFLNK,
-        FileType::Fifo => libc::S_IFIFO,
-        FileType::Socket => libc::S_IFSOCK,
-        FileType::BlockDev => libc::S_IFBLK,
-        FileType::CharDev => libc::S_IFCHR,
-    }
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn stripefs_stat(
     fs: *mut Fs,
@@ -222,7 +210,7 @@ pub unsafe extern "C" fn stripefs_stat(
         *out = StatOut {
             ino: a.ino.0,
             size: a.size,
-            mode: type_bits(a.ftype) | a.mode,
+            mode: stripefs_client::posix::type_bits(a.ftype) | a.mode,
             nlink: a.nlink,
             uid: a.uid,
             gid: a.gid,

@@ -44,16 +44,20 @@ pub struct PosixAttr {
 impl PosixAttr {
     /// `st_mode`: the file type bits and the permission bits.
     pub fn mode(&self) -> u32 {
-        let t = match self.ftype {
-            FileType::File => libc::S_IFREG,
-            FileType::Dir => libc::S_IFDIR,
-            FileType::Symlink => libc::S_IFLNK,
-            FileType::Fifo => libc::S_IFIFO,
-            FileType::Socket => libc::S_IFSOCK,
-            FileType::BlockDev => libc::S_IFBLK,
-            FileType::CharDev => libc::S_IFCHR,
-        };
-        t | self.perm
+        type_bits(self.ftype) | self.perm
+    }
+}
+
+/// The `st_mode` file type bits (`S_IFREG`...) of a file type.
+pub fn type_bits(t: FileType) -> u32 {
+    match t {
+        FileType::File => libc::S_IFREG,
+        FileType::Dir => libc::S_IFDIR,
+        FileType::Symlink => libc::S_IFLNK,
+        FileType::Fifo => libc::S_IFIFO,
+        FileType::Socket => libc::S_IFSOCK,
+        FileType::BlockDev => libc::S_IFBLK,
+        FileType::CharDev => libc::S_IFCHR,
     }
 }
 

@@ -631,48 +631,29 @@ unsafe fn pwritev2_any(
     writev_at(fd, v, n, at).unwrap_or_else(|| f(fd, v, n, off, flags))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sfs_engine_preadv2(
-    fd: c_int,
-    v: *const libc::iovec,
-    n: c_int,
-    off: i64,
-    flags: c_int,
-) -> isize {
-    preadv2_any(fd, v, n, off, flags, real::preadv2)
+/// The exported preadv2/pwritev2 and their 64 names, each on its C library function.
+macro_rules! v2_hooks {
+    ($($name:ident => $any:ident($real:ident);)*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name(
+                fd: c_int,
+                v: *const libc::iovec,
+                n: c_int,
+                off: i64,
+                flags: c_int,
+            ) -> isize {
+                $any(fd, v, n, off, flags, real::$real)
+            }
+        )*
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sfs_engine_preadv64v2(
-    fd: c_int,
-    v: *const libc::iovec,
-    n: c_int,
-    off: i64,
-    flags: c_int,
-) -> isize {
-    preadv2_any(fd, v, n, off, flags, real::preadv64v2)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sfs_engine_pwritev2(
-    fd: c_int,
-    v: *const libc::iovec,
-    n: c_int,
-    off: i64,
-    flags: c_int,
-) -> isize {
-    pwritev2_any(fd, v, n, off, flags, real::pwritev2)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sfs_engine_pwritev64v2(
-    fd: c_int,
-    v: *const libc::iovec,
-    n: c_int,
-    off: i64,
-    flags: c_int,
-) -> isize {
-    pwritev2_any(fd, v, n, off, flags, real::pwritev64v2)
+v2_hooks! {
+    sfs_engine_preadv2 => preadv2_any(preadv2);
+    sfs_engine_preadv64v2 => preadv2_any(preadv64v2);
+    sfs_engine_pwritev2 => pwritev2_any(pwritev2);
+    sfs_engine_pwritev64v2 => pwritev2_any(pwritev64v2);
 }
 
 unsafe fn lseek_any(

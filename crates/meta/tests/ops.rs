@@ -1040,3 +1040,60 @@ fn readdir_plus_gives_each_entry_its_lookup_attributes() {
     assert_eq!(seen, n);
     assert!(pages > 1, "{n} long names came in one page");
 }
+
+/// A name is looked up only with search permission on its directory, as Linux does:
+/// EACCES comes before ENOENT and EEXIST, and EEXIST before the write check. (A mount's
+/// kernel checks first; a native client, the interception library, must get the same.)
+#[test]
+fn search_permission_comes_before_the_lookup() {
+    let fs = Fs::new();
+    let r = Cred::root();
+    let user = Cred {
+        uid: 1000,
+        gid: 1000,
+        groups: vec![],
+    };
+    // Root's 0700 directory: nothing in it can be looked up by the user.
+    let private = fs.mkdir(&r, ROOT, "private", 0o700).unwrap().ino.0;
+    fs.create(&r, private, "f", 0o644).unwrap();
+    let unlink = fs.attr(
+        &user,
+        Request::Unlink {
+            parent: InodeId(private),
+            name: "missing".into(),
+        },
+    );
+    assert_eq!(code(unlink), ErrorCode::PermissionDenied);
+    let rmdir = fs.attr(
+        &user,
+        Request::Rmdir {
+            parent: InodeId(private),
+            name: "missing".into(),
+        },
+    );
+    assert_eq!(code(rmdir), ErrorCode::PermissionDenied);
+    assert_eq!(
+        code(fs.mkdir(&user, private, "f", 0o755)),
+        ErrorCode::PermissionDenied
+    );
+    let rename = fs.attr(
+        &user,
+        Request::Rename {
+            src_parent: InodeId(private),
+            src_name: "missing".into(),
+            dst_parent: InodeId(ROOT),
+            dst_name: "x".into(),
+            noreplace: false,
+        },
+    );
+    assert_eq!(code(rename), ErrorCode::PermissionDenied);
+    // Root's 0755 directory: searchable, not writable: an existing name is EEXIST.
+    let shared = fs.mkdir(&r, ROOT, "shared", 0o755).unwrap().ino.0;
+    fs.create(&r, shared, "f", 0o644).unwrap();
+    assert_eq!(code(fs.mkdir(&user, shared, "f", 0o755)), ErrorCode::Exists);
+    assert_eq!(
+        code(fs.mkdir(&user, shared, "new", 0o755)),
+        ErrorCode::PermissionDenied
+    );
+    fs.check();
+}

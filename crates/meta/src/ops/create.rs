@@ -15,14 +15,15 @@ use stripefs_wire::{
 /// Checks that `name` may be added to directory `parent`; returns the directory.
 fn prepare(ctx: &Ctx, parent: u64, name: &str) -> Result<Inode, WireError> {
     validate_name(name)?;
-    let dir = need_dir(ctx.w, parent)?;
-    perm::check_dir_change(ctx.cred, &dir, parent)?;
+    // Linux's order: search permission for the lookup, EEXIST, then write permission.
+    let dir = super::need_searchable_dir(ctx.w, ctx.cred, parent)?;
     if ctx.w.entry(parent, name)?.is_some() {
         return Err(WireError::new(
             ErrorCode::Exists,
             format!("{name:?} already exists in inode {parent}"),
         ));
     }
+    perm::check_dir_change(ctx.cred, &dir, parent)?;
     Ok(dir)
 }
 

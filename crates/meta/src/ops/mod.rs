@@ -149,6 +149,15 @@ pub fn touch_dir(dir: &mut Inode, now_ns: i64) {
     dir.ctime_ns = now_ns;
 }
 
+/// Directory `ino`, which the caller may search: as Linux, a name is looked up in a
+/// directory only with search permission on it, so that EACCES comes before ENOENT or
+/// EEXIST (the kernel of a mount checks first; a native client's caller gets the same).
+pub fn need_searchable_dir<T: Tables>(t: &T, cred: &Cred, ino: u64) -> Result<Inode, WireError> {
+    let dir = crate::store::need_dir(t, ino)?;
+    crate::perm::check(cred, &dir, ino, crate::perm::X)?;
+    Ok(dir)
+}
+
 /// The entry `name` in directory `parent` and its inode, or `NotFound`.
 pub fn need_entry<T: Tables>(t: &T, parent: u64, name: &str) -> Result<(u64, Inode), WireError> {
     let (child, _) = t.entry(parent, name)?.ok_or_else(|| {

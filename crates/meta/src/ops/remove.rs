@@ -4,7 +4,7 @@
 
 use super::{need_entry, touch_dir, Ctx};
 use crate::perm;
-use crate::store::{need_dir, Inode, Tables, META_DIRS, META_FILES};
+use crate::store::{Inode, Tables, META_DIRS, META_FILES};
 use stripefs_wire::{validate_name, ErrorCode, FileType, Response, WireError};
 
 /// Removes one link of `ino`; deletes or orphans it when it was the last.
@@ -71,7 +71,7 @@ pub fn check_remove(
 
 pub fn unlink(ctx: &mut Ctx, parent: u64, name: &str) -> Result<Response, WireError> {
     validate_name(name)?;
-    let mut dir = need_dir(ctx.w, parent)?;
+    let mut dir = super::need_searchable_dir(ctx.w, ctx.cred, parent)?;
     let (ino, inode) = need_entry(ctx.w, parent, name)?;
     if inode.is_dir() {
         return Err(WireError::new(
@@ -102,7 +102,7 @@ pub fn check_empty<T: Tables>(t: &T, ino: u64) -> Result<(), WireError> {
 
 pub fn rmdir(ctx: &mut Ctx, parent: u64, name: &str) -> Result<Response, WireError> {
     validate_name(name)?;
-    let mut dir = need_dir(ctx.w, parent)?;
+    let mut dir = super::need_searchable_dir(ctx.w, ctx.cred, parent)?;
     let (ino, inode) = need_entry(ctx.w, parent, name)?;
     if !inode.is_dir() {
         return Err(WireError::new(

@@ -22,8 +22,8 @@ pub fn rename(
 ) -> Result<Response, WireError> {
     validate_name(src_name)?;
     validate_name(dst_name)?;
-    let sdir = need_dir(ctx.w, src_parent)?;
-    let ddir = need_dir(ctx.w, dst_parent)?;
+    let sdir = super::need_searchable_dir(ctx.w, ctx.cred, src_parent)?;
+    let ddir = super::need_searchable_dir(ctx.w, ctx.cred, dst_parent)?;
     let (ino, inode) = need_entry(ctx.w, src_parent, src_name)?;
     let dst = match ctx.w.entry(dst_parent, dst_name)? {
         Some(_) => Some(need_entry(ctx.w, dst_parent, dst_name)?),
@@ -94,8 +94,8 @@ pub fn exchange(
 ) -> Result<Response, WireError> {
     validate_name(a_name)?;
     validate_name(b_name)?;
-    let adir = need_dir(ctx.w, a_parent)?;
-    let bdir = need_dir(ctx.w, b_parent)?;
+    let adir = super::need_searchable_dir(ctx.w, ctx.cred, a_parent)?;
+    let bdir = super::need_searchable_dir(ctx.w, ctx.cred, b_parent)?;
     let (a_ino, a) = need_entry(ctx.w, a_parent, a_name)?;
     let (b_ino, b) = need_entry(ctx.w, b_parent, b_name)?;
     for (parent, name, seen, now) in [

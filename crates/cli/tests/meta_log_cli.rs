@@ -42,16 +42,15 @@ fn open(db: &Path) -> Result<std::sync::Arc<MetaService>, String> {
 }
 
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
-    let conn = ConnInfo {
-        peer: std::net::SocketAddr::from(([127, 0, 0, 1], 9)),
-        host: None,
-        token: None,
-    };
+    let conn = ConnInfo::new(std::net::SocketAddr::from(([127, 0, 0, 1], 9)));
     let env = Envelope {
         cred: Cred::root(),
         req,
     };
-    svc.handle(&conn, env, &[]).result
+    match stripefs_wire::Valid::check(env, 0) {
+        Ok(req) => svc.handle(&conn, req, &[]).result,
+        Err(e) => Err(e),
+    }
 }
 
 fn run(args: &[&str]) -> (i32, String) {

@@ -410,33 +410,25 @@ impl Client {
         after: &str,
         limit: u32,
     ) -> Result<(Vec<(String, Attr)>, bool), WireError> {
-        use std::sync::atomic::Ordering;
-        if !self.inner.no_readdir_plus.load(Ordering::Relaxed) {
+        // A server that predates ReadDirPlus did not announce it (its row's feature).
+        if self.inner.meta.serves(stripefs_wire::Opcode::ReadDirPlus)? {
             let req = Request::ReadDirPlus {
                 ino,
                 after: after.into(),
                 limit,
             };
-            match self.meta(req) {
+            return match self.meta(req) {
                 Ok(Response::EntriesPlus { entries, done }) => {
                     // As a lookup's: writes of this client the server has not seen yet.
                     let entries = entries
                         .into_iter()
                         .map(|(name, a)| (name, self.with_local_size(a)))
                         .collect();
-                    return Ok((entries, done));
+                    Ok((entries, done))
                 }
-                Ok(other) => return Err(unexpected(&self.inner.meta, "ReadDirPlus", &other)),
-                // A server that does not know the request refuses its frame.
-                Err(e) if e.code == ErrorCode::BadFrame => {
-                    tracing::warn!(
-                        "the metadata server does not serve ReadDirPlus ({e}): listings \
-                         with attributes take a lookup per entry"
-                    );
-                    self.inner.no_readdir_plus.store(true, Ordering::Relaxed);
-                }
-                Err(e) => return ctx(Err(e), || format!("readdir (with attributes) {ino}")),
-            }
+                Ok(other) => Err(unexpected(&self.inner.meta, "ReadDirPlus", &other)),
+                Err(e) => ctx(Err(e), || format!("readdir (with attributes) {ino}")),
+            };
         }
         // The same answer from ReadDir and a Lookup per entry. The search permission
         // ReadDirPlus needs is the Lookups'.
@@ -941,7 +933,6 @@ impl Client {
                 format!("no data server {} in the cluster file", server.0),
             )
         })?;
-        use std::sync::atomic::Ordering;
         let from_status = |s: DataStatus| {
             let space = |t: &TargetStatus| TargetSpace {
                 bytes_total: t.bytes_total,
@@ -949,21 +940,14 @@ impl Client {
             };
             s.targets.iter().map(space).collect()
         };
-        if self.inner.no_space.load(Ordering::Relaxed) {
+        // A server that predates Space did not announce it: its status says the same,
+        // at the cost of a walk of its objects.
+        if !pool.serves(stripefs_wire::Opcode::Space)? {
             return self.data_status(server).map(from_status);
         }
         match pool.call(&self.cred, Request::Space {}, &[], &mut []) {
             Ok((Response::Space { targets }, _)) => Ok(targets),
             Ok((other, _)) => Err(unexpected(pool, "Space", &other)),
-            // A server that does not know the request refuses its frame.
-            Err(e) if e.code == ErrorCode::BadFrame => {
-                tracing::warn!(
-                    "{} does not serve Space ({e}): statfs asks its status",
-                    pool.name()
-                );
-                self.inner.no_space.store(true, Ordering::Relaxed);
-                self.data_status(server).map(from_status)
-            }
             Err(e) => Err(e),
         }
     }

@@ -132,12 +132,6 @@ pub(crate) struct Inner {
     pub unsynced: unsynced::Unsynced,
     /// Data servers' boot identities of files closed since their last fsync.
     pub kept_boots: unsynced::KeptBoots,
-    /// The metadata server refused ReadDirPlus as a request it does not know (an older
-    /// server): listings with attributes are made of ReadDir and lookups from then on.
-    pub no_readdir_plus: std::sync::atomic::AtomicBool,
-    /// A data server refused Space as a request it does not know: statfs asks
-    /// DataStatus from then on.
-    pub no_space: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -307,8 +301,6 @@ impl Client {
             open: Mutex::new(HashMap::new()),
             unsynced: unsynced::Unsynced::default(),
             kept_boots: unsynced::KeptBoots::default(),
-            no_readdir_plus: std::sync::atomic::AtomicBool::new(false),
-            no_space: std::sync::atomic::AtomicBool::new(false),
         });
         if via.as_ref().map_or(true, |v| v.renews_in_background()) {
             session::Session::start_renewer(&inner)?;

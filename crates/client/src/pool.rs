@@ -38,8 +38,8 @@ use stripefs_rpc::tls::TlsClient;
 use stripefs_rpc::token::TokenCred;
 use stripefs_rpc::{Conn, Pipe, Secret};
 use stripefs_wire::{
-    encode_request_flags, Cred, Envelope, ErrorCode, Request, Response, ServerId, WireError,
-    FLAG_NO_REPLY,
+    encode_request_flags, Cred, Envelope, ErrorCode, Features, Opcode, Request, Response, ServerId,
+    WireError, FLAG_NO_REPLY,
 };
 
 /// A pooled connection idle for less than this is used without first asking the kernel
@@ -110,6 +110,11 @@ pub trait Transport: Send + Sync + 'static {
         None
     }
 
+    /// The protocol features `server` has (as its `Features` answer says over TCP).
+    fn features(&self, _server: Option<ServerId>) -> Features {
+        Features::all()
+    }
+
     /// Whether the client renews its session on a background thread in real time
     /// (a simulator whose time is virtual keeps its runs repeatable without it).
     fn renews_in_background(&self) -> bool {
@@ -153,7 +158,16 @@ pub(crate) struct ServerPool {
     shared: Arc<Shared>,
     /// Started on the first deferred request.
     flusher: Mutex<Option<JoinHandle<()>>>,
+    /// The server's protocol features, as its last new connection announced them.
+    features: std::sync::atomic::AtomicU64,
+    /// Whether `features` is known: `UNKNOWN`, `ASKED`, or `PREDATES` (the server
+    /// refused `Features`: never asked again).
+    features_state: std::sync::atomic::AtomicU8,
 }
+
+const UNKNOWN: u8 = 0;
+const ASKED: u8 = 1;
+const PREDATES: u8 = 2;
 
 /// Connects, authenticates and, in one more round trip, announces the client's host id
 /// (`ClientHost`: the server counts the connection's bytes as that host's and the
@@ -168,7 +182,7 @@ fn dial(
     tls: Option<&TlsClient>,
 ) -> Result<Conn, WireError> {
     let mut c = Conn::connect_with(addr, secret, token, timeout, tls)?;
-    c.announce(host, codec)?;
+    c.announce(host, codec, false)?;
     Ok(c)
 }
 
@@ -190,17 +204,60 @@ impl ServerPool {
         self
     }
 
-    /// A new connection with this pool's settings.
+    /// A new connection with this pool's settings, which also learns the server's
+    /// protocol features (in the same round trip as the host and codec).
     fn dial(&self) -> Result<Conn, WireError> {
-        dial(
-            &self.addr,
-            &self.secret,
-            self.token.as_deref(),
-            self.timeout,
-            self.host.as_deref(),
-            self.codec,
-            self.tls.as_ref(),
-        )
+        use std::sync::atomic::Ordering::Relaxed;
+        let connect = || {
+            Conn::connect_with(
+                &self.addr,
+                &self.secret,
+                self.token.as_deref(),
+                self.timeout,
+                self.tls.as_ref(),
+            )
+        };
+        let (host, codec) = (self.host.as_deref(), self.codec);
+        let mut c = connect()?;
+        let ask = self.features_state.load(Relaxed) != PREDATES;
+        if let Some(theirs) = c.announce(host, codec, ask)? {
+            self.features.store(theirs.0, Relaxed);
+            if c.is_broken() {
+                tracing::warn!(
+                    "{} predates protocol features (an older stripefs): the client uses \
+                     only what every version 5 server serves",
+                    self.name()
+                );
+                self.features_state.store(PREDATES, Relaxed);
+                c = connect()?;
+                c.announce(host, codec, false)?;
+            } else {
+                self.features_state.store(ASKED, Relaxed);
+            }
+        }
+        Ok(c)
+    }
+
+    /// The server's protocol features; connects first if no connection was made yet.
+    pub fn features(&self) -> Result<Features, WireError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(via) = &self.via {
+            return Ok(via.features(self.id));
+        }
+        if self.features_state.load(Relaxed) == UNKNOWN {
+            let (c, _) = self.checkout()?;
+            self.checkin(c);
+        }
+        Ok(Features(self.features.load(Relaxed)))
+    }
+
+    /// Whether the server serves `op`: every operation but those its row marks as
+    /// needing a feature the server did not announce.
+    pub fn serves(&self, op: Opcode) -> Result<bool, WireError> {
+        match op.feature() {
+            None => Ok(true),
+            Some(f) => Ok(self.features()?.has(f)),
+        }
     }
 
     /// The pool's connections use TLS.
@@ -260,6 +317,8 @@ impl ServerPool {
                 kick: Condvar::new(),
             }),
             flusher: Mutex::new(None),
+            features: Default::default(),
+            features_state: Default::default(),
         }
     }
 
@@ -330,9 +389,32 @@ impl ServerPool {
         parts: &[&[u8]],
         recv: &mut [u8],
     ) -> Result<(Response, usize), WireError> {
+        let op = req.opcode();
+        if !self.serves(op)? {
+            return Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "{} does not serve {} (an older version: it did not announce it)",
+                    self.name(),
+                    op.name()
+                ),
+            ));
+        }
         let r = self.call_uncounted(cred, req, parts, recv);
         self.count(&r, parts.iter().map(|p| p.len()).sum());
-        r
+        match r {
+            // Only the answers its row in the operation table allows.
+            Ok((resp, _)) if !op.answers(resp.kind()) => Err(WireError::new(
+                ErrorCode::UnexpectedMessage,
+                format!(
+                    "{} answered {} with {:?}, which is not one of its answers",
+                    self.name(),
+                    op.name(),
+                    resp.kind()
+                ),
+            )),
+            r => r,
+        }
     }
 
     fn call_uncounted(

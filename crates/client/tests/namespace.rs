@@ -4,6 +4,7 @@ mod common;
 
 use common::{hint, Cluster};
 use stripefs_client::{ErrorCode, FileType, InodeId, OpenOptions};
+use stripefs_wire::Features;
 
 #[test]
 fn bad_names_are_refused() {
@@ -301,4 +302,55 @@ fn opens_by_path_resolve_and_count_in_one_round_trip() {
     root.chmod("/p/q", 0o700).unwrap();
     root.write_file("/p/q/g", b"g", 0o644).unwrap();
     assert_eq!(read(&user, "/p/q/g"), Err(ErrorCode::PermissionDenied));
+}
+
+/// Servers of an older build announce fewer protocol features (or none: they predate the
+/// `Features` request). The client never sends them an operation they lack, which they
+/// would refuse (counted in `refused`); it asks what they serve instead, with the same
+/// answers: a listing with attributes from ReadDir and lookups, statfs from each data
+/// server's status.
+#[test]
+fn servers_without_a_feature_are_never_sent_it_and_answer_the_same() {
+    let cases = [
+        ("every feature", Some(Features::NONE)),
+        ("no ReadDirPlus", Some(Features::READDIR_PLUS)),
+        ("no Space", Some(Features::SPACE)),
+        ("before features", None),
+    ];
+    let mut answers = Vec::new();
+    for (what, lacks) in cases {
+        let cl = Cluster::older(2, lacks);
+        let c = cl.client();
+        c.mkdir("/d", 0o755).unwrap();
+        for (name, len) in [("a", 0usize), ("b", 5000), ("c", 70_000)] {
+            c.write_file(&format!("/d/{name}"), &vec![7u8; len], 0o640)
+                .unwrap();
+        }
+        c.mkdir("/d/sub", 0o700).unwrap();
+        let dir = c.stat("/d").unwrap().ino;
+        let (page, done) = c
+            .readdir_plus_page(dir, "", 100)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(done, "{what}");
+        let listed: Vec<(String, u64, u32)> = page
+            .iter()
+            .map(|(n, a)| (n.clone(), a.size, a.mode))
+            .collect();
+        let st = c.statfs().unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(
+            st.bytes_total > 0 && st.bytes_free <= st.bytes_total,
+            "{what}: {st:?}"
+        );
+        assert_eq!(
+            cl.refused.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{what}: the client sent an operation the server lacks"
+        );
+        answers.push((what, listed));
+    }
+    let (first, expected) = &answers[0];
+    assert_eq!(expected.len(), 4, "{first}: {expected:?}");
+    for (what, listed) in &answers[1..] {
+        assert_eq!(listed, expected, "{what} against {first}");
+    }
 }

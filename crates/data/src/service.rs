@@ -18,9 +18,9 @@ use stripefs_layout::Stripe;
 use stripefs_rpc::{ConnInfo, Part, Payload, Reply, Service};
 use stripefs_wire::sidecar::Entry;
 use stripefs_wire::{
-    padded_block_crc, pieces, Counters, Damage, ErrorCode, InodeId, Request, Response, Role,
-    ServerId, TargetSpace, TargetStatus, WireError, BLOCK_BYTES, MAX_DATA_BYTES,
-    SCRUB_REQUEST_BYTES,
+    padded_block_crc, pieces, AnyOp, Counters, Damage, DataOp, ErrorCode, InodeId, Reach, Request,
+    Response, Role, Route, Scope, ServerId, TargetSpace, TargetStatus, Valid, WireError,
+    BLOCK_BYTES, MAX_DATA_BYTES, SCRUB_REQUEST_BYTES,
 };
 
 /// Directory under a target that holds the objects, fanned out over 256 subdirectories.
@@ -335,29 +335,24 @@ impl DataService {
                 format!("token {:016x} (for {}): {why}", t.id, t.path),
             )
         };
-        let (fid, write) = match req {
-            Request::Ping {}
-            | Request::DataStatus {}
-            | Request::Space {}
-            | Request::LocalityStatus {} => return Ok(()),
-            Request::Read { fid, .. }
-            | Request::ReadList { fid, .. }
-            | Request::Seek { fid, .. }
-            | Request::Allocated { fid }
-            | Request::Fsync { fid }
-            | Request::DropCache { fid } => (*fid, false),
-            Request::Write { fid, .. }
-            | Request::WriteList { fid, .. }
-            | Request::Truncate { fid, .. }
-            | Request::Punch { fid, .. }
-            | Request::Allocate { fid, .. } => (*fid, true),
-            other => {
+        let Scope { reach, writes } = req.scope();
+        let fid = match reach {
+            Reach::Nothing => return Ok(()),
+            Reach::Fid(fid) => fid,
+            Reach::Secret
+            | Reach::Dir(_)
+            | Reach::Dirs(..)
+            | Reach::Ino(_)
+            | Reach::InoAndDir(..)
+            | Reach::Path(_)
+            | Reach::OpenPath(_) => {
                 return Err(denied(format!(
                     "{} needs the cluster secret",
-                    other.opcode().name()
+                    req.opcode().name()
                 )))
             }
         };
+        let write = writes;
         if write && t.read_only {
             return Err(denied(format!(
                 "read-only: {} refused",
@@ -1727,6 +1722,7 @@ impl DataService {
     }
 
     fn dispatch(&self, conn: &ConnInfo, req: Request, data: &[u8]) -> Reply {
+        let opcode = req.opcode();
         if data.len() > MAX_DATA_BYTES as usize {
             let msg = format!(
                 "request carries {} bytes, the limit is {MAX_DATA_BYTES}",
@@ -1734,30 +1730,49 @@ impl DataService {
             );
             return Reply::err(WireError::new(ErrorCode::InvalidArgument, msg));
         }
-        // The server loop validated already; handlers rely on it, so check again for
-        // callers that come straight here.
-        if let Err(e) = req.validate(data.len() as u32) {
-            return Reply::err(e);
-        }
-        let result = match req {
-            Request::Ping {} => Ok(Response::Pong {
-                role: Role::Data,
-                server_id: Some(self.id),
-                version: env!("CARGO_PKG_VERSION").to_string(),
-            }),
-            Request::Write {
+        let op = match req.route() {
+            Route::DataOp(op) => op,
+            Route::AnyOp(AnyOp::Ping {}) => {
+                return Reply::ok(Response::Pong {
+                    role: Role::Data,
+                    server_id: Some(self.id),
+                    version: env!("CARGO_PKG_VERSION").to_string(),
+                })
+            }
+            Route::ConnectionOp(op) => {
+                return Reply::err(WireError::new(
+                    ErrorCode::UnexpectedMessage,
+                    format!(
+                        "{} is not for this point of a connection",
+                        op.opcode().name()
+                    ),
+                ))
+            }
+            Route::MetaReadOp(_) | Route::MetaWriteOp(_) | Route::MetaOp(_) => {
+                return Reply::err(WireError::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "data server {} does not serve {} (the metadata server does)",
+                        self.id.0,
+                        opcode.name()
+                    ),
+                ))
+            }
+        };
+        let result = match op {
+            DataOp::Write {
                 fid,
                 unit,
                 offset,
                 crcs,
             } => self.write(conn, fid, unit, offset, &crcs, data),
-            Request::WriteList {
+            DataOp::WriteList {
                 fid,
                 unit,
                 extents,
                 crcs,
             } => self.write_list(&conn.peer, fid, unit, &extents, &crcs, data),
-            Request::Read {
+            DataOp::Read {
                 fid,
                 unit,
                 offset,
@@ -1777,7 +1792,7 @@ impl DataService {
                     Err(e) => Reply::err(e),
                 };
             }
-            Request::ReadList { fid, unit, ranges } => {
+            DataOp::ReadList { fid, unit, ranges } => {
                 // Range by range through memory: each range's locks are released before
                 // the next is taken, so a list read never waits holding a lock.
                 let total: usize = ranges.iter().map(|r| r.1 as usize).sum();
@@ -1797,38 +1812,38 @@ impl DataService {
                     data: Payload::Bytes(bytes),
                 };
             }
-            Request::Truncate {
+            DataOp::Truncate {
                 fid,
                 unit,
                 local_size,
             } => self.truncate(fid, unit, local_size),
-            Request::Remove { fid } => self.remove(fid),
-            Request::Fsync { fid } => self.fsync(fid),
-            Request::DropCache { fid } => self.drop_cache(fid),
-            Request::Punch {
+            DataOp::Remove { fid } => self.remove(fid),
+            DataOp::Fsync { fid } => self.fsync(fid),
+            DataOp::DropCache { fid } => self.drop_cache(fid),
+            DataOp::Punch {
                 fid,
                 unit,
                 offset,
                 len,
             } => self.punch(fid, unit, offset, len),
-            Request::Allocate {
+            DataOp::Allocate {
                 fid,
                 unit,
                 offset,
                 len,
             } => self.allocate(fid, unit, offset, len),
-            Request::Seek {
+            DataOp::Seek {
                 fid,
                 unit,
                 offset,
                 hole,
             } => self.seek(fid, unit, offset, hole),
-            Request::Allocated { fid } => self.allocated(fid),
-            Request::DataStatus {} => self.status(),
-            Request::ListObjects { after, limit } => self
+            DataOp::Allocated { fid } => self.allocated(fid),
+            DataOp::DataStatus {} => self.status(),
+            DataOp::ListObjects { after, limit } => self
                 .list_objects(after, limit)
                 .map(|(fids, done)| Response::Objects { fids, done }),
-            Request::Scrub {
+            DataOp::Scrub {
                 fid,
                 target,
                 offset,
@@ -1839,8 +1854,8 @@ impl DataService {
                     damaged,
                 },
             ),
-            Request::Space {} => self.space(),
-            Request::LocalityStatus {} => {
+            DataOp::Space {} => self.space(),
+            DataOp::LocalityStatus {} => {
                 let s = &self.stats;
                 let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
                 Ok(Response::LocalityStatus {
@@ -1852,7 +1867,7 @@ impl DataService {
                     short_circuit_opens: get(&s.local_opens),
                 })
             }
-            Request::ScrubStatus {} => {
+            DataOp::ScrubStatus {} => {
                 let s = &self.stats;
                 Ok(Response::ScrubStatus {
                     scrubbed_bytes: s.scrubbed_bytes.load(Ordering::Relaxed),
@@ -1861,14 +1876,6 @@ impl DataService {
                     rate_bytes_s: s.scrub_rate_bytes_s.load(Ordering::Relaxed),
                 })
             }
-            other => Err(WireError::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "data server {} does not serve {}",
-                    self.id.0,
-                    other.opcode().name()
-                ),
-            )),
         };
         Reply::from_result(result)
     }
@@ -1967,13 +1974,11 @@ fn verify_transit(
 }
 
 impl Service for DataService {
-    fn handle(&self, conn: &ConnInfo, env: stripefs_wire::Envelope, data: &[u8]) -> Reply {
-        // ScrubStatus rides along with DataStatus (`cluster status`) and is not counted,
-        // so that one status moves the counters by one.
-        if !matches!(
-            env.req,
-            Request::ScrubStatus {} | Request::LocalityStatus {}
-        ) {
+    fn handle(&self, conn: &ConnInfo, req: Valid, data: &[u8]) -> Reply {
+        let env = req.into_env();
+        // ScrubStatus rides along with DataStatus (`cluster status`) and is not counted
+        // (its row says), so that one status moves the counters by one.
+        if env.req.opcode().counted() {
             self.stats.requests.fetch_add(1, Ordering::Relaxed);
         }
         if matches!(env.req, Request::Write { .. } | Request::WriteList { .. }) {

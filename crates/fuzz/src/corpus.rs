@@ -114,6 +114,9 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::Hello => Request::Hello { nonce: rng.gen() },
         Opcode::Auth => Request::Auth { proof: rng.gen() },
         Opcode::Ping => Request::Ping {},
+        Opcode::Features => Request::Features {
+            features: Features(rng.gen()),
+        },
         Opcode::Lookup => Request::Lookup {
             parent: ino(rng),
             name: text(rng),
@@ -443,50 +446,31 @@ fn counters(rng: &mut StdRng) -> Counters {
     }
 }
 
-/// A plausible successful response to opcode `op` and its bulk data length.
+/// A plausible successful response to opcode `op` and its bulk data length: one of the
+/// replies its row in the operation table allows, so the corpus and the servers agree.
 fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
-    let r = match op {
-        Opcode::Hello | Opcode::TokenHello => Response::Challenge {
+    let kind = *op.replies().choose(rng).expect("every row names a reply");
+    let r = match kind {
+        ReplyKind::Challenge => Response::Challenge {
             nonce: rng.gen(),
             proof: rng.gen(),
         },
-        Opcode::Ping => Response::Pong {
+        ReplyKind::Pong => Response::Pong {
             role: if rng.gen() { Role::Meta } else { Role::Data },
             server_id: rng.gen_bool(0.5).then(|| ServerId(rng.gen_range(0..16))),
             version: "0.1.0".into(),
         },
-        Opcode::Lookup
-        | Opcode::GetAttr
-        | Opcode::Resolve
-        | Opcode::Mkdir
-        | Opcode::Create
-        | Opcode::CreateOpen
-        | Opcode::Mknod
-        | Opcode::Symlink
-        | Opcode::Link
-        // The parent directory's attributes after the removal.
-        | Opcode::Unlink
-        | Opcode::Rmdir
-        | Opcode::SetAttr
-        | Opcode::SetLayout
-        | Opcode::WriteInline
-        | Opcode::WriteInlineUnsynced
-        | Opcode::ReadInline
-        | Opcode::Uninline
-        | Opcode::SetXattr
-        | Opcode::RemoveXattr
-        | Opcode::OpenPath
-        | Opcode::Open => Response::Attr(attr(rng)),
-        Opcode::GetXattr => Response::Xattr {
+        ReplyKind::Attr => Response::Attr(attr(rng)),
+        ReplyKind::Xattr => Response::Xattr {
             value: (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect(),
         },
-        Opcode::ListXattr => Response::XattrNames {
+        ReplyKind::XattrNames => Response::XattrNames {
             names: (0..rng.gen_range(0..4))
                 .map(|_| format!("user.{}", text(rng)))
                 .collect(),
         },
-        Opcode::Readlink => Response::Target(text(rng)),
-        Opcode::ReadDir => Response::Entries {
+        ReplyKind::Target => Response::Target(text(rng)),
+        ReplyKind::Entries => Response::Entries {
             entries: (0..rng.gen_range(0..4))
                 .map(|_| DirEntry {
                     name: text(rng),
@@ -496,13 +480,13 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                 .collect(),
             done: rng.gen(),
         },
-        Opcode::ReadDirPlus => Response::EntriesPlus {
+        ReplyKind::EntriesPlus => Response::EntriesPlus {
             entries: (0..rng.gen_range(0..3))
                 .map(|_| (text(rng), attr(rng)))
                 .collect(),
             done: rng.gen(),
         },
-        Opcode::DataServers => Response::DataServers {
+        ReplyKind::DataServers => Response::DataServers {
             servers: (0..rng.gen_range(0..4))
                 .map(|i| {
                     (
@@ -512,7 +496,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                 })
                 .collect(),
         },
-        Opcode::LocalityStatus => Response::LocalityStatus {
+        ReplyKind::LocalityStatus => Response::LocalityStatus {
             host: "h0".into(),
             same_host_received: rng.gen(),
             same_host_sent: rng.gen(),
@@ -520,11 +504,11 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             other_host_sent: rng.gen(),
             short_circuit_opens: rng.gen(),
         },
-        Opcode::SessionOpen | Opcode::SessionRenew => Response::Session {
+        ReplyKind::Session => Response::Session {
             session: rng.gen(),
             lease_ms: rng.gen(),
         },
-        Opcode::MetaStatus => Response::MetaStatus {
+        ReplyKind::MetaStatus => Response::MetaStatus {
             inodes: rng.gen(),
             files: rng.gen(),
             dirs: rng.gen(),
@@ -532,12 +516,12 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             db_bytes: rng.gen(),
             counters: counters(rng),
         },
-        Opcode::Read | Opcode::ReadList => {
+        ReplyKind::ReadData => {
             let blocks = rng.gen_range(0..4u32);
             let crcs = (0..blocks).map(|_| rng.gen()).collect();
             return (Response::ReadData { crcs }, blocks * BLOCK_BYTES);
         }
-        Opcode::DataStatus => Response::DataStatus {
+        ReplyKind::DataStatus => Response::DataStatus {
             server_id: ServerId(rng.gen_range(0..16)),
             targets: vec![TargetStatus {
                 path: format!("/disk/{}", text(rng)),
@@ -548,18 +532,16 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             }],
             counters: counters(rng),
         },
-        Opcode::Seek => Response::Offset {
+        ReplyKind::Offset => Response::Offset {
             offset: rng.gen_bool(0.5).then(|| rng.gen()),
         },
-        Opcode::Allocated => Response::Allocated { bytes: rng.gen() },
-        Opcode::Write | Opcode::WriteList | Opcode::Fsync => {
-            Response::Written { boot_id: rng.gen() }
-        }
-        Opcode::ListObjects => Response::Objects {
+        ReplyKind::Allocated => Response::Allocated { bytes: rng.gen() },
+        ReplyKind::Written => Response::Written { boot_id: rng.gen() },
+        ReplyKind::Objects => Response::Objects {
             fids: (0..rng.gen_range(0..4)).map(|_| ino(rng)).collect(),
             done: rng.gen(),
         },
-        Opcode::Scrub => Response::Scrubbed {
+        ReplyKind::Scrubbed => Response::Scrubbed {
             bytes: rng.gen(),
             next: rng.gen_bool(0.5).then(|| rng.gen()),
             damaged: (0..rng.gen_range(0..3))
@@ -572,7 +554,7 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                 })
                 .collect(),
         },
-        Opcode::Space => Response::Space {
+        ReplyKind::Space => Response::Space {
             targets: (0..rng.gen_range(0..4))
                 .map(|_| TargetSpace {
                     bytes_total: rng.gen(),
@@ -580,30 +562,16 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
                 })
                 .collect(),
         },
-        Opcode::ScrubStatus => Response::ScrubStatus {
+        ReplyKind::ScrubStatus => Response::ScrubStatus {
             scrubbed_bytes: rng.gen(),
             damaged_blocks: rng.gen(),
             passes: rng.gen(),
             rate_bytes_s: rng.gen(),
         },
-        Opcode::Auth
-        | Opcode::Rename
-        | Opcode::Exchange
-        | Opcode::Close
-        | Opcode::ExtendSize
-        | Opcode::ExtendSizeUnsynced
-        | Opcode::Access
-        | Opcode::Truncate
-        | Opcode::Remove
-        | Opcode::DropCache
-        | Opcode::Punch
-        | Opcode::Allocate
-        | Opcode::SessionEnd
-        | Opcode::SyncMeta
-        | Opcode::ClientHost
-        | Opcode::SetCompression
-        | Opcode::TokenRevoke
-        | Opcode::TokenAllows => Response::Done,
+        ReplyKind::Done => Response::Done,
+        ReplyKind::Features => Response::Features {
+            features: Features(rng.gen()),
+        },
     };
     (r, 0)
 }

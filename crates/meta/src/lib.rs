@@ -77,8 +77,8 @@ use std::time::{Duration, Instant};
 use store::{need, Inode, Rd, Tables};
 use stripefs_rpc::{ClusterConfig, ConnInfo, Reply, Service};
 use stripefs_wire::{
-    Counters, Cred, Envelope, ErrorCode, FileType, InodeId, LayoutHint, Request, Response, Role,
-    WireError,
+    AnyOp, Counters, Cred, Envelope, ErrorCode, FileType, InodeId, LayoutHint, MetaOp, MetaReadOp,
+    MetaWriteOp, Response, Role, Route, Valid, WireError,
 };
 use writer::{Answer, Job, Writer};
 
@@ -588,30 +588,54 @@ impl MetaService {
                 "metadata server is stopping",
             ));
         }
-        req.validate(0)?;
-        match req {
-            Request::Ping {} => Ok(Response::Pong {
+        match req.route() {
+            Route::AnyOp(AnyOp::Ping {}) => Ok(Response::Pong {
                 role: Role::Meta,
                 server_id: None,
                 version: env!("CARGO_PKG_VERSION").to_string(),
             }),
-            Request::Hello { .. } | Request::Auth { .. } => Err(WireError::new(
+            // The rpc layer serves these; any that reaches a service is out of place.
+            Route::ConnectionOp(op) => Err(WireError::new(
                 ErrorCode::UnexpectedMessage,
-                "already authenticated",
+                format!(
+                    "{} is not for this point of a connection",
+                    op.opcode().name()
+                ),
             )),
-            Request::Open {
+            Route::DataOp(op) => Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "the metadata server does not serve {} (a data server does)",
+                    op.opcode().name()
+                ),
+            )),
+            Route::MetaReadOp(op) => self.read(&cred, &op),
+            Route::MetaWriteOp(req) => self.submit(Job::Client {
+                cred,
+                req,
+                host: host.map(str::to_string),
+            }),
+            Route::MetaOp(op) => self.direct(cred, op, host),
+        }
+    }
+
+    /// The metadata server's operations that are neither reads of a snapshot nor
+    /// changes through the writer.
+    fn direct(&self, cred: Cred, op: MetaOp, host: Option<&str>) -> Answer {
+        match op {
+            MetaOp::Open {
                 ino,
                 session,
                 read,
                 write,
             } => self.open_file(&cred, Target::Ino(ino.0), session, read, write, true),
-            Request::OpenPath {
+            MetaOp::OpenPath {
                 path,
                 session,
                 read,
                 write,
             } => self.open_file(&cred, Target::Path(&path), session, read, write, true),
-            Request::CreateOpen {
+            MetaOp::CreateOpen {
                 parent,
                 name,
                 mode,
@@ -627,7 +651,7 @@ impl MetaService {
                     .lock()
                     .sessions
                     .get(session, Instant::now())?;
-                let create = Request::Create {
+                let create = MetaWriteOp::Create {
                     parent,
                     name: name.clone(),
                     mode,
@@ -645,7 +669,7 @@ impl MetaService {
                         self.open_file(&cred, Target::Ino(a.ino.0), session, read, write, false)
                     }
                     Err(e) if e.code == ErrorCode::Exists && !exclusive => {
-                        let ino = match self.read(&cred, &Request::Lookup { parent, name })? {
+                        let ino = match self.read(&cred, &MetaReadOp::Lookup { parent, name })? {
                             Response::Attr(a) if a.ftype == FileType::File => a.ino.0,
                             Response::Attr(a) if a.ftype == FileType::Dir => {
                                 return Err(WireError::new(
@@ -666,11 +690,11 @@ impl MetaService {
                     other => other,
                 }
             }
-            Request::Close { ino, session } => self.close_file(ino.0, session),
-            Request::Uninline { ino } => {
+            MetaOp::Close { ino, session } => self.close_file(ino.0, session),
+            MetaOp::Uninline { ino } => {
                 inline::uninline(&self.core, self.core.net.as_ref(), &cred, ino.0)
             }
-            Request::SessionOpen {} => {
+            MetaOp::SessionOpen {} => {
                 let mut st = self.core.opens.lock();
                 let session = st.sessions.open(Instant::now())?;
                 let lease_ms = st.sessions.lease().as_millis() as u64;
@@ -678,7 +702,7 @@ impl MetaService {
                 tracing::debug!("session {session:#x} opened");
                 Ok(Response::Session { session, lease_ms })
             }
-            Request::SessionRenew { session } => {
+            MetaOp::SessionRenew { session } => {
                 let mut st = self.core.opens.lock();
                 match st.sessions.renew(session, Instant::now()) {
                     Ok(()) => Ok(Response::Session {
@@ -693,7 +717,7 @@ impl MetaService {
                     }
                 }
             }
-            Request::SessionEnd { session } => {
+            MetaOp::SessionEnd { session } => {
                 end_session(&self.core, session, "the client ended it");
                 Ok(Response::Done)
             }
@@ -701,7 +725,7 @@ impl MetaService {
             // once this one's turn comes, everything answered before it is durable.
             // A session of another start: what this server's predecessor answered
             // unsynced may be lost, which the fsync must report, not bless.
-            Request::SyncMeta { session }
+            MetaOp::SyncMeta { session }
                 if session != 0 && !self.core.opens.lock().sessions.started_here(session) =>
             {
                 Err(WireError::new(
@@ -713,9 +737,9 @@ impl MetaService {
                     ),
                 ))
             }
-            Request::SyncMeta { .. } => self.submit(Job::Sync),
-            Request::MetaStatus {} => self.status(),
-            Request::DataServers {} => {
+            MetaOp::SyncMeta { .. } => self.submit(Job::Sync),
+            MetaOp::MetaStatus {} => self.status(),
+            MetaOp::DataServers {} => {
                 let p = &self.core.placement;
                 Ok(Response::DataServers {
                     servers: p
@@ -726,43 +750,37 @@ impl MetaService {
                         .collect(),
                 })
             }
-            req if ops::is_mutation(&req) => self.submit(Job::Client {
-                cred,
-                req,
-                host: host.map(str::to_string),
-            }),
-            req => self.read(&cred, &req),
+            MetaOp::TokenRevoke { id } => self.scopes.revoke(id).map(|()| Response::Done),
+            MetaOp::TokenAllows { token, fid, write } => {
+                stripefs_rpc::token::Token::from_payload(&token)
+                    .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e))
+                    .and_then(|t| self.scopes.allows(&t, self, fid.0, write))
+                    .map(|()| Response::Done)
+            }
         }
     }
 
-    fn read(&self, cred: &Cred, req: &Request) -> Answer {
+    fn read(&self, cred: &Cred, req: &MetaReadOp) -> Answer {
         self.core.with_view(|rd| Self::read_in(rd, cred, req))
     }
 
-    fn read_in(rd: &View, cred: &Cred, req: &Request) -> Answer {
+    fn read_in(rd: &View, cred: &Cred, req: &MetaReadOp) -> Answer {
         use ops::read;
         match req {
-            Request::Lookup { parent, name } => read::lookup(rd, cred, parent.0, name),
-            Request::GetAttr { ino } => read::get_attr(rd, ino.0),
-            Request::Resolve { path, follow } => read::resolve(rd, cred, path, *follow),
-            Request::Readlink { ino } => read::readlink(rd, ino.0),
-            Request::ReadDir { ino, after, limit } => {
+            MetaReadOp::Lookup { parent, name } => read::lookup(rd, cred, parent.0, name),
+            MetaReadOp::GetAttr { ino } => read::get_attr(rd, ino.0),
+            MetaReadOp::Resolve { path, follow } => read::resolve(rd, cred, path, *follow),
+            MetaReadOp::Readlink { ino } => read::readlink(rd, ino.0),
+            MetaReadOp::ReadDir { ino, after, limit } => {
                 read::read_dir(rd, cred, ino.0, after, *limit)
             }
-            Request::ReadDirPlus { ino, after, limit } => {
+            MetaReadOp::ReadDirPlus { ino, after, limit } => {
                 read::read_dir_plus(rd, cred, ino.0, after, *limit)
             }
-            Request::Access { ino, mask } => read::access(rd, cred, ino.0, *mask),
-            Request::ReadInline { ino } => inline::read(rd, cred, ino.0),
-            Request::GetXattr { ino, name } => ops::xattr::get(rd, cred, ino.0, name),
-            Request::ListXattr { ino } => ops::xattr::list(rd, cred, ino.0),
-            other => Err(WireError::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "the metadata server does not serve {}",
-                    other.opcode().name()
-                ),
-            )),
+            MetaReadOp::Access { ino, mask } => read::access(rd, cred, ino.0, *mask),
+            MetaReadOp::ReadInline { ino } => inline::read(rd, cred, ino.0),
+            MetaReadOp::GetXattr { ino, name } => ops::xattr::get(rd, cred, ino.0, name),
+            MetaReadOp::ListXattr { ino } => ops::xattr::list(rd, cred, ino.0),
         }
     }
 
@@ -955,7 +973,7 @@ impl scope::Namespace for MetaService {
     }
 
     fn resolve(&self, path: &str) -> Result<u64, WireError> {
-        let req = Request::Resolve {
+        let req = MetaReadOp::Resolve {
             path: path.to_string(),
             follow: true,
         };
@@ -969,7 +987,7 @@ impl scope::Namespace for MetaService {
     }
 
     fn lookup(&self, parent: u64, name: &str) -> Result<u64, WireError> {
-        let req = Request::Lookup {
+        let req = MetaReadOp::Lookup {
             parent: InodeId(parent),
             name: name.to_string(),
         };
@@ -993,20 +1011,6 @@ impl MetaService {
         self.scopes.admit(t, self, &req, &answer)?;
         Ok(answer)
     }
-
-    /// Token administration, for peers that hold the cluster secret.
-    fn token_admin(&self, req: &Request) -> Option<Answer> {
-        match req {
-            Request::TokenRevoke { id } => Some(self.scopes.revoke(*id).map(|()| Response::Done)),
-            Request::TokenAllows { token, fid, write } => Some(
-                stripefs_rpc::token::Token::from_payload(token)
-                    .map_err(|e| WireError::new(ErrorCode::InvalidArgument, e))
-                    .and_then(|t| self.scopes.allows(&t, self, fid.0, *write))
-                    .map(|()| Response::Done),
-            ),
-            _ => None,
-        }
-    }
 }
 
 impl Service for MetaService {
@@ -1014,15 +1018,17 @@ impl Service for MetaService {
         self.scopes.check_revoked(t)
     }
 
-    fn handle(&self, conn: &ConnInfo, env: Envelope, _data: &[u8]) -> Reply {
-        self.core.requests.fetch_add(1, Ordering::Relaxed);
+    fn handle(&self, conn: &ConnInfo, req: Valid, _data: &[u8]) -> Reply {
+        let env = req.into_env();
+        if env.req.opcode().counted() {
+            self.core.requests.fetch_add(1, Ordering::Relaxed);
+        }
         if self.core.in_grace.load(Ordering::Relaxed) {
             self.end_grace_if_due();
         }
-        let answer = match (&conn.token, self.token_admin(&env.req)) {
-            (Some(t), _) => self.scoped(t, env, conn.host.as_deref()),
-            (None, Some(a)) => a,
-            (None, None) => self.dispatch(env, conn.host.as_deref()),
+        let answer = match &conn.token {
+            Some(t) => self.scoped(t, env, conn.host.as_deref()),
+            None => self.dispatch(env, conn.host.as_deref()),
         };
         if answer.is_err() {
             self.core.errors.fetch_add(1, Ordering::Relaxed);

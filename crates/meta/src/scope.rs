@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use stripefs_rpc::token::Token;
-use stripefs_wire::{ErrorCode, Request, Response, WireError};
+use stripefs_wire::{ErrorCode, Reach, Request, Response, Scope, WireError};
 
 /// Most file inodes remembered per token; past it the set starts again (clients then
 /// look paths up again).
@@ -44,19 +44,6 @@ pub fn denied(t: &Token, why: impl std::fmt::Display) -> WireError {
         ErrorCode::PermissionDenied,
         format!("token {:016x} (for {}): {why}", t.id, t.path),
     )
-}
-
-/// Requests that change the namespace or a file: the writer's mutations, and creating
-/// or opening a file for writing.
-fn mutates(req: &Request) -> bool {
-    crate::ops::is_mutation(req)
-        || matches!(
-            req,
-            Request::CreateOpen { .. }
-                | Request::Open { write: true, .. }
-                | Request::OpenPath { write: true, .. }
-                | Request::Uninline { .. }
-        )
 }
 
 /// What the scope check needs from the namespace.
@@ -224,67 +211,29 @@ impl Scopes {
         Ok(true)
     }
 
-    /// Checks a request made with token `t` before it runs.
+    /// Checks a request made with token `t` before it runs: what its row of the
+    /// operation table says it reaches must be inside the token's tree.
     pub fn authorize(&self, t: &Token, ns: &dyn Namespace, req: &Request) -> Result<(), WireError> {
-        if t.read_only && mutates(req) {
+        let Scope { reach, writes } = req.scope();
+        if t.read_only && writes {
             return Err(denied(
                 t,
                 format!("read-only: {} refused", req.opcode().name()),
             ));
         }
-        match req {
-            Request::Ping {}
-            | Request::MetaStatus {}
-            | Request::SessionOpen {}
-            | Request::SessionRenew { .. }
-            | Request::SessionEnd { .. }
-            | Request::SyncMeta { .. }
-            | Request::DataServers {} => Ok(()),
-            Request::Lookup { parent, .. }
-            | Request::Mkdir { parent, .. }
-            | Request::Create { parent, .. }
-            | Request::CreateOpen { parent, .. }
-            | Request::Mknod { parent, .. }
-            | Request::Symlink { parent, .. }
-            | Request::Unlink { parent, .. }
-            | Request::Rmdir { parent, .. } => self.need_dir(t, ns, parent.0),
-            Request::Rename {
-                src_parent,
-                dst_parent,
-                ..
+        match reach {
+            Reach::Nothing => Ok(()),
+            Reach::Dir(d) => self.need_dir(t, ns, d.0),
+            Reach::Dirs(a, b) => {
+                self.need_dir(t, ns, a.0)?;
+                self.need_dir(t, ns, b.0)
             }
-            | Request::Exchange {
-                a_parent: src_parent,
-                b_parent: dst_parent,
-                ..
-            } => {
-                self.need_dir(t, ns, src_parent.0)?;
-                self.need_dir(t, ns, dst_parent.0)
+            Reach::Ino(i) => self.need_ino(t, ns, i.0),
+            Reach::InoAndDir(i, d) => {
+                self.need_ino(t, ns, i.0)?;
+                self.need_dir(t, ns, d.0)
             }
-            Request::Link { ino, parent, .. } => {
-                self.need_ino(t, ns, ino.0)?;
-                self.need_dir(t, ns, parent.0)
-            }
-            Request::GetAttr { ino }
-            | Request::Readlink { ino }
-            | Request::SetAttr { ino, .. }
-            | Request::ReadDir { ino, .. }
-            | Request::ReadDirPlus { ino, .. }
-            | Request::Open { ino, .. }
-            | Request::Close { ino, .. }
-            | Request::ExtendSize { ino, .. }
-            | Request::ExtendSizeUnsynced { ino, .. }
-            | Request::SetLayout { ino, .. }
-            | Request::WriteInline { ino, .. }
-            | Request::WriteInlineUnsynced { ino, .. }
-            | Request::ReadInline { ino }
-            | Request::Uninline { ino }
-            | Request::GetXattr { ino, .. }
-            | Request::ListXattr { ino }
-            | Request::SetXattr { ino, .. }
-            | Request::RemoveXattr { ino, .. }
-            | Request::Access { ino, .. } => self.need_ino(t, ns, ino.0),
-            Request::Resolve { path, .. } => {
+            Reach::Path(path) => {
                 let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
                 if t.covers(&p) {
                     Ok(())
@@ -294,7 +243,7 @@ impl Scopes {
             }
             // An open counts as it runs, so its target is judged first, as a Resolve's
             // answer would be: the path inside the tree and not leading out of it.
-            Request::OpenPath { path, .. } => {
+            Reach::OpenPath(path) => {
                 let p = stripefs_rpc::token::normalise(path).map_err(|e| denied(t, e))?;
                 if !t.covers(&p) {
                     return Err(denied(t, format!("{path} is outside its tree")));
@@ -302,9 +251,10 @@ impl Scopes {
                 let ino = ns.resolve(&p)?;
                 self.reached_inside(t, ns, path, ino).map(|_| ())
             }
-            other => Err(denied(
+            // A file's objects are a data server's; the secret's holders ask the rest.
+            Reach::Fid(_) | Reach::Secret => Err(denied(
                 t,
-                format!("{} needs the cluster secret", other.opcode().name()),
+                format!("{} needs the cluster secret", req.opcode().name()),
             )),
         }
     }

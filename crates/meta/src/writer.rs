@@ -72,7 +72,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use stripefs_wire::{Cred, ErrorCode, Request, Response, WireError};
+use stripefs_wire::{Cred, ErrorCode, MetaWriteOp, Response, WireError};
 
 /// Most operations committed by one batch.
 pub const MAX_BATCH: usize = 256;
@@ -113,7 +113,7 @@ pub enum Job {
     /// `host`: the client's host (`ClientHost` on its connection), for placement.
     Client {
         cred: Cred,
-        req: Request,
+        req: MetaWriteOp,
         host: Option<String>,
     },
     /// The last Close of an inode that lost its last link while open.
@@ -137,7 +137,8 @@ impl Job {
         matches!(
             self,
             Job::Client {
-                req: Request::WriteInlineUnsynced { .. } | Request::ExtendSizeUnsynced { .. },
+                req: MetaWriteOp::WriteInlineUnsynced { .. }
+                    | MetaWriteOp::ExtendSizeUnsynced { .. },
                 ..
             }
         )

@@ -58,16 +58,15 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
 }
 
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
-    let conn = ConnInfo {
-        peer: SocketAddr::from(([127, 0, 0, 1], 9)),
-        host: None,
-        token: None,
-    };
+    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 9)));
     let env = Envelope {
         cred: Cred::root(),
         req,
     };
-    svc.handle(&conn, env, &[]).result
+    match stripefs_wire::Valid::check(env, 0) {
+        Ok(req) => svc.handle(&conn, req, &[]).result,
+        Err(e) => Err(e),
+    }
 }
 
 fn create(svc: &MetaService, parent: u64, name: &str) -> u64 {

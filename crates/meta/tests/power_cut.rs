@@ -70,20 +70,13 @@ fn open(disk: Arc<dyn MetaDisk>, clock: &Arc<SimClock>, tuning: Tuning) -> Arc<M
 }
 
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
-    let conn = ConnInfo {
-        peer: SocketAddr::from(([127, 0, 0, 1], 9)),
-        host: None,
-        token: None,
+    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 9)));
+    let env = Envelope {
+        cred: Cred::root(),
+        req,
     };
-    let reply = svc.handle(
-        &conn,
-        Envelope {
-            cred: Cred::root(),
-            req,
-        },
-        &[],
-    );
-    reply.result
+    let req = stripefs_wire::Valid::check(env, 0)?;
+    svc.handle(&conn, req, &[]).result
 }
 
 /// The whole namespace: path -> (is directory).

@@ -41,8 +41,8 @@ impl FakeData {
 }
 
 impl Service for FakeData {
-    fn handle(&self, _c: &ConnInfo, env: Envelope, _d: &[u8]) -> Reply {
-        match env.req {
+    fn handle(&self, _c: &ConnInfo, req: Valid, _d: &[u8]) -> Reply {
+        match req.into_env().req {
             Request::Remove { fid } => {
                 if self.1.lock().unwrap().remove(&fid.0) {
                     return Reply::err(WireError::new(ErrorCode::Io, "injected failure"));

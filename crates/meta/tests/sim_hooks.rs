@@ -28,16 +28,15 @@ impl DataNet for Recorder {
 }
 
 fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
-    let conn = ConnInfo {
-        peer: SocketAddr::from(([127, 0, 0, 1], 9)),
-        host: None,
-        token: None,
-    };
+    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 9)));
     let env = Envelope {
         cred: Cred::root(),
         req,
     };
-    svc.handle(&conn, env, &[]).result
+    match stripefs_wire::Valid::check(env, 0) {
+        Ok(req) => svc.handle(&conn, req, &[]).result,
+        Err(e) => Err(e),
+    }
 }
 
 #[test]

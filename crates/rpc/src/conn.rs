@@ -7,8 +7,8 @@ use crate::tls::{Stream, TlsClient};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 use stripefs_wire::{
-    decode_response, encode_request, encode_request_flags, Cred, Envelope, ErrorCode, Opcode,
-    Request, Response, WireError, FLAG_COMPRESSED, FLAG_NO_REPLY,
+    decode_response, encode_request, encode_request_flags, Cred, Envelope, ErrorCode, Features,
+    Opcode, Request, Response, WireError, FLAG_COMPRESSED, FLAG_NO_REPLY,
 };
 
 /// Default timeout for connecting and for each read and write, in milliseconds.
@@ -205,11 +205,19 @@ impl Conn {
     }
 
     /// Tells the server, in one round trip, the client's host (`ClientHost`, so that the
-    /// server counts this connection's bytes as that host's) and how bulk data is to be
-    /// compressed both ways from now on (`SetCompression`; `Off` sends nothing). A server
-    /// that refuses either answers with an error, returned here; the connection then
-    /// stays uncompressed.
-    pub fn announce(&mut self, host: Option<&str>, codec: Codec) -> Result<(), WireError> {
+    /// server counts this connection's bytes as that host's), how bulk data is to be
+    /// compressed both ways from now on (`SetCompression`; `Off` sends nothing) and, if
+    /// `ask`, this build's protocol features, learning the server's (`Features`,
+    /// returned). A server that refuses the host or the codec answers with an error,
+    /// returned here; the connection then stays uncompressed. A server that predates
+    /// `Features` refuses it and closes the connection: then the answer is
+    /// `Features::NONE` and the connection is broken, to be dialed again without asking.
+    pub fn announce(
+        &mut self,
+        host: Option<&str>,
+        codec: Codec,
+        ask: bool,
+    ) -> Result<Option<Features>, WireError> {
         let mut reqs = Vec::new();
         if let Some(host) = host {
             reqs.push(Request::ClientHost {
@@ -220,14 +228,44 @@ impl Conn {
             let (c, level) = codec.to_wire();
             reqs.push(Request::SetCompression { codec: c, level });
         }
-        if reqs.is_empty() {
-            return Ok(());
+        if ask {
+            reqs.push(Request::Features {
+                features: Features::all(),
+            });
         }
-        for r in self.call_many(&Cred::root(), reqs)? {
+        if reqs.is_empty() {
+            return Ok(None);
+        }
+        let mut answers = match self.call_many(&Cred::root(), reqs) {
+            Err(e) if ask && e.code == ErrorCode::BadFrame => {
+                self.broken = true;
+                return Ok(Some(Features::NONE));
+            }
+            r => r?,
+        };
+        let theirs = if ask {
+            match answers.pop().expect("one answer per request") {
+                Ok(Response::Features { features }) => Some(features),
+                Err(e) if e.code == ErrorCode::BadFrame => {
+                    self.broken = true;
+                    return Ok(Some(Features::NONE));
+                }
+                Ok(_) => {
+                    return Err(self.fail(
+                        ErrorCode::UnexpectedMessage,
+                        "answered Features without its features",
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        for r in answers {
             r?;
         }
         self.codec = codec;
-        Ok(())
+        Ok(theirs)
     }
 
     /// The connection's codec.

@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stripefs_wire::{
-    decode_request, encode_response, encode_response_flags, Envelope, ErrorCode, FrameError,
-    Header, Opcode, Request, Response, WireError, FLAG_COMPRESSED,
+    decode_request, encode_response, encode_response_flags, ConnectionOp, Envelope, ErrorCode,
+    Features, FrameError, Group, Header, Opcode, Response, Route, Valid, WireError,
+    FLAG_COMPRESSED,
 };
 
 pub use crate::limits::MAX_CONNECTIONS;
@@ -62,6 +63,8 @@ pub struct ConnInfo {
     /// [`Service::check_token`]) revocation, and made every request act as its user;
     /// services enforce its path and mode.
     pub token: Option<Arc<Token>>,
+    /// The features the client announced (`Features`); none until it does.
+    pub features: Features,
 }
 
 impl ConnInfo {
@@ -70,14 +73,29 @@ impl ConnInfo {
             peer,
             host: None,
             token: None,
+            features: Features::NONE,
         }
     }
 }
 
 /// A server's request handler. Requests arrive decoded, authenticated and validated
-/// (`Request::validate`); `data` is the bulk data that followed the request.
+/// ([`Valid`]); the rpc layer serves the connection's own requests (`ConnectionOp`)
+/// itself. `data` is the bulk data that followed the request.
 pub trait Service: Send + Sync + 'static {
-    fn handle(&self, conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply;
+    fn handle(&self, conn: &ConnInfo, req: Valid, data: &[u8]) -> Reply;
+
+    /// Whether a success is checked against the replies its operation's row allows
+    /// (every real server; a transport test's echo answers as it likes).
+    fn strict_replies(&self) -> bool {
+        true
+    }
+
+    /// The protocol features this server announces (`Features`). `None`: it behaves
+    /// as a server from before features were negotiated, which refuses the request as
+    /// an opcode it does not know and closes the connection (tests of older servers).
+    fn features(&self) -> Option<Features> {
+        Some(Features::all())
+    }
 
     /// Whether a token (signed with the cluster secret, not expired) may still be used:
     /// asked at its handshake and before each of its requests. The metadata server
@@ -370,44 +388,23 @@ fn connection(
                 shared.service.check_token(t)
             }
         });
-        let reply = match env.req.validate(data_len as u32) {
-            Err(e) => Reply::err(e),
-            Ok(()) if matches!(scoped, Some(Err(_))) => {
-                Reply::err(scoped.expect("matched").expect_err("matched"))
-            }
-            Ok(())
-                if matches!(
-                    env.req,
-                    Request::Hello { .. } | Request::TokenHello { .. } | Request::Auth { .. }
-                ) =>
-            {
-                Reply::err(WireError::new(
-                    ErrorCode::UnexpectedMessage,
-                    "already authenticated",
-                ))
-            }
-            Ok(()) if matches!(env.req, Request::ClientHost { .. }) => {
-                if let Request::ClientHost { host } = env.req {
-                    info.host = Some(host);
+        let reply = match (Valid::check(env, data_len as u32), scoped) {
+            (Err(e), _) => Reply::err(e),
+            (Ok(_), Some(Err(e))) => Reply::err(e),
+            (Ok(valid), _) if valid.opcode().group() == Group::ConnectionOp => {
+                let Route::ConnectionOp(op) = valid.into_env().req.route() else {
+                    unreachable!("its row's group is ConnectionOp")
+                };
+                let ours = shared.service.features();
+                if ours.is_none() && matches!(op, ConnectionOp::Features { .. }) {
+                    let f = FrameError::BadOpcode(opcode as u16);
+                    return Err(refuse(&mut stream, peer, header.request_id, None, &f));
                 }
-                Reply::ok(Response::Done)
+                connection_op(op, &mut info, &mut codec, ours.unwrap_or_default())
             }
-            Ok(()) if matches!(env.req, Request::SetCompression { .. }) => {
-                if let Request::SetCompression { codec: c, level } = env.req {
-                    match Codec::from_wire(c, level) {
-                        Ok(c) => {
-                            codec = c;
-                            Reply::ok(Response::Done)
-                        }
-                        Err(e) => Reply::err(e),
-                    }
-                } else {
-                    unreachable!()
-                }
-            }
-            Ok(()) => {
+            (Ok(valid), _) => {
                 let data = &bufs.data[..data_len];
-                handle_guarded(&*shared.service, &info, env, data)
+                handle_guarded(&*shared.service, &info, valid, data)
             }
         };
         if header.wants_reply() {
@@ -458,13 +455,62 @@ fn goodbye(stream: &mut Stream, idle: Duration) -> String {
     why
 }
 
+/// The requests the rpc layer serves itself: the handshake's (refused once it is done)
+/// and the connection's settings.
+fn connection_op(
+    op: ConnectionOp,
+    info: &mut ConnInfo,
+    codec: &mut Codec,
+    ours: Features,
+) -> Reply {
+    match op {
+        ConnectionOp::Hello { .. }
+        | ConnectionOp::TokenHello { .. }
+        | ConnectionOp::Auth { .. } => Reply::err(WireError::new(
+            ErrorCode::UnexpectedMessage,
+            "already authenticated",
+        )),
+        ConnectionOp::ClientHost { host } => {
+            info.host = Some(host);
+            Reply::ok(Response::Done)
+        }
+        ConnectionOp::SetCompression { codec: c, level } => match Codec::from_wire(c, level) {
+            Ok(c) => {
+                *codec = c;
+                Reply::ok(Response::Done)
+            }
+            Err(e) => Reply::err(e),
+        },
+        ConnectionOp::Features { features } => {
+            info.features = features;
+            Reply::ok(Response::Features { features: ours })
+        }
+    }
+}
+
 /// Runs the handler; a panic (a bug) becomes an `Internal` error for that request only.
-fn handle_guarded(service: &dyn Service, info: &ConnInfo, env: Envelope, data: &[u8]) -> Reply {
-    let op = env.req.opcode();
+/// A success the operation's row does not allow is a bug of the server too: a debug
+/// build stops on it, a release build answers `Internal` instead of misleading the client.
+fn handle_guarded(service: &dyn Service, info: &ConnInfo, req: Valid, data: &[u8]) -> Reply {
+    let op = req.opcode();
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        service.handle(info, env, data)
+        service.handle(info, req, data)
     })) {
-        Ok(r) => r,
+        Ok(r) => match &r.result {
+            Ok(resp) if service.strict_replies() && !op.answers(resp.kind()) => {
+                debug_assert!(false, "{} answered {:?}", op.name(), resp.kind());
+                tracing::error!(
+                    "{} answered {:?}, which its row does not allow",
+                    op.name(),
+                    resp.kind()
+                );
+                Reply::err(WireError::new(
+                    ErrorCode::Internal,
+                    format!("internal error: {} answered {:?}", op.name(), resp.kind()),
+                ))
+            }
+            _ => r,
+        },
         Err(_) => {
             tracing::error!("handler for {} from {} panicked", op.name(), info.peer);
             Reply::err(WireError::new(

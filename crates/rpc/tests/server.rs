@@ -556,7 +556,8 @@ fn compressed_connections_carry_the_same_bytes_in_fewer_wire_bytes() {
     let mut recv = vec![0u8; MAX_DATA_BYTES as usize];
     for codec in [Codec::Lz4, Codec::Zstd(1), Codec::Zstd(9), Codec::Auto] {
         let mut conn = server.connect().expect("connect");
-        conn.announce(Some("h1"), codec).expect("SetCompression");
+        conn.announce(Some("h1"), codec, false)
+            .expect("SetCompression");
         assert_eq!(conn.compression(), codec);
         // Small (sent as it is), odd-sized and the largest frame.
         let mut plain = 0u64;
@@ -577,7 +578,8 @@ fn compressed_connections_carry_the_same_bytes_in_fewer_wire_bytes() {
     }
     // Random bytes under auto go as they are, both ways.
     let mut conn = server.connect().expect("connect");
-    conn.announce(None, Codec::Auto).expect("SetCompression");
+    conn.announce(None, Codec::Auto, false)
+        .expect("SetCompression");
     let data = pattern(1 << 20);
     let n = echo(&mut conn, 0, &data, &mut recv);
     assert!(recv[..n] == data[..]);

@@ -27,9 +27,13 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 struct FileEcho(std::fs::File);
 
 impl Service for FileEcho {
-    fn handle(&self, conn: &ConnInfo, env: Envelope, data: &[u8]) -> Reply {
+    fn strict_replies(&self) -> bool {
+        false
+    }
+
+    fn handle(&self, conn: &ConnInfo, req: Valid, data: &[u8]) -> Reply {
         use std::os::fd::AsRawFd;
-        match env.req {
+        match req.req() {
             Request::Read { offset, len, .. } => {
                 let f = self.0.try_clone().expect("dup");
                 Reply {
@@ -37,14 +41,14 @@ impl Service for FileEcho {
                     data: Payload::Parts {
                         parts: vec![Part::File {
                             fd: f.as_raw_fd(),
-                            offset,
-                            len: u64::from(len),
+                            offset: *offset,
+                            len: u64::from(*len),
                         }],
                         hold: Box::new(f),
                     },
                 }
             }
-            _ => Echo.handle(conn, env, data),
+            _ => Echo.handle(conn, req, data),
         }
     }
 }

@@ -37,16 +37,13 @@ impl PurgeNet {
             )
         })?;
         let svc = lock_read(&node.svc).clone();
-        let conn = ConnInfo {
-            peer: "127.0.0.1:1".parse().expect("a socket address"),
-            host: None,
-            token: None,
-        };
+        let conn = ConnInfo::new("127.0.0.1:1".parse().expect("a socket address"));
         let env = Envelope {
             cred: cred.clone(),
             req,
         };
-        svc.handle(&conn, env, data).result
+        let req = stripefs_wire::Valid::check(env, data.len() as u32)?;
+        svc.handle(&conn, req, data).result
     }
 }
 

@@ -185,14 +185,10 @@ impl Net {
         let frame = encode_request(id, &env, data.len() as u32);
         let header = Header::decode(&frame[..HEADER_LEN]).map_err(bad_frame)?;
         let env = decode_request(&header, &frame[HEADER_LEN..]).map_err(bad_frame)?;
-        env.req.validate(data.len() as u32)?;
         let opcode = env.req.opcode();
-        let conn = ConnInfo {
-            peer: "127.0.0.1:1".parse().expect("a socket address"),
-            host: None,
-            token: None,
-        };
-        let reply = svc.handle(&conn, env, data);
+        let req = stripefs_wire::Valid::check(env, data.len() as u32)?;
+        let conn = ConnInfo::new("127.0.0.1:1".parse().expect("a socket address"));
+        let reply = svc.handle(&conn, req, data);
         let bytes = reply.data.into_bytes().map_err(|e| {
             WireError::io("reading a reply's data from its files (simulated send)", &e)
         })?;

@@ -12,9 +12,11 @@
 //! and [`Header::validate`] return the reason a frame is bad; [`decode_body`] bounds every
 //! allocation by the frame limits. Nothing here panics on bad input.
 
+mod check;
 mod error;
 mod header;
 mod msg;
+mod ops;
 pub mod sidecar;
 
 pub use error::{ErrorCode, WireError};
@@ -22,6 +24,7 @@ pub use header::{
     FrameError, Header, FLAG_COMPRESSED, FLAG_NO_REPLY, FLAG_RESPONSE, HEADER_LEN, MAGIC, VERSION,
 };
 pub use msg::*;
+pub use ops::*;
 
 /// Largest encoded body (requests and responses without bulk data), in bytes.
 pub const MAX_BODY_BYTES: u32 = 4 << 20;

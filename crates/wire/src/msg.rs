@@ -1,12 +1,12 @@
-//! Messages: one enum variant per operation, numbered by the `requests!` table below.
-//! Adding an operation means adding one line to that table (and a handler and a test on
-//! the server side); the opcode, its name and the dispatch match all derive from it.
+//! Messages: the types requests and responses carry, the responses, and the codec.
+//! The requests themselves come from the operation table (ops.rs).
 
 use crate::{
     ErrorCode, FrameError, Header, WireError, BLOCK_BYTES, FLAG_COMPRESSED, FLAG_NO_REPLY,
     FLAG_RESPONSE, VERSION,
 };
-use crate::{MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_PATH_BYTES, MAX_READDIR_ENTRIES};
+use crate::{Opcode, Request};
+use crate::{MAX_BODY_BYTES, MAX_DATA_BYTES, MAX_PATH_BYTES};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 /// An inode number. The root directory is [`InodeId::ROOT`]; 0 is never used.
@@ -298,430 +298,6 @@ pub enum Role {
     Data,
 }
 
-macro_rules! requests {
-    ($($num:literal => $name:ident { $($(#[$fattr:meta])* $field:ident : $ty:ty),* $(,)? },)*) => {
-        /// A request. The variant determines the opcode.
-        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-        pub enum Request {
-            $($name { $($(#[$fattr])* $field: $ty),* },)*
-        }
-
-        /// Numbered operations. The numbers are part of the protocol: never reuse one.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        #[repr(u16)]
-        pub enum Opcode {
-            $($name = $num,)*
-        }
-
-        impl Opcode {
-            pub const ALL: &'static [Opcode] = &[$(Opcode::$name,)*];
-
-            pub fn from_u16(n: u16) -> Option<Opcode> {
-                match n {
-                    $($num => Some(Opcode::$name),)*
-                    _ => None,
-                }
-            }
-
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Opcode::$name => stringify!($name),)*
-                }
-            }
-        }
-
-        impl Request {
-            pub fn opcode(&self) -> Opcode {
-                match self {
-                    $(Request::$name { .. } => Opcode::$name,)*
-                }
-            }
-        }
-    };
-}
-
-requests! {
-    // Session (1-9).
-    1 => Hello { nonce: [u8; 32] },
-    2 => Auth { proof: [u8; 32] },
-    3 => Ping {},
-    // Metadata server (10-59).
-    10 => Lookup { parent: InodeId, name: String },
-    11 => GetAttr { ino: InodeId },
-    12 => Resolve { path: String, follow: bool },
-    13 => Mkdir { parent: InodeId, name: String, mode: u32 },
-    14 => Create { parent: InodeId, name: String, mode: u32, exclusive: bool, layout: LayoutHint },
-    // A FIFO, socket or device node (`rdev` for devices, else 0); devices need root.
-    15 => Mknod { parent: InodeId, name: String, mode: u32, ftype: FileType, rdev: u32 },
-    16 => Symlink { parent: InodeId, name: String, target: String },
-    17 => Readlink { ino: InodeId },
-    18 => Link { ino: InodeId, parent: InodeId, name: String },
-    19 => Unlink { parent: InodeId, name: String },
-    20 => Rmdir { parent: InodeId, name: String },
-    21 => Rename { src_parent: InodeId, src_name: String, dst_parent: InodeId, dst_name: String, noreplace: bool },
-    22 => SetAttr { ino: InodeId, attrs: SetAttrs },
-    23 => ReadDir { ino: InodeId, after: String, limit: u32 },
-    24 => Open { ino: InodeId, session: u64, read: bool, write: bool },
-    25 => Close { ino: InodeId, session: u64 },
-    26 => ExtendSize { ino: InodeId, size: u64, mtime_ns: i64 },
-    27 => SetLayout { ino: InodeId, hint: LayoutHint },
-    28 => MetaStatus {},
-    29 => Access { ino: InodeId, mask: u32 },
-    // Data server (60-99). Offsets and lengths are in the server's local byte space of
-    // the file (see stripefs-layout); `unit` is the file's stripe size.
-    60 => Write { fid: InodeId, unit: u32, offset: u64, #[serde(with = "crc_list")] crcs: Vec<u32> },
-    61 => Read { fid: InodeId, unit: u32, offset: u64, len: u32 },
-    62 => Truncate { fid: InodeId, unit: u32, local_size: u64 },
-    63 => Remove { fid: InodeId },
-    64 => Fsync { fid: InodeId },
-    65 => DataStatus {},
-    // Drops the server's cached pages of a file (posix_fadvise DONTNEED), so that the next
-    // read comes from the disks. Benchmarks use it; it changes no data.
-    66 => DropCache { fid: InodeId },
-    // Metadata server: Create and Open in one round trip and one commit (open(O_CREAT)).
-    // Without `exclusive`, an existing regular file is opened instead.
-    67 => CreateOpen { parent: InodeId, name: String, mode: u32, exclusive: bool, layout: LayoutHint, session: u64, read: bool, write: bool },
-    // Data server: sparse files (fallocate, SEEK_DATA/SEEK_HOLE, st_blocks). Ranges are
-    // in the server's local byte space, as for Write.
-    // Frees `len` bytes at `offset`; they read as zeros after (FALLOC_FL_PUNCH_HOLE).
-    70 => Punch { fid: InodeId, unit: u32, offset: u64, len: u64 },
-    // Reserves space for `len` bytes at `offset` (fallocate mode 0); changes no data.
-    71 => Allocate { fid: InodeId, unit: u32, offset: u64, len: u64 },
-    // The first local offset at or after `offset` that holds stored data (`hole` false)
-    // or is a hole (`hole` true); answered with `Offset`.
-    72 => Seek { fid: InodeId, unit: u32, offset: u64, hole: bool },
-    // Bytes the server's objects of `fid` occupy on its disks; answered with `Allocated`.
-    73 => Allocated { fid: InodeId },
-    // Data server, for fsck and scrub. Lists the file ids the server holds objects of,
-    // in the order (fid % 256, fid), starting after the cursor `after` (None: from the
-    // start); answered with `Objects`.
-    74 => ListObjects { after: Option<InodeId>, limit: u32 },
-    // Reads up to `SCRUB_REQUEST_BYTES` of object bytes of `fid` on `target` from object
-    // offset `offset` and checks every written block against its stored checksum;
-    // answered with `Scrubbed`.
-    75 => Scrub { fid: InodeId, target: u32, offset: u64 },
-    // The background scrubber's counters; answered with `ScrubStatus`.
-    76 => ScrubStatus {},
-    // Metadata server: client sessions with leases (see docs/protocol.md, Sessions).
-    // Starts a session; answered with `Session`.
-    30 => SessionOpen {},
-    // Extends the session's lease; answered with `Session`, or `SessionExpired`.
-    31 => SessionRenew { session: u64 },
-    // Ends the session: its opens are released at once. Answered with `Done`.
-    32 => SessionEnd { session: u64 },
-    // Session, version 4: the host the client runs on (sent once after the handshake, on
-    // any server); the connection's later requests are that host's. Answered with `Done`.
-    4 => ClientHost { host: String },
-    // Data server: list I/O. One request writes many (offset, length) extents of the
-    // server's local byte space; the data is the extents' bytes in order, and `crcs` one
-    // CRC per block-bounded piece of each extent in turn (as Write's, extent by extent).
-    // Extents are written in order (a later one wins where they overlap); answered with
-    // `Written`.
-    80 => WriteList { fid: InodeId, unit: u32, extents: Vec<(u64, u32)>, #[serde(with = "crc_list")] crcs: Vec<u32> },
-    // Data server: its locality counters (bulk bytes with clients on its own host and on
-    // others, short-circuit opens); answered with `LocalityStatus`. Not counted as a
-    // request, like ScrubStatus.
-    82 => LocalityStatus {},
-    // Metadata server: the data servers, in id order, with the address remote clients
-    // reach each at (its `advertise`, else its address) and its host; answered with
-    // `DataServers`. A client file may then name only the metadata server.
-    33 => DataServers {},
-    // Session: from now on this connection's bulk data may be compressed with `codec`
-    // (0 off, 1 lz4, 2 zstd at `level`, 3 auto) in both directions, marked by
-    // FLAG_COMPRESSED (docs/protocol.md "Compression"). Answered by the rpc layer with
-    // `Done`, or InvalidArgument for a codec it does not know.
-    90 => SetCompression { codec: u8, level: i8 },
-    // Data: many block-aligned ranges of one object in one request (list I/O for
-    // noncontiguous reads). Answered with `ReadData`: the checksums of every block of
-    // every range, in order, and the ranges' bytes one after another as the data.
-    81 => ReadList { fid: InodeId, unit: u32, ranges: Vec<(u64, u32)> },
-    // Handshake with a scoped token instead of the cluster secret: `token` is the
-    // token's payload; answered with `Challenge` keyed by the token (rpc token.rs).
-    5 => TokenHello { nonce: [u8; 32], token: Vec<u8> },
-    // Metadata: refuse the token with this id from now on (remembered across restarts).
-    // Only for clients that hold the cluster secret.
-    91 => TokenRevoke { id: u64 },
-    // Metadata, from a data server: may a connection authenticated with this token
-    // touch file `fid` (for writing if `write`)? Answered `Done`, or the refusal. Only
-    // for peers that hold the cluster secret.
-    92 => TokenAllows { token: Vec<u8>, fid: InodeId, write: bool },
-    // Metadata, version 5: inline files (docs/objects.md, "Inline files"). Writes pieces
-    // into an inline file's bytes in one commit; the size grows to the last piece's end,
-    // the mtime to `mtime_ns` (when the writes were made, as ExtendSize's).
-    // Answered with `Attr`, or `NotInline` when the file is not inline (any more) or the
-    // bytes would pass its threshold: the writer then sends `Uninline` and writes to the
-    // data servers.
-    34 => WriteInline { ino: InodeId, pieces: Vec<InlinePiece>, mtime_ns: i64 },
-    // The inline bytes of a file (read access); answered with `Attr` carrying them, or
-    // without `inline` if the file lives on its data servers.
-    35 => ReadInline { ino: InodeId },
-    // Moves an inline file's bytes to its data servers (write access), durably, before
-    // answering with its `Attr`; a file not inline is answered at once.
-    36 => Uninline { ino: InodeId },
-    // Metadata: extended attributes (docs/protocol.md, "Extended attributes"). The value
-    // of attribute `name`; answered with `Xattr`, or `NoAttr`.
-    37 => GetXattr { ino: InodeId, name: String },
-    // The names of the attributes the caller may see; answered with `XattrNames`.
-    38 => ListXattr { ino: InodeId },
-    // Sets attribute `name` to `value`; `mode` 0 creates or replaces, 1 only creates
-    // (`Exists` if present: XATTR_CREATE), 2 only replaces (`NoAttr` if absent:
-    // XATTR_REPLACE). Answered with the inode's `Attr` (its ctime moved).
-    39 => SetXattr { ino: InodeId, name: String, value: Vec<u8>, mode: u8 },
-    // Removes attribute `name`; answered with `Attr`, or `NoAttr`.
-    40 => RemoveXattr { ino: InodeId, name: String },
-    // Metadata: Resolve (following symlinks, as open(2) without O_NOFOLLOW) and Open in
-    // one round trip: opens the regular file `path` names; answered as Open is (`Attr`,
-    // with the inline bytes for a reader).
-    41 => OpenPath { path: String, session: u64, read: bool, write: bool },
-    // Metadata: swaps two existing entries atomically (renameat2 RENAME_EXCHANGE): `a_name`
-    // in `a_parent` then names what `b_name` in `b_parent` named, and the other way
-    // round; they may be of different types. `a_ino` and `b_ino` are the inodes the
-    // client found at the names: unless the names still name them, the exchange is
-    // refused with `StaleHandle` (so a repeated request cannot swap them back). Answered
-    // with `Done`.
-    42 => Exchange { a_parent: InodeId, a_name: String, a_ino: InodeId, b_parent: InodeId, b_name: String, b_ino: InodeId },
-    // Metadata: as WriteInline, but answered once the change is applied and visible to
-    // every client, before it is durable (a close's bytes: close is not fsync). It is
-    // durable once the log record of its batch is written, which happens before any
-    // later change is answered, and before a SyncMeta is answered.
-    43 => WriteInlineUnsynced { ino: InodeId, pieces: Vec<InlinePiece>, mtime_ns: i64 },
-    // Metadata: answered with `Done` once every change answered before it arrived is
-    // durable (an fsync of an inline file after WriteInlineUnsynced). `session`: the
-    // client's session when the server answered the unsynced changes this fsync covers;
-    // a server that did not start it (it restarted since, and may have lost them)
-    // answers `ServerRestarted`. 0: nothing to check.
-    44 => SyncMeta { session: u64 },
-    // Metadata: as ExtendSize, answered once the change is applied and visible, before it
-    // is durable (a close's or flush's size; fsync sends ExtendSize), written as
-    // WriteInlineUnsynced's is.
-    45 => ExtendSizeUnsynced { ino: InodeId, size: u64, mtime_ns: i64 },
-    // Data server: each target's size and free bytes as its file system reports them
-    // (statvfs), without counting what the objects occupy as DataStatus does (a walk of
-    // every object file); answered with `Space`. What a client's statfs needs (`df`
-    // through the mount): one system call per target, whatever the number of objects.
-    83 => Space {},
-    // Metadata: as ReadDir, each entry with its attributes (as Lookup answers them,
-    // inline bytes not included), so that a listing followed by a stat of every entry
-    // (`ls -l`, `find`, `du`) is one round trip per page, not one per entry. Needs read
-    // and search permission on the directory. Answered with `EntriesPlus`; a page ends
-    // early (not `done`) before its body passes `READDIRPLUS_BODY_BYTES`.
-    46 => ReadDirPlus { ino: InodeId, after: String, limit: u32 },
-}
-
-/// What each operation is, beyond its fields: one exhaustive match per property (no
-/// catch-all arm), so that a new operation does not compile until it is classified.
-impl Opcode {
-    /// Safe to send again on a fresh connection when a reused one turns out closed:
-    /// doing it twice leaves what doing it once does.
-    pub const fn idempotent(self) -> bool {
-        match self {
-            Opcode::Ping
-            | Opcode::Lookup
-            | Opcode::GetAttr
-            | Opcode::Resolve
-            | Opcode::Readlink
-            | Opcode::ReadDir
-            | Opcode::ReadDirPlus
-            | Opcode::MetaStatus
-            | Opcode::Access
-            | Opcode::Write
-            | Opcode::Read
-            | Opcode::Truncate
-            | Opcode::Remove
-            | Opcode::Fsync
-            | Opcode::DataStatus
-            | Opcode::Space
-            | Opcode::ExtendSize => true,
-            Opcode::Hello
-            | Opcode::Auth
-            | Opcode::Mkdir
-            | Opcode::Create
-            | Opcode::Mknod
-            | Opcode::Symlink
-            | Opcode::Link
-            | Opcode::Unlink
-            | Opcode::Rmdir
-            | Opcode::Rename
-            | Opcode::SetAttr
-            | Opcode::Open
-            | Opcode::Close
-            | Opcode::SetLayout
-            | Opcode::DropCache
-            | Opcode::CreateOpen
-            | Opcode::Punch
-            | Opcode::Allocate
-            | Opcode::Seek
-            | Opcode::Allocated
-            | Opcode::ListObjects
-            | Opcode::Scrub
-            | Opcode::ScrubStatus
-            | Opcode::SessionOpen
-            | Opcode::SessionRenew
-            | Opcode::SessionEnd
-            | Opcode::ClientHost
-            | Opcode::WriteList
-            | Opcode::LocalityStatus
-            | Opcode::DataServers
-            | Opcode::SetCompression
-            | Opcode::ReadList
-            | Opcode::TokenHello
-            | Opcode::TokenRevoke
-            | Opcode::TokenAllows
-            | Opcode::WriteInline
-            | Opcode::ReadInline
-            | Opcode::Uninline
-            | Opcode::GetXattr
-            | Opcode::ListXattr
-            | Opcode::SetXattr
-            | Opcode::RemoveXattr
-            | Opcode::OpenPath
-            | Opcode::Exchange
-            | Opcode::WriteInlineUnsynced
-            | Opcode::SyncMeta
-            | Opcode::ExtendSizeUnsynced => false,
-        }
-    }
-
-    /// Carries bulk data one way (a pipelined connection carries it).
-    pub const fn bulk(self) -> bool {
-        match self {
-            Opcode::Read | Opcode::Write | Opcode::ReadList | Opcode::WriteList => true,
-            Opcode::Hello
-            | Opcode::Auth
-            | Opcode::Ping
-            | Opcode::Lookup
-            | Opcode::GetAttr
-            | Opcode::Resolve
-            | Opcode::Mkdir
-            | Opcode::Create
-            | Opcode::Mknod
-            | Opcode::Symlink
-            | Opcode::Readlink
-            | Opcode::Link
-            | Opcode::Unlink
-            | Opcode::Rmdir
-            | Opcode::Rename
-            | Opcode::SetAttr
-            | Opcode::ReadDir
-            | Opcode::Open
-            | Opcode::Close
-            | Opcode::ExtendSize
-            | Opcode::SetLayout
-            | Opcode::MetaStatus
-            | Opcode::Access
-            | Opcode::Truncate
-            | Opcode::Remove
-            | Opcode::Fsync
-            | Opcode::DataStatus
-            | Opcode::DropCache
-            | Opcode::CreateOpen
-            | Opcode::Punch
-            | Opcode::Allocate
-            | Opcode::Seek
-            | Opcode::Allocated
-            | Opcode::ListObjects
-            | Opcode::Scrub
-            | Opcode::ScrubStatus
-            | Opcode::SessionOpen
-            | Opcode::SessionRenew
-            | Opcode::SessionEnd
-            | Opcode::ClientHost
-            | Opcode::LocalityStatus
-            | Opcode::DataServers
-            | Opcode::SetCompression
-            | Opcode::TokenHello
-            | Opcode::TokenRevoke
-            | Opcode::TokenAllows
-            | Opcode::WriteInline
-            | Opcode::ReadInline
-            | Opcode::Uninline
-            | Opcode::GetXattr
-            | Opcode::ListXattr
-            | Opcode::SetXattr
-            | Opcode::RemoveXattr
-            | Opcode::OpenPath
-            | Opcode::Exchange
-            | Opcode::WriteInlineUnsynced
-            | Opcode::SyncMeta
-            | Opcode::ExtendSizeUnsynced
-            | Opcode::Space
-            | Opcode::ReadDirPlus => false,
-        }
-    }
-
-    /// A change of the namespace that the metadata server commits through its writer
-    /// (group commit, the metadata log); the metadata server's other requests are
-    /// reads, opens and closes, sessions and administration.
-    pub const fn metadata_mutation(self) -> bool {
-        match self {
-            Opcode::Mkdir
-            | Opcode::Create
-            | Opcode::Mknod
-            | Opcode::Symlink
-            | Opcode::Link
-            | Opcode::Unlink
-            | Opcode::Rmdir
-            | Opcode::Rename
-            | Opcode::Exchange
-            | Opcode::SetAttr
-            | Opcode::ExtendSize
-            | Opcode::ExtendSizeUnsynced
-            | Opcode::SetLayout
-            | Opcode::WriteInline
-            | Opcode::WriteInlineUnsynced
-            | Opcode::SetXattr
-            | Opcode::RemoveXattr => true,
-            Opcode::Hello
-            | Opcode::Auth
-            | Opcode::Ping
-            | Opcode::Lookup
-            | Opcode::GetAttr
-            | Opcode::Resolve
-            | Opcode::Readlink
-            | Opcode::ReadDir
-            | Opcode::Open
-            | Opcode::Close
-            | Opcode::MetaStatus
-            | Opcode::Access
-            | Opcode::Write
-            | Opcode::Read
-            | Opcode::Truncate
-            | Opcode::Remove
-            | Opcode::Fsync
-            | Opcode::DataStatus
-            | Opcode::DropCache
-            | Opcode::CreateOpen
-            | Opcode::Punch
-            | Opcode::Allocate
-            | Opcode::Seek
-            | Opcode::Allocated
-            | Opcode::ListObjects
-            | Opcode::Scrub
-            | Opcode::ScrubStatus
-            | Opcode::SessionOpen
-            | Opcode::SessionRenew
-            | Opcode::SessionEnd
-            | Opcode::ClientHost
-            | Opcode::WriteList
-            | Opcode::LocalityStatus
-            | Opcode::DataServers
-            | Opcode::SetCompression
-            | Opcode::ReadList
-            | Opcode::TokenHello
-            | Opcode::TokenRevoke
-            | Opcode::TokenAllows
-            | Opcode::ReadInline
-            | Opcode::Uninline
-            | Opcode::GetXattr
-            | Opcode::ListXattr
-            | Opcode::OpenPath
-            | Opcode::SyncMeta
-            | Opcode::Space
-            | Opcode::ReadDirPlus => false,
-        }
-    }
-}
-
 /// Longest extended attribute name, namespace prefix included (Linux XATTR_NAME_MAX).
 pub const MAX_XATTR_NAME: usize = 255;
 /// Largest extended attribute value (Linux XATTR_SIZE_MAX).
@@ -755,7 +331,7 @@ pub struct Damage {
 /// 4 little-endian bytes. CRCs are random 32-bit numbers, which as varints would take
 /// 5 bytes each and a loop per number; as bytes they cost one copy (measured: see
 /// docs/protocol.md, Body encoding).
-mod crc_list {
+pub(crate) mod crc_list {
     use serde::{de, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(crcs: &[u32], s: S) -> Result<S::Ok, S::Error> {
@@ -803,9 +379,37 @@ mod crc_list {
     }
 }
 
-/// Responses. The response frame's opcode echoes the request's.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Response {
+macro_rules! responses {
+    ($( $(#[$vattr:meta])* $variant:ident $(( $($tuple:tt)* ))? $({ $($fields:tt)* })? ),* $(,)?) => {
+        /// Responses. The response frame's opcode echoes the request's; the operation
+        /// table names the variants each request's success may be.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub enum Response {
+            $( $(#[$vattr])* $variant $(( $($tuple)* ))? $({ $($fields)* })?, )*
+        }
+
+        /// The variants of [`Response`], without their fields: what the operation table's
+        /// rows name as their replies.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ReplyKind {
+            $($variant,)*
+        }
+
+        impl ReplyKind {
+            pub const ALL: &'static [ReplyKind] = &[$(ReplyKind::$variant,)*];
+        }
+
+        impl Response {
+            pub fn kind(&self) -> ReplyKind {
+                match self {
+                    $(Response::$variant { .. } => ReplyKind::$variant,)*
+                }
+            }
+        }
+    };
+}
+
+responses! {
     /// Success with nothing to say.
     Done,
     /// Answer to Hello: the server's nonce and its proof of the secret.
@@ -919,6 +523,10 @@ pub enum Response {
     EntriesPlus {
         entries: Vec<(String, Attr)>,
         done: bool,
+    },
+    /// Answer to Features: the server's.
+    Features {
+        features: crate::Features,
     },
 }
 
@@ -1037,17 +645,14 @@ pub fn decode_request(header: &Header, body: &[u8]) -> Result<Envelope, FrameErr
     }
     header.check_body(body)?;
     let env: Envelope = decode_body(body)?;
-    let op = env.req.opcode() as u16;
-    if op != header.opcode {
+    let op = env.req.opcode();
+    if op as u16 != header.opcode {
         return Err(FrameError::OpcodeMismatch {
             header: header.opcode,
-            body: op,
+            body: op as u16,
         });
     }
-    let expected = match &env.req {
-        Request::Write { .. } | Request::WriteList { .. } => header.data_len,
-        _ => 0,
-    };
+    let expected = if op.bulk_in() { header.data_len } else { 0 };
     if header.data_len != expected {
         return Err(FrameError::DataLength {
             got: header.data_len,
@@ -1158,7 +763,7 @@ pub fn piece_crcs(offset: u64, data: &[u8]) -> Vec<u32> {
     crcs
 }
 
-fn check_path(path: &str) -> Result<(), WireError> {
+pub(crate) fn check_path(path: &str) -> Result<(), WireError> {
     if path.len() > MAX_PATH_BYTES {
         return Err(WireError::new(
             ErrorCode::NameTooLong,
@@ -1274,7 +879,7 @@ pub fn validate_inline_pieces(pieces: &[InlinePiece]) -> Result<(), WireError> {
     Ok(())
 }
 
-fn check_unit(unit: u32) -> Result<(), WireError> {
+pub(crate) fn check_unit(unit: u32) -> Result<(), WireError> {
     validate_hint(&LayoutHint {
         stripe_size_bytes: Some(unit),
         ..LayoutHint::default()
@@ -1287,7 +892,7 @@ fn check_unit(unit: u32) -> Result<(), WireError> {
 pub const MAX_SEEK_OFFSET: u64 = 1 << 62;
 
 /// A range of a Punch or Allocate: not empty, and its end fits in a u64.
-fn check_range(offset: u64, len: u64) -> Result<(), WireError> {
+pub(crate) fn check_range(offset: u64, len: u64) -> Result<(), WireError> {
     if len == 0 {
         return Err(WireError::new(ErrorCode::InvalidArgument, "empty range"));
     }
@@ -1320,267 +925,6 @@ impl Request {
                 pieces,
                 mtime_ns,
             }
-        }
-    }
-
-    /// Semantic checks that need no server state: names, paths, limits, alignment and
-    /// that a write's CRC list matches its data. Returns the reason the request is bad.
-    pub fn validate(&self, data_len: u32) -> Result<(), WireError> {
-        use crate::validate_name as name_ok;
-        match self {
-            Request::Lookup { name, .. } => name_ok(name),
-            Request::Resolve { path, .. } | Request::OpenPath { path, .. } => check_path(path),
-            Request::Mkdir { name, .. }
-            | Request::Mknod { name, .. }
-            | Request::Link { name, .. }
-            | Request::Unlink { name, .. }
-            | Request::Rmdir { name, .. } => name_ok(name),
-            Request::Create { name, layout, .. } | Request::CreateOpen { name, layout, .. } => {
-                name_ok(name).and(validate_hint(layout))
-            }
-            Request::Symlink { name, target, .. } => {
-                name_ok(name)?;
-                check_path(target)?;
-                if target.is_empty() {
-                    return Err(WireError::new(ErrorCode::NotFound, "empty symlink target"));
-                }
-                Ok(())
-            }
-            Request::Rename {
-                src_name, dst_name, ..
-            } => name_ok(src_name).and(name_ok(dst_name)),
-            Request::Exchange { a_name, b_name, .. } => name_ok(a_name).and(name_ok(b_name)),
-            Request::ReadDir { after, limit, .. } | Request::ReadDirPlus { after, limit, .. } => {
-                if !after.is_empty() {
-                    name_ok(after)?;
-                }
-                if *limit == 0 || *limit > MAX_READDIR_ENTRIES {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("readdir limit {limit} not in 1..={MAX_READDIR_ENTRIES}"),
-                    ));
-                }
-                Ok(())
-            }
-            Request::SetLayout { hint, .. } => validate_hint(hint),
-            Request::WriteInline { pieces, .. } | Request::WriteInlineUnsynced { pieces, .. } => {
-                validate_inline_pieces(pieces)
-            }
-            Request::GetXattr { name, .. } | Request::RemoveXattr { name, .. } => {
-                xattr_name_ok(name)
-            }
-            Request::SetXattr {
-                name, value, mode, ..
-            } => {
-                xattr_name_ok(name)?;
-                if value.len() > MAX_XATTR_VALUE {
-                    return Err(WireError::new(
-                        ErrorCode::AttrTooBig,
-                        format!(
-                            "extended attribute value of {} bytes (at most {MAX_XATTR_VALUE})",
-                            value.len()
-                        ),
-                    ));
-                }
-                if *mode > XATTR_SET_REPLACE {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("SetXattr mode {mode} (0 any, 1 create, 2 replace)"),
-                    ));
-                }
-                Ok(())
-            }
-            Request::ClientHost { host } => validate_host(host),
-            Request::Write {
-                unit, offset, crcs, ..
-            } => {
-                check_unit(*unit)?;
-                if offset.checked_add(data_len as u64).is_none() {
-                    return Err(WireError::new(
-                        ErrorCode::FileTooBig,
-                        "write beyond the largest offset",
-                    ));
-                }
-                let n = pieces(*offset, data_len as usize).count();
-                if crcs.len() != n {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!(
-                            "write of {data_len} bytes has {} checksums, needs {n}",
-                            crcs.len()
-                        ),
-                    ));
-                }
-                Ok(())
-            }
-            Request::WriteList {
-                unit,
-                extents,
-                crcs,
-                ..
-            } => {
-                check_unit(*unit)?;
-                let bad = |m: String| Err(WireError::new(ErrorCode::InvalidArgument, m));
-                if extents.is_empty() || extents.len() > MAX_LIST_EXTENTS {
-                    return bad(format!(
-                        "a list write has {} extents, not 1..={MAX_LIST_EXTENTS}",
-                        extents.len()
-                    ));
-                }
-                let mut total: u64 = 0;
-                let mut n = 0;
-                for &(offset, len) in extents {
-                    if len == 0 {
-                        return bad(format!("a list write has an empty extent at {offset}"));
-                    }
-                    if offset.checked_add(len as u64).is_none() {
-                        return Err(WireError::new(
-                            ErrorCode::FileTooBig,
-                            "write beyond the largest offset",
-                        ));
-                    }
-                    total += len as u64;
-                    n += pieces(offset, len as usize).count();
-                }
-                if total != data_len as u64 {
-                    return bad(format!(
-                        "a list write's extents hold {total} bytes, its data {data_len}"
-                    ));
-                }
-                if crcs.len() != n {
-                    return bad(format!(
-                        "a list write of {} extents has {} checksums, needs {n}",
-                        extents.len(),
-                        crcs.len()
-                    ));
-                }
-                Ok(())
-            }
-            Request::ReadList { unit, ranges, .. } => {
-                check_unit(*unit)?;
-                let bad = |m: String| Err(WireError::new(ErrorCode::InvalidArgument, m));
-                if ranges.is_empty() || ranges.len() > MAX_LIST_EXTENTS {
-                    return bad(format!(
-                        "a list read has {} ranges, not 1..={MAX_LIST_EXTENTS}",
-                        ranges.len()
-                    ));
-                }
-                let mut total: u64 = 0;
-                for &(offset, len) in ranges {
-                    if len == 0 || offset % BLOCK_BYTES as u64 != 0 || len % BLOCK_BYTES != 0 {
-                        return bad(format!(
-                            "list read range at {offset} of {len} bytes is empty or not block-aligned"
-                        ));
-                    }
-                    if offset.checked_add(len as u64).is_none() {
-                        return Err(WireError::new(
-                            ErrorCode::FileTooBig,
-                            "read beyond the largest offset",
-                        ));
-                    }
-                    total += len as u64;
-                }
-                if total > MAX_DATA_BYTES as u64 {
-                    return bad(format!(
-                        "a list read of {total} bytes exceeds {MAX_DATA_BYTES}"
-                    ));
-                }
-                Ok(())
-            }
-            Request::Read {
-                unit, offset, len, ..
-            } => {
-                check_unit(*unit)?;
-                if offset % BLOCK_BYTES as u64 != 0 || len % BLOCK_BYTES != 0 {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("read at {offset} of {len} bytes is not block-aligned"),
-                    ));
-                }
-                if *len > MAX_DATA_BYTES {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("read of {len} bytes exceeds {MAX_DATA_BYTES}"),
-                    ));
-                }
-                offset.checked_add(*len as u64).map(|_| ()).ok_or_else(|| {
-                    WireError::new(ErrorCode::FileTooBig, "read beyond the largest offset")
-                })
-            }
-            Request::Truncate { unit, .. } => check_unit(*unit),
-            Request::Seek { unit, offset, .. } => {
-                check_unit(*unit)?;
-                if *offset > MAX_SEEK_OFFSET {
-                    return Err(WireError::new(
-                        ErrorCode::FileTooBig,
-                        format!("seek from {offset}, beyond {MAX_SEEK_OFFSET}"),
-                    ));
-                }
-                Ok(())
-            }
-            Request::Punch {
-                unit, offset, len, ..
-            }
-            | Request::Allocate {
-                unit, offset, len, ..
-            } => {
-                check_unit(*unit)?;
-                check_range(*offset, *len)
-            }
-            Request::ListObjects { limit, .. } => {
-                if *limit == 0 || *limit > MAX_LIST_OBJECTS {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!("object list limit {limit} not in 1..={MAX_LIST_OBJECTS}"),
-                    ));
-                }
-                Ok(())
-            }
-            Request::Scrub { offset, .. } => {
-                if offset % BLOCK_BYTES as u64 != 0 || *offset > MAX_SEEK_OFFSET {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidArgument,
-                        format!(
-                            "scrub from {offset}: not block-aligned or beyond {MAX_SEEK_OFFSET}"
-                        ),
-                    ));
-                }
-                Ok(())
-            }
-            // Nothing to check beyond the encoding: every other request, named, so that a
-            // new one must be placed here or above.
-            Request::Hello { .. }
-            | Request::Auth { .. }
-            | Request::Ping { .. }
-            | Request::GetAttr { .. }
-            | Request::Readlink { .. }
-            | Request::SetAttr { .. }
-            | Request::Open { .. }
-            | Request::Close { .. }
-            | Request::ExtendSize { .. }
-            | Request::MetaStatus { .. }
-            | Request::Access { .. }
-            | Request::Remove { .. }
-            | Request::Fsync { .. }
-            | Request::DataStatus { .. }
-            | Request::DropCache { .. }
-            | Request::Allocated { .. }
-            | Request::ScrubStatus { .. }
-            | Request::SessionOpen { .. }
-            | Request::SessionRenew { .. }
-            | Request::SessionEnd { .. }
-            | Request::LocalityStatus { .. }
-            | Request::DataServers { .. }
-            | Request::SetCompression { .. }
-            | Request::TokenHello { .. }
-            | Request::TokenRevoke { .. }
-            | Request::TokenAllows { .. }
-            | Request::ReadInline { .. }
-            | Request::Uninline { .. }
-            | Request::ListXattr { .. }
-            | Request::SyncMeta { .. }
-            | Request::ExtendSizeUnsynced { .. }
-            | Request::Space { .. } => Ok(()),
         }
     }
 }

@@ -817,6 +817,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (45, "ExtendSizeUnsynced"),
     (83, "Space"),
     (46, "ReadDirPlus"),
+    (6, "Features"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -913,6 +914,9 @@ fn ping_like(op: Opcode) -> Request {
             limit: 1,
         },
         Opcode::Space => Request::Space {},
+        Opcode::Features => Request::Features {
+            features: Features::NONE,
+        },
         Opcode::MetaStatus => Request::MetaStatus {},
         Opcode::Access => Request::Access { ino, mask: 0 },
         Opcode::Write => Request::Write {
@@ -1173,5 +1177,45 @@ fn list_writes_are_validated_against_their_data() {
         ),
     ] {
         assert!(req.validate(data).is_err(), "{what} must be refused");
+    }
+}
+
+/// What the operation table says of each row holds together: a change of the namespace
+/// is a write for a scoped token and is never retried blindly unless its row says so;
+/// only rows with bulk data carry it; every feature a row needs is a known one, with its
+/// own bit; the group that serves a request is the one its route gives.
+#[test]
+fn the_operation_table_is_consistent() {
+    let mut bits = 0u64;
+    for &(f, name) in Features::KNOWN {
+        assert_eq!(f.0.count_ones(), 1, "{name}");
+        assert_eq!(bits & f.0, 0, "{name} reuses a bit");
+        bits |= f.0;
+        assert_eq!(Features::named(name), Some(f));
+    }
+    assert_eq!(Features::all().0, bits);
+    for &op in Opcode::ALL {
+        let req = ping_like(op);
+        assert!(!op.replies().is_empty(), "{}", op.name());
+        if op.metadata_mutation() {
+            assert!(req.scope().writes, "{} changes the namespace", op.name());
+        }
+        if let Some(f) = op.feature() {
+            assert!(Features::all().has(f), "{}: unknown feature", op.name());
+        }
+        assert!(
+            !(op.bulk_in() && op.served_by() != ServedBy::Data),
+            "{}",
+            op.name()
+        );
+        let routed = match req.clone().route() {
+            Route::ConnectionOp(o) => (Group::ConnectionOp, o.opcode(), Request::from(o)),
+            Route::AnyOp(o) => (Group::AnyOp, o.opcode(), Request::from(o)),
+            Route::MetaReadOp(o) => (Group::MetaReadOp, o.opcode(), Request::from(o)),
+            Route::MetaWriteOp(o) => (Group::MetaWriteOp, o.opcode(), Request::from(o)),
+            Route::MetaOp(o) => (Group::MetaOp, o.opcode(), Request::from(o)),
+            Route::DataOp(o) => (Group::DataOp, o.opcode(), Request::from(o)),
+        };
+        assert_eq!(routed, (op.group(), op, req), "{}", op.name());
     }
 }

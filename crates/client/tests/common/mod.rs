@@ -6,13 +6,16 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use stripefs_client::{Client, Cred, InodeId, LayoutHint};
 use stripefs_data::{Clock, DataService, MemStore, SystemClock};
 use stripefs_meta::MetaService;
-use stripefs_rpc::{ClusterConfig, ConnStats, DataServerEntry, Defaults, Limits, Secret, Service};
+use stripefs_rpc::{
+    ClusterConfig, ConnInfo, ConnStats, DataServerEntry, Defaults, Limits, Reply, Secret, Service,
+};
+use stripefs_wire::{ErrorCode, Features, Valid, WireError};
 
 pub const SMALL_STRIPE: u32 = 64 << 10;
 
@@ -57,8 +60,45 @@ impl Server {
     }
 }
 
+/// A server of an older build in front of a real one: it announces its features less
+/// `lacks` (or, with `lacks` `None`, predates features altogether and refuses the
+/// `Features` request as an unknown opcode), and refuses what needs a missing feature as
+/// a server that does not know the opcode would, counting each such request in
+/// `refused`: a client that asks it one sent what it should not have.
+pub struct Older {
+    inner: Arc<dyn Service>,
+    lacks: Option<Features>,
+    refused: Arc<AtomicU64>,
+}
+
+impl Service for Older {
+    fn handle(&self, conn: &ConnInfo, req: Valid, data: &[u8]) -> Reply {
+        let missing = match self.lacks {
+            None => Features::all(),
+            Some(l) => l,
+        };
+        if req.opcode().feature().is_some_and(|f| missing.has(f)) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            let e = WireError::new(ErrorCode::BadFrame, "opcode unknown to this server");
+            return Reply::err(e);
+        }
+        self.inner.handle(conn, req, data)
+    }
+
+    fn features(&self) -> Option<Features> {
+        let theirs = self.inner.features()?;
+        self.lacks.map(|l| theirs.without(l))
+    }
+
+    fn check_token(&self, t: &stripefs_rpc::token::Token) -> Result<(), WireError> {
+        self.inner.check_token(t)
+    }
+}
+
 pub struct Cluster {
     pub config: ClusterConfig,
+    /// Requests the servers refused for needing a feature they lack (see `Older`).
+    pub refused: Arc<AtomicU64>,
     pub data: Vec<Arc<DataService>>,
     pub targets: Vec<Vec<PathBuf>>,
     /// The in-memory disks of the data servers, when made by `with_mem`.
@@ -87,6 +127,20 @@ impl Cluster {
             false,
             stripefs_rpc::limits::LEASE_MS,
             &Limits::default(),
+        )
+    }
+
+    /// Servers of an older build (see [`Older`]): lacking the features `lacks`, or with
+    /// `None` predating features altogether.
+    pub fn older(n_data: usize, lacks: Option<Features>) -> Cluster {
+        Cluster::make_as(
+            n_data,
+            1,
+            SMALL_STRIPE,
+            false,
+            stripefs_rpc::limits::LEASE_MS,
+            &Limits::default(),
+            Some(lacks),
         )
     }
 
@@ -135,6 +189,30 @@ impl Cluster {
         lease_ms: u64,
         limits: &Limits,
     ) -> Cluster {
+        Cluster::make_as(n_data, n_targets, stripe, mem, lease_ms, limits, None)
+    }
+
+    /// `older`: every server is an [`Older`] one lacking these features.
+    fn make_as(
+        n_data: usize,
+        n_targets: usize,
+        stripe: u32,
+        mem: bool,
+        lease_ms: u64,
+        limits: &Limits,
+        older: Option<Option<Features>>,
+    ) -> Cluster {
+        let refused = Arc::new(AtomicU64::new(0));
+        let serve_as = |svc: Arc<dyn Service>| -> Arc<dyn Service> {
+            match older {
+                None => svc,
+                Some(lacks) => Arc::new(Older {
+                    inner: svc,
+                    lacks,
+                    refused: refused.clone(),
+                }),
+            }
+        };
         let dir = tempfile::tempdir().expect("tempdir");
         let meta_l = bind();
         let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
@@ -184,15 +262,21 @@ impl Cluster {
             }
             .expect("data service");
             stores.push(store);
-            servers.push(Server::start(l, &config.secret, svc.clone(), limits));
+            servers.push(Server::start(
+                l,
+                &config.secret,
+                serve_as(svc.clone()),
+                limits,
+            ));
             data.push(svc);
             targets.push(t);
         }
         let meta_svc =
             MetaService::open(&dir.path().join("meta.redb"), &config).expect("meta service");
-        let meta = Server::start(meta_l, &config.secret, meta_svc, limits);
+        let meta = Server::start(meta_l, &config.secret, serve_as(meta_svc), limits);
         Cluster {
             config,
+            refused,
             data,
             targets,
             stores,

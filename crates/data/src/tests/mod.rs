@@ -24,22 +24,19 @@ use stripefs_wire::{
 pub const B: usize = BLOCK_BYTES as usize;
 
 pub fn conn() -> ConnInfo {
-    ConnInfo {
-        peer: "127.0.0.1:40000".parse().unwrap(),
-        host: None,
-        token: None,
-    }
+    ConnInfo::new("127.0.0.1:40000".parse().unwrap())
 }
 
 pub fn call(svc: &DataService, req: Request, data: Vec<u8>) -> Reply {
-    svc.handle(
-        &conn(),
-        Envelope {
-            cred: Cred::root(),
-            req,
-        },
-        &data,
-    )
+    let env = Envelope {
+        cred: Cred::root(),
+        req,
+    };
+    // As the rpc layer does: a request is checked once, before any handler sees it.
+    match stripefs_wire::Valid::check(env, data.len() as u32) {
+        Ok(req) => svc.handle(&conn(), req, &data),
+        Err(e) => Reply::err(e),
+    }
 }
 
 /// A data server on real directories under a temporary directory.

@@ -2,6 +2,7 @@
 
 use super::*;
 use std::time::{Duration, Instant};
+use stripefs_wire::Valid;
 
 const REQUEST_BYTES: usize = 1 << 20;
 const TOTAL_BYTES: usize = 1 << 30;
@@ -31,7 +32,8 @@ fn run(svc: &DataService, threads: usize) -> (f64, f64) {
                             req,
                         };
                         let t0 = Instant::now();
-                        assert!(svc.handle(&conn(), env, &data).result.is_ok());
+                        let req = Valid::check(env, data.len() as u32).unwrap();
+                        assert!(svc.handle(&conn(), req, &data).result.is_ok());
                         w += t0.elapsed();
                     }
                     for i in 0..per {
@@ -47,7 +49,7 @@ fn run(svc: &DataService, threads: usize) -> (f64, f64) {
                             req,
                         };
                         let t0 = Instant::now();
-                        let reply = svc.handle(&conn(), env, &[]);
+                        let reply = svc.handle(&conn(), Valid::check(env, 0).unwrap(), &[]);
                         r += t0.elapsed();
                         assert!(reply.result.is_ok());
                     }
@@ -103,7 +105,8 @@ fn interleaved_throughput() {
                             cred: Cred::root(),
                             req,
                         };
-                        assert!(svc.handle(&conn(), env, &data).result.is_ok());
+                        let req = Valid::check(env, data.len() as u32).unwrap();
+                        assert!(svc.handle(&conn(), req, &data).result.is_ok());
                     }
                 });
             }

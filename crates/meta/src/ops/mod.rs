@@ -17,7 +17,7 @@ use crate::opens::Opens;
 use crate::overlay::Wr;
 use crate::store::{Inode, Tables};
 use stripefs_rpc::Defaults;
-use stripefs_wire::{Cred, ErrorCode, Request, Response, WireError};
+use stripefs_wire::{Cred, ErrorCode, MetaWriteOp, Response, WireError};
 
 /// Most links to one inode (and subdirectories of one directory), as ext4.
 pub const MAX_LINKS: u32 = 65_000;
@@ -50,32 +50,32 @@ pub struct Ctx<'a, 't> {
 }
 
 /// Applies one mutating request. Reads, Open and Close never come here.
-pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
+pub fn apply(ctx: &mut Ctx, req: &MetaWriteOp) -> Result<Response, WireError> {
     match req {
-        Request::Mkdir { parent, name, mode } => create::mkdir(ctx, parent.0, name, *mode),
-        Request::Create {
+        MetaWriteOp::Mkdir { parent, name, mode } => create::mkdir(ctx, parent.0, name, *mode),
+        MetaWriteOp::Create {
             parent,
             name,
             mode,
             exclusive,
             layout,
         } => create::create(ctx, parent.0, name, *mode, *exclusive, layout),
-        Request::Mknod {
+        MetaWriteOp::Mknod {
             parent,
             name,
             mode,
             ftype,
             rdev,
         } => create::mknod(ctx, parent.0, name, *mode, *ftype, *rdev),
-        Request::Symlink {
+        MetaWriteOp::Symlink {
             parent,
             name,
             target,
         } => create::symlink(ctx, parent.0, name, target),
-        Request::Link { ino, parent, name } => create::link(ctx, ino.0, parent.0, name),
-        Request::Unlink { parent, name } => remove::unlink(ctx, parent.0, name),
-        Request::Rmdir { parent, name } => remove::rmdir(ctx, parent.0, name),
-        Request::Rename {
+        MetaWriteOp::Link { ino, parent, name } => create::link(ctx, ino.0, parent.0, name),
+        MetaWriteOp::Unlink { parent, name } => remove::unlink(ctx, parent.0, name),
+        MetaWriteOp::Rmdir { parent, name } => remove::rmdir(ctx, parent.0, name),
+        MetaWriteOp::Rename {
             src_parent,
             src_name,
             dst_parent,
@@ -89,7 +89,7 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             dst_name,
             *noreplace,
         ),
-        Request::Exchange {
+        MetaWriteOp::Exchange {
             a_parent,
             a_name,
             a_ino,
@@ -101,46 +101,36 @@ pub fn apply(ctx: &mut Ctx, req: &Request) -> Result<Response, WireError> {
             (a_parent.0, a_name, a_ino.0),
             (b_parent.0, b_name, b_ino.0),
         ),
-        Request::SetAttr { ino, attrs } => attr::set_attr(ctx, ino.0, attrs),
-        Request::ExtendSize {
+        MetaWriteOp::SetAttr { ino, attrs } => attr::set_attr(ctx, ino.0, attrs),
+        MetaWriteOp::ExtendSize {
             ino,
             size,
             mtime_ns,
         }
-        | Request::ExtendSizeUnsynced {
+        | MetaWriteOp::ExtendSizeUnsynced {
             ino,
             size,
             mtime_ns,
         } => attr::extend_size(ctx, ino.0, *size, *mtime_ns),
-        Request::SetLayout { ino, hint } => attr::set_layout(ctx, ino.0, hint),
-        Request::WriteInline {
+        MetaWriteOp::SetLayout { ino, hint } => attr::set_layout(ctx, ino.0, hint),
+        MetaWriteOp::WriteInline {
             ino,
             pieces,
             mtime_ns,
         }
-        | Request::WriteInlineUnsynced {
+        | MetaWriteOp::WriteInlineUnsynced {
             ino,
             pieces,
             mtime_ns,
         } => crate::inline::write(ctx, ino.0, pieces, *mtime_ns),
-        Request::SetXattr {
+        MetaWriteOp::SetXattr {
             ino,
             name,
             value,
             mode,
         } => xattr::set(ctx, ino.0, name, value, *mode),
-        Request::RemoveXattr { ino, name } => xattr::remove(ctx, ino.0, name),
-        other => Err(WireError::new(
-            ErrorCode::Internal,
-            format!("{} is not a mutation", other.opcode().name()),
-        )),
+        MetaWriteOp::RemoveXattr { ino, name } => xattr::remove(ctx, ino.0, name),
     }
-}
-
-/// Whether the request changes the namespace (and so goes through the writer): the
-/// operation table says (`Opcode::metadata_mutation`).
-pub fn is_mutation(req: &Request) -> bool {
-    req.opcode().metadata_mutation()
 }
 
 /// Marks a directory's entries as changed.

@@ -307,20 +307,13 @@ impl Fs {
 }
 
 pub fn call(svc: &MetaService, cred: &Cred, req: Request) -> Result<Response, WireError> {
-    let conn = ConnInfo {
-        peer: SocketAddr::from(([127, 0, 0, 1], 9)),
-        host: None,
-        token: None,
+    let conn = ConnInfo::new(SocketAddr::from(([127, 0, 0, 1], 9)));
+    let env = Envelope {
+        cred: cred.clone(),
+        req,
     };
-    svc.handle(
-        &conn,
-        Envelope {
-            cred: cred.clone(),
-            req,
-        },
-        &[],
-    )
-    .result
+    let req = stripefs_wire::Valid::check(env, 0)?;
+    svc.handle(&conn, req, &[]).result
 }
 
 pub fn user(uid: u32, gid: u32) -> Cred {

@@ -1,0 +1,187 @@
+//! Checks of requests that need no server state: names, paths, limits, alignment and
+//! that a write's CRC list matches its data. Each row of the operation table (ops.rs)
+//! names the check of its request; these are the ones longer than a call.
+
+use crate::{
+    check_path, check_unit, pieces, validate_name, xattr_name_ok, ErrorCode, WireError,
+    BLOCK_BYTES, MAX_DATA_BYTES, MAX_LIST_EXTENTS, MAX_LIST_OBJECTS, MAX_READDIR_ENTRIES,
+    MAX_SEEK_OFFSET, MAX_XATTR_VALUE, XATTR_SET_REPLACE,
+};
+
+fn invalid(m: String) -> Result<(), WireError> {
+    Err(WireError::new(ErrorCode::InvalidArgument, m))
+}
+
+fn too_far(what: &str) -> WireError {
+    WireError::new(
+        ErrorCode::FileTooBig,
+        format!("{what} beyond the largest offset"),
+    )
+}
+
+pub(crate) fn symlink(name: &str, target: &str) -> Result<(), WireError> {
+    validate_name(name)?;
+    check_path(target)?;
+    if target.is_empty() {
+        return Err(WireError::new(ErrorCode::NotFound, "empty symlink target"));
+    }
+    Ok(())
+}
+
+/// A directory page: the name it continues after (empty: from the start) and its size.
+pub(crate) fn page(after: &str, limit: u32) -> Result<(), WireError> {
+    if !after.is_empty() {
+        validate_name(after)?;
+    }
+    if limit == 0 || limit > MAX_READDIR_ENTRIES {
+        return invalid(format!(
+            "readdir limit {limit} not in 1..={MAX_READDIR_ENTRIES}"
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn set_xattr(name: &str, value: &[u8], mode: u8) -> Result<(), WireError> {
+    xattr_name_ok(name)?;
+    if value.len() > MAX_XATTR_VALUE {
+        return Err(WireError::new(
+            ErrorCode::AttrTooBig,
+            format!(
+                "extended attribute value of {} bytes (at most {MAX_XATTR_VALUE})",
+                value.len()
+            ),
+        ));
+    }
+    if mode > XATTR_SET_REPLACE {
+        return invalid(format!("SetXattr mode {mode} (0 any, 1 create, 2 replace)"));
+    }
+    Ok(())
+}
+
+pub(crate) fn write(unit: u32, offset: u64, crcs: &[u32], data_len: u32) -> Result<(), WireError> {
+    check_unit(unit)?;
+    if offset.checked_add(data_len as u64).is_none() {
+        return Err(too_far("write"));
+    }
+    let n = pieces(offset, data_len as usize).count();
+    if crcs.len() != n {
+        return invalid(format!(
+            "write of {data_len} bytes has {} checksums, needs {n}",
+            crcs.len()
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn write_list(
+    unit: u32,
+    extents: &[(u64, u32)],
+    crcs: &[u32],
+    data_len: u32,
+) -> Result<(), WireError> {
+    check_unit(unit)?;
+    if extents.is_empty() || extents.len() > MAX_LIST_EXTENTS {
+        return invalid(format!(
+            "a list write has {} extents, not 1..={MAX_LIST_EXTENTS}",
+            extents.len()
+        ));
+    }
+    let mut total: u64 = 0;
+    let mut n = 0;
+    for &(offset, len) in extents {
+        if len == 0 {
+            return invalid(format!("a list write has an empty extent at {offset}"));
+        }
+        if offset.checked_add(len as u64).is_none() {
+            return Err(too_far("write"));
+        }
+        total += len as u64;
+        n += pieces(offset, len as usize).count();
+    }
+    if total != data_len as u64 {
+        return invalid(format!(
+            "a list write's extents hold {total} bytes, its data {data_len}"
+        ));
+    }
+    if crcs.len() != n {
+        return invalid(format!(
+            "a list write of {} extents has {} checksums, needs {n}",
+            extents.len(),
+            crcs.len()
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn read_list(unit: u32, ranges: &[(u64, u32)]) -> Result<(), WireError> {
+    check_unit(unit)?;
+    if ranges.is_empty() || ranges.len() > MAX_LIST_EXTENTS {
+        return invalid(format!(
+            "a list read has {} ranges, not 1..={MAX_LIST_EXTENTS}",
+            ranges.len()
+        ));
+    }
+    let mut total: u64 = 0;
+    for &(offset, len) in ranges {
+        if len == 0 || offset % BLOCK_BYTES as u64 != 0 || len % BLOCK_BYTES != 0 {
+            return invalid(format!(
+                "list read range at {offset} of {len} bytes is empty or not block-aligned"
+            ));
+        }
+        if offset.checked_add(len as u64).is_none() {
+            return Err(too_far("read"));
+        }
+        total += len as u64;
+    }
+    if total > MAX_DATA_BYTES as u64 {
+        return invalid(format!(
+            "a list read of {total} bytes exceeds {MAX_DATA_BYTES}"
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn read(unit: u32, offset: u64, len: u32) -> Result<(), WireError> {
+    check_unit(unit)?;
+    if offset % BLOCK_BYTES as u64 != 0 || len % BLOCK_BYTES != 0 {
+        return invalid(format!(
+            "read at {offset} of {len} bytes is not block-aligned"
+        ));
+    }
+    if len > MAX_DATA_BYTES {
+        return invalid(format!("read of {len} bytes exceeds {MAX_DATA_BYTES}"));
+    }
+    offset
+        .checked_add(len as u64)
+        .map(|_| ())
+        .ok_or_else(|| too_far("read"))
+}
+
+pub(crate) fn seek(unit: u32, offset: u64) -> Result<(), WireError> {
+    check_unit(unit)?;
+    if offset > MAX_SEEK_OFFSET {
+        return Err(WireError::new(
+            ErrorCode::FileTooBig,
+            format!("seek from {offset}, beyond {MAX_SEEK_OFFSET}"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn list_objects(limit: u32) -> Result<(), WireError> {
+    if limit == 0 || limit > MAX_LIST_OBJECTS {
+        return invalid(format!(
+            "object list limit {limit} not in 1..={MAX_LIST_OBJECTS}"
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn scrub(offset: u64) -> Result<(), WireError> {
+    if offset % BLOCK_BYTES as u64 != 0 || offset > MAX_SEEK_OFFSET {
+        return invalid(format!(
+            "scrub from {offset}: not block-aligned or beyond {MAX_SEEK_OFFSET}"
+        ));
+    }
+    Ok(())
+}

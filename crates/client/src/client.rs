@@ -24,6 +24,8 @@ pub struct StatFs {
     pub bytes_free: u64,
     pub data_servers: u32,
     pub targets: u32,
+    /// Inodes in use in the namespace (what `df -i` shows as used).
+    pub inodes: u64,
 }
 
 /// One data server's answer to `DataStatus`.
@@ -892,6 +894,18 @@ impl Client {
         }
     }
 
+    /// Inodes in use in the namespace: `Statfs`, or from the status of a metadata server
+    /// that predates it.
+    pub fn inodes_in_use(&self) -> Result<u64, WireError> {
+        if !self.inner.meta.serves(stripefs_wire::Opcode::Statfs)? {
+            return self.meta_status().map(|s| s.inodes);
+        }
+        match self.meta(Request::Statfs {})? {
+            Response::Statfs { inodes, .. } => Ok(inodes),
+            other => Err(unexpected(&self.inner.meta, "Statfs", &other)),
+        }
+    }
+
     /// One data server's targets and counters.
     pub fn data_status(&self, server: ServerId) -> Result<DataStatus, WireError> {
         let pool = self.inner.data.get(server.0 as usize).ok_or_else(|| {
@@ -956,6 +970,7 @@ impl Client {
     /// does not answer. What the objects occupy is not counted here (`data_status`
     /// walks them): this is what a statfs needs, and a program may call it often.
     pub fn statfs(&self) -> Result<StatFs, WireError> {
+        let inodes = self.inodes_in_use()?;
         let n = self.inner.data.len();
         let mut waits = Vec::with_capacity(n);
         for i in 0..n {
@@ -971,6 +986,7 @@ impl Client {
             bytes_free: 0,
             data_servers: n as u32,
             targets: 0,
+            inodes,
         };
         for c in waits {
             for t in c.wait()? {

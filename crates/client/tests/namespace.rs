@@ -308,13 +308,14 @@ fn opens_by_path_resolve_and_count_in_one_round_trip() {
 /// `Features` request). The client never sends them an operation they lack, which they
 /// would refuse (counted in `refused`); it asks what they serve instead, with the same
 /// answers: a listing with attributes from ReadDir and lookups, statfs from each data
-/// server's status.
+/// server's status and the metadata server's.
 #[test]
 fn servers_without_a_feature_are_never_sent_it_and_answer_the_same() {
     let cases = [
         ("every feature", Some(Features::NONE)),
         ("no ReadDirPlus", Some(Features::READDIR_PLUS)),
         ("no Space", Some(Features::SPACE)),
+        ("no Statfs", Some(Features::STATFS)),
         ("before features", None),
     ];
     let mut answers = Vec::new();
@@ -346,6 +347,8 @@ fn servers_without_a_feature_are_never_sent_it_and_answer_the_same() {
             0,
             "{what}: the client sent an operation the server lacks"
         );
+        // The root, /d, its three files and /d/sub.
+        assert_eq!(st.inodes, 6, "{what}: inodes in use");
         answers.push((what, listed));
     }
     let (first, expected) = &answers[0];

@@ -31,7 +31,8 @@ use stripefs_wire::{mode_after_write, S_ISGID, S_ISUID};
 const STATFS_FRSIZE: u32 = 4096;
 /// Longest name, as the wire protocol allows.
 const NAME_MAX: u32 = 255;
-/// Inodes `statfs` reports as total and free: the metadata store has no fixed table.
+/// Inodes `statfs` reports as total: the metadata store has no fixed table, so the
+/// total is this or twice the inodes in use, whichever is more, and the rest are free.
 const STATFS_FILES: u64 = 1 << 32;
 
 struct FileHandle {
@@ -1453,12 +1454,13 @@ impl fuser::Filesystem for StripeFs {
         self.spawn(req, move |_, c| match c.statfs() {
             Ok(s) => {
                 let b = STATFS_FRSIZE as u64;
+                let files = STATFS_FILES.max(s.inodes.saturating_mul(2));
                 reply.statfs(
                     s.bytes_total / b,
                     s.bytes_free / b,
                     s.bytes_free / b,
-                    STATFS_FILES,
-                    STATFS_FILES,
+                    files,
+                    files - s.inodes,
                     crate::BLKSIZE_BYTES,
                     NAME_MAX,
                     STATFS_FRSIZE,

@@ -117,6 +117,7 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
         Opcode::Features => Request::Features {
             features: Features(rng.gen()),
         },
+        Opcode::Statfs => Request::Statfs {},
         Opcode::Lookup => Request::Lookup {
             parent: ino(rng),
             name: text(rng),
@@ -571,6 +572,11 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
         ReplyKind::Done => Response::Done,
         ReplyKind::Features => Response::Features {
             features: Features(rng.gen()),
+        },
+        ReplyKind::Statfs => Response::Statfs {
+            inodes: rng.gen(),
+            files: rng.gen(),
+            dirs: rng.gen(),
         },
     };
     (r, 0)

@@ -781,6 +781,11 @@ impl MetaService {
             MetaReadOp::ReadInline { ino } => inline::read(rd, cred, ino.0),
             MetaReadOp::GetXattr { ino, name } => ops::xattr::get(rd, cred, ino.0, name),
             MetaReadOp::ListXattr { ino } => ops::xattr::list(rd, cred, ino.0),
+            MetaReadOp::Statfs {} => Ok(Response::Statfs {
+                inodes: rd.stack().inode_count()?,
+                files: rd.counter(store::META_FILES)?,
+                dirs: rd.counter(store::META_DIRS)?,
+            }),
         }
     }
 

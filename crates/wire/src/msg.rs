@@ -528,6 +528,12 @@ responses! {
     Features {
         features: crate::Features,
     },
+    /// Answer to Statfs: inodes in use, and of them regular files and directories.
+    Statfs {
+        inodes: u64,
+        files: u64,
+        dirs: u64,
+    },
 }
 
 /// What a request body holds: the caller's credentials and the request.

@@ -107,10 +107,13 @@ impl Features {
     pub const READDIR_PLUS: Features = Features(1 << 0);
     /// Space: each data target's size and free bytes, without walking the objects.
     pub const SPACE: Features = Features(1 << 1);
+    /// Statfs: the namespace's inode counts in one request.
+    pub const STATFS: Features = Features(1 << 2);
     /// Every feature this build knows, with its name.
     pub const KNOWN: &'static [(Features, &'static str)] = &[
         (Features::READDIR_PLUS, "readdir-plus"),
         (Features::SPACE, "space"),
+        (Features::STATFS, "statfs"),
     ];
 
     /// Every feature this build has.
@@ -646,6 +649,9 @@ operations! {
     // right after the handshake. A server that predates it refuses it (BadFrame) and has
     // no features.
     (ConnectionOp 6 => Features { features: Features } -> Features [Idempotent] scope() => ANY, check() => ok())
+    // Metadata: the namespace's inodes in use, what `df -i` shows (statfs's f_files and
+    // f_ffree).
+    (MetaReadOp 47 => Statfs {} -> Statfs [Idempotent] feature(STATFS) scope() => ANY, check() => ok())
 }
 
 /// A request that passed [`Request::validate`] with the bulk data that came with it:

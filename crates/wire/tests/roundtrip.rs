@@ -818,6 +818,7 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (83, "Space"),
     (46, "ReadDirPlus"),
     (6, "Features"),
+    (47, "Statfs"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -917,6 +918,7 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::Features => Request::Features {
             features: Features::NONE,
         },
+        Opcode::Statfs => Request::Statfs {},
         Opcode::MetaStatus => Request::MetaStatus {},
         Opcode::Access => Request::Access { ino, mask: 0 },
         Opcode::Write => Request::Write {

@@ -265,10 +265,10 @@ fn honest(mem: &MemDisk) -> Arc<dyn MetaDisk> {
 
 /// `STRIPEFS_SEED` (to replay a run), else a random seed.
 fn seed_from_env() -> u64 {
-    std::env::var("STRIPEFS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| rand::random::<u64>() >> 16)
+    match std::env::var(stripefs_testkit::SEED_VAR) {
+        Ok(v) => stripefs_testkit::seed_from(Some(&v)).unwrap_or_else(|e| panic!("{e}")),
+        Err(_) => rand::random::<u64>() >> 16,
+    }
 }
 
 /// Every acknowledged create, mkdir, rename and unlink survives any power cut (with

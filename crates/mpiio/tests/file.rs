@@ -97,11 +97,7 @@ const RW_CREATE: Mode = Mode {
     exclusive: false,
 };
 
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
-        .collect()
-}
+use stripefs_testkit::pattern;
 
 /// A 2-D array of `n x n` cells of 8 bytes, split into a `p x p` grid of blocks: rank r's
 /// subarray view (C order).

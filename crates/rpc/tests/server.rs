@@ -16,18 +16,7 @@ use stripefs_rpc::auth::Secret;
 use stripefs_rpc::Conn;
 use stripefs_wire::*;
 
-/// Deterministic bytes that differ from block to block, so misplaced data shows.
-fn pattern(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use stripefs_testkit::pattern;
 
 fn echo(conn: &mut Conn, offset: u64, data: &[u8], recv: &mut [u8]) -> usize {
     let req = Request::Write {
@@ -54,11 +43,11 @@ fn handshake_and_bulk_data_both_ways() {
     assert_eq!(conn.addr(), server.addr.to_string());
     let mut recv = vec![0u8; MAX_DATA_BYTES as usize];
     for (offset, len) in [(0, 0), (0, 1), (10, 4095), (4095, 4097), (0, 100_000)] {
-        let data = pattern(len);
+        let data = pattern(1, len);
         let n = echo(&mut conn, offset, &data, &mut recv);
         assert_eq!(&recv[..n], &data[..], "offset {offset} len {len}");
     }
-    let data = pattern(MAX_DATA_BYTES as usize);
+    let data = pattern(1, MAX_DATA_BYTES as usize);
     let start = Instant::now();
     let n = echo(&mut conn, 0, &data, &mut recv);
     assert_eq!(n, data.len());
@@ -71,7 +60,7 @@ fn handshake_and_bulk_data_both_ways() {
 fn response_larger_than_the_buffer_is_refused() {
     let server = Server::start();
     let mut conn = server.connect().expect("connect");
-    let data = pattern(8192);
+    let data = pattern(1, 8192);
     let mut small = vec![0u8; 4096];
     let req = Request::Write {
         fid: InodeId(1),
@@ -477,7 +466,7 @@ fn unanswered_requests_and_pipelined_calls_keep_order() {
     let (resp, _) = conn.call(&r, Request::Ping {}, &[], &mut []).unwrap();
     assert!(matches!(resp, Response::Pong { .. }), "{resp:?}");
     let mut recv = vec![0u8; 100];
-    let data = pattern(100);
+    let data = pattern(1, 100);
     assert_eq!(echo(&mut conn, 5, &data, &mut recv), 100);
     assert_eq!(recv, data);
     let answers = conn
@@ -580,7 +569,7 @@ fn compressed_connections_carry_the_same_bytes_in_fewer_wire_bytes() {
     let mut conn = server.connect().expect("connect");
     conn.announce(None, Codec::Auto, false)
         .expect("SetCompression");
-    let data = pattern(1 << 20);
+    let data = pattern(1, 1 << 20);
     let n = echo(&mut conn, 0, &data, &mut recv);
     assert!(recv[..n] == data[..]);
     assert_eq!(conn.wire_data_bytes(), (1 << 20, 1 << 20));

@@ -305,12 +305,5 @@ pub fn refused(c: &Cluster, args: &[&str], why: &str) {
     assert!(err.contains(why), "{args:?}: expected {why:?} in: {err}");
 }
 
-/// A test, or part of one, that cannot run here (`why`): skipped with a message, except
-/// where its environment is required (`STRIPEFS_REQUIRE_ENV=1`, which `.ci/run` sets):
-/// there a missing environment fails the test instead of passing it unseen.
-pub fn skip(why: &str) {
-    if std::env::var("STRIPEFS_REQUIRE_ENV").is_ok_and(|v| v == "1") {
-        panic!("this test's environment is missing ({why}); STRIPEFS_REQUIRE_ENV=1 requires it");
-    }
-    eprintln!("skipping: {why}");
-}
+#[allow(unused_imports)] // Each test binary uses a different part.
+pub use stripefs_testkit::skip;

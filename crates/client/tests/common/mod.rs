@@ -352,35 +352,5 @@ pub fn hint(stripe: u32, count: u32) -> LayoutHint {
     }
 }
 
-/// Deterministic test bytes: position-dependent so misplaced bytes show.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// The seed of a randomised test: STRIPEFS_SEED if set, else random; printed.
-pub fn seed(test: &str) -> u64 {
-    let s = match std::env::var("STRIPEFS_SEED") {
-        Ok(v) => v.parse().expect("STRIPEFS_SEED is a u64"),
-        Err(_) => rand::random(),
-    };
-    eprintln!("{test}: seed {s} (replay with STRIPEFS_SEED={s})");
-    s
-}
-
-/// A test, or part of one, that cannot run here (`why`): skipped with a message, except
-/// where its environment is required (`STRIPEFS_REQUIRE_ENV=1`, which `.ci/run` sets):
-/// there a missing environment fails the test instead of passing it unseen.
-pub fn skip(why: &str) {
-    if std::env::var("STRIPEFS_REQUIRE_ENV").is_ok_and(|v| v == "1") {
-        panic!("this test's environment is missing ({why}); STRIPEFS_REQUIRE_ENV=1 requires it");
-    }
-    eprintln!("skipping: {why}");
-}
+#[allow(unused_imports)] // Each test binary uses a different part.
+pub use stripefs_testkit::{pattern, seed, skip};

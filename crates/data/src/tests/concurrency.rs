@@ -20,7 +20,7 @@ fn disjoint_writers_syncing(svc: Arc<DataService>, unit: u32, seed: u64, fsyncs:
         let next = cuts.last().unwrap() + rng.gen_range(1..3 * B);
         cuts.push(next.min(total));
     }
-    let expect = pattern(total, seed);
+    let expect = pattern(seed, total);
     let ranges: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
     let mut handles = Vec::new();
     for i in 0..THREADS {

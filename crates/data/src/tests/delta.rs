@@ -45,7 +45,7 @@ fn records(store: &MemStore, svc: &DataService) -> Vec<Record> {
 /// Writes record `k` of `rec` bytes, notes it in `expect`, and checks that the object
 /// reads back as `expect` says.
 fn write_record(svc: &DataService, expect: &mut [u8], rec: usize, k: usize) {
-    let p = pattern(rec, k as u64 + 1);
+    let p = pattern(k as u64 + 1, rec);
     write(svc, FID, UNIT, (k * rec) as u64, &p).unwrap();
     expect[k * rec..(k + 1) * rec].copy_from_slice(&p);
     assert!(
@@ -183,7 +183,7 @@ fn interleaved_writes_of_one_epoch_go_in_place_into_known_zeros() {
         .step_by(2)
         .chain((recs / 2 + 1..recs).step_by(2))
     {
-        let p = pattern(rec, k as u64 + 1);
+        let p = pattern(k as u64 + 1, rec);
         write(&svc, FID, UNIT, (k * rec) as u64, &p).unwrap();
         expect[k * rec..(k + 1) * rec].copy_from_slice(&p);
     }
@@ -215,7 +215,7 @@ fn interleaved_writes_of_one_epoch_go_in_place_into_known_zeros() {
 fn pieces_survive_a_restart_and_never_come_back_over_newer_bytes() {
     let store = Arc::new(MemStore::new());
     let svc = server(&store);
-    let base = pattern(3 * B, 1);
+    let base = pattern(1, 3 * B);
     write(&svc, FID, UNIT, 0, &base).unwrap();
     fsync(&svc);
     let mut expect = base.clone();
@@ -225,7 +225,7 @@ fn pieces_survive_a_restart_and_never_come_back_over_newer_bytes() {
         (B + 200, 1000, 4),
         (2 * B + 9, 9, 5),
     ] {
-        let p = pattern(len, salt);
+        let p = pattern(salt, len);
         write(&svc, FID, UNIT, at as u64, &p).unwrap();
         expect[at..at + len].copy_from_slice(&p);
     }
@@ -245,13 +245,13 @@ fn pieces_survive_a_restart_and_never_come_back_over_newer_bytes() {
 
     // Pieces in blocks 0 and 1, then a whole block over block 1, then a restart: block
     // 0's piece is folded in, block 1 keeps the whole block's bytes.
-    let whole = pattern(B, 6);
-    write(&svc, FID, UNIT, 300, &pattern(10, 7)).unwrap();
-    write(&svc, FID, UNIT, (B + 300) as u64, &pattern(10, 9)).unwrap();
+    let whole = pattern(6, B);
+    write(&svc, FID, UNIT, 300, &pattern(7, 10)).unwrap();
+    write(&svc, FID, UNIT, (B + 300) as u64, &pattern(9, 10)).unwrap();
     assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
     write(&svc, FID, UNIT, B as u64, &whole).unwrap();
     assert_eq!(entry(&store, &svc, 1), Entry::Written(crc32c(&whole)));
-    expect[300..310].copy_from_slice(&pattern(10, 7));
+    expect[300..310].copy_from_slice(&pattern(7, 10));
     expect[B..2 * B].copy_from_slice(&whole);
     drop(svc);
     let svc = server(&store);
@@ -261,7 +261,7 @@ fn pieces_survive_a_restart_and_never_come_back_over_newer_bytes() {
     );
 
     // A truncate cuts through bytes a piece wrote; growing again shows zeros there.
-    write(&svc, FID, UNIT, (2 * B + 100) as u64, &pattern(200, 8)).unwrap();
+    write(&svc, FID, UNIT, (2 * B + 100) as u64, &pattern(8, 200)).unwrap();
     simple(
         &svc,
         Request::Truncate {
@@ -271,7 +271,7 @@ fn pieces_survive_a_restart_and_never_come_back_over_newer_bytes() {
         },
     )
     .unwrap();
-    expect[2 * B + 100..2 * B + 150].copy_from_slice(&pattern(200, 8)[..50]);
+    expect[2 * B + 100..2 * B + 150].copy_from_slice(&pattern(8, 200)[..50]);
     expect[2 * B + 150..].fill(0);
     drop(svc);
     let svc = server(&store);
@@ -297,7 +297,7 @@ fn concurrent_pieces_of_one_block_all_land() {
                 for round in 0..50u64 {
                     for block in 0..8 {
                         let at = block * B + w * per + 1;
-                        let p = pattern(per - 2, round * 100 + w as u64);
+                        let p = pattern(round * 100 + w as u64, per - 2);
                         write(&svc, FID, UNIT, at as u64, &p).unwrap();
                     }
                 }
@@ -314,7 +314,7 @@ fn concurrent_pieces_of_one_block_all_land() {
             assert_eq!(got[at], 0xAA, "block {block} writer {w}: byte before");
             assert_eq!(
                 &got[at + 1..at + per - 1],
-                &pattern(per - 2, 49 * 100 + w as u64)[..],
+                &pattern(49 * 100 + w as u64, per - 2)[..],
                 "block {block} writer {w}: its last piece"
             );
         }
@@ -340,7 +340,7 @@ fn concurrent_writes_into_known_zeros_all_land() {
             std::thread::spawn(move || {
                 for block in 0..blocks {
                     let at = block * B + w * per + 1;
-                    let p = pattern(per - 2, (block * 100 + w) as u64);
+                    let p = pattern((block * 100 + w) as u64, per - 2);
                     write(&svc, FID, UNIT, at as u64, &p).unwrap();
                 }
             })
@@ -353,7 +353,7 @@ fn concurrent_writes_into_known_zeros_all_land() {
     for block in 0..blocks {
         for w in 0..writers {
             let at = block * B + w * per + 1;
-            expect[at..at + per - 2].copy_from_slice(&pattern(per - 2, (block * 100 + w) as u64));
+            expect[at..at + per - 2].copy_from_slice(&pattern((block * 100 + w) as u64, per - 2));
         }
     }
     assert!(read(&svc, FID, UNIT, 0, blocks * B) == expect);
@@ -378,11 +378,11 @@ fn pieces_survive_two_restarts_on_real_files() {
     let paths = vec![dir.path().join("t0")];
     let open = || DataService::open(ServerId(3), &paths, None).unwrap();
     let svc = open();
-    let mut expect = pattern(3 * B, 1);
+    let mut expect = pattern(1, 3 * B);
     write(&svc, FID, UNIT, 0, &expect).unwrap();
     fsync(&svc);
     let mut put = |svc: &DataService, at: usize, len: usize, salt: u64| {
-        let p = pattern(len, salt);
+        let p = pattern(salt, len);
         write(svc, FID, UNIT, at as u64, &p).unwrap();
         expect[at..at + len].copy_from_slice(&p);
     };
@@ -409,10 +409,10 @@ fn pieces_survive_two_restarts_on_real_files() {
 fn block_with_a_piece() -> (Arc<MemStore>, Arc<DataService>, Vec<u8>) {
     let store = Arc::new(MemStore::new());
     let svc = server(&store);
-    let base = pattern(3 * B, 1);
+    let base = pattern(1, 3 * B);
     write(&svc, FID, UNIT, 0, &base).unwrap();
     fsync(&svc);
-    let piece = pattern(50, 2);
+    let piece = pattern(2, 50);
     write(&svc, FID, UNIT, (B + 100) as u64, &piece).unwrap();
     assert!(matches!(entry(&store, &svc, 1), Entry::Pieces(Some(_))));
     let mut block = base[B..2 * B].to_vec();
@@ -429,8 +429,8 @@ fn block_with_a_piece() -> (Arc<MemStore>, Arc<DataService>, Vec<u8>) {
 /// bytes (simulator, seed 5272).
 #[test]
 fn a_failed_cover_never_brings_old_pieces_back() {
-    let whole = pattern(B, 6);
-    let later = pattern(20, 7);
+    let whole = pattern(6, B);
+    let later = pattern(7, 20);
     for errno in [libc::ENOSPC, libc::EIO] {
         let mut failed = 0;
         for pass in 0.. {
@@ -472,7 +472,7 @@ fn a_failed_cover_never_brings_old_pieces_back() {
 /// them for good, across one more restart.
 #[test]
 fn pieces_a_replay_could_not_cover_stay_dead_under_a_later_write() {
-    let whole = pattern(B, 6);
+    let whole = pattern(6, B);
     for pass in 0..12 {
         let (store, svc, old) = block_with_a_piece();
         drop(svc);
@@ -509,11 +509,11 @@ fn a_failed_fold_changes_no_byte() {
         for pass in 0.. {
             let store = Arc::new(MemStore::new());
             let svc = server(&store);
-            let mut expect = pattern(5 * B, 11);
+            let mut expect = pattern(11, 5 * B);
             write(&svc, FID, UNIT, 0, &expect).unwrap();
             fsync(&svc);
             for (block, at, len, seed) in [(1, 100, 50, 12), (3, 4000, 96, 13)] {
-                let piece = pattern(len, seed);
+                let piece = pattern(seed, len);
                 let off = block * B + at;
                 write(&svc, FID, UNIT, off as u64, &piece).unwrap();
                 expect[off..off + len].copy_from_slice(&piece);

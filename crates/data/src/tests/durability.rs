@@ -54,12 +54,12 @@ fn check_after_failed_write(
 /// longer matched (a checksum error at offset 0 for ever after).
 #[test]
 fn failed_write_partway_leaves_every_byte_readable() {
-    let old = pattern(OLD_LEN, 1);
+    let old = pattern(1, OLD_LEN);
     // The bytes (head block, whole blocks and tail block in one disk write, since the
     // partial blocks change only where the write does) and the checksums, after the
     // log record guarding the rewritten head block: each of the write's disk writes in
     // turn fails, until a pass fails none. Cut short, the data write leaves a torn mix.
-    let new = pattern(20 * B + 333, 2);
+    let new = pattern(2, 20 * B + 333);
     let mut failed = 0;
     'passes: for pass in 0.. {
         for cut_short in [false, true] {
@@ -91,12 +91,12 @@ fn failed_write_partway_leaves_every_byte_readable() {
 #[test]
 fn full_disk_fails_the_write_before_anything_changes() {
     let (store, svc) = mem_server(1);
-    let old = pattern(OLD_LEN, 3);
+    let old = pattern(3, OLD_LEN);
     write(&svc, 1, UNIT, 0, &old).unwrap();
     let (d, c) = svc.object_paths(0, InodeId(1));
     let before = (store.contents(&d), store.contents(&c));
     store.set_capacity(store.used_bytes() + 16 * B as u64);
-    let new = pattern(NEW_LEN, 4);
+    let new = pattern(4, NEW_LEN);
     let e = write(&svc, 1, UNIT, AT, &new).unwrap_err();
     assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
     assert!(
@@ -120,10 +120,10 @@ fn full_disk_fails_the_write_before_anything_changes() {
 #[test]
 fn full_disk_fails_an_unaligned_record_after_a_written_block_keeping_it() {
     let (store, svc) = mem_server(1);
-    let old = pattern(2 * B, 5);
+    let old = pattern(5, 2 * B);
     write(&svc, 1, UNIT, 0, &old).unwrap();
     store.set_capacity(store.used_bytes() + 2 * B as u64);
-    let rec = pattern(10 * B + 333, 7);
+    let rec = pattern(7, 10 * B + 333);
     let at = B + 100;
     let e = write(&svc, 1, UNIT, at as u64, &rec).unwrap_err();
     assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
@@ -187,7 +187,7 @@ fn truncate_is_made_durable_by_the_next_fsync() {
     let seed = seed("truncate_is_made_durable_by_the_next_fsync");
     let store = Arc::new(MemStore::new());
     let svc = mem_server_with(store.clone(), Options::default());
-    write(&svc, 1, UNIT, 0, &pattern(8 * B, 5)).unwrap();
+    write(&svc, 1, UNIT, 0, &pattern(5, 8 * B)).unwrap();
     simple(&svc, Request::Fsync { fid: InodeId(1) }).unwrap();
     let cut = Request::Truncate {
         fid: InodeId(1),
@@ -198,7 +198,7 @@ fn truncate_is_made_durable_by_the_next_fsync() {
     simple(&svc, Request::Fsync { fid: InodeId(1) }).unwrap();
     drop(svc);
     let back = after_power_cut(&store, seed, 8 * B);
-    let mut want = pattern(8 * B, 5);
+    let mut want = pattern(5, 8 * B);
     want[B + 10..].fill(0);
     assert!(
         back == want,
@@ -218,7 +218,7 @@ fn fsynced_new_object_survives(canary: Option<Canary>) -> Result<(), String> {
                 ..Options::default()
             },
         );
-        let data = pattern(3 * B + 5, seed);
+        let data = pattern(seed, 3 * B + 5);
         write(&svc, 1, UNIT, 0, &data).unwrap();
         simple(&svc, Request::Fsync { fid: InodeId(1) }).unwrap();
         drop(svc);
@@ -239,9 +239,9 @@ fn failed_write_keeps_file_readable(canary: Option<Canary>) -> Result<(), String
             ..Options::default()
         },
     );
-    let old = pattern(OLD_LEN, 6);
+    let old = pattern(6, OLD_LEN);
     write(&svc, 1, UNIT, 0, &old).unwrap();
-    let new = pattern(3 * B, 7);
+    let new = pattern(7, 3 * B);
     // The write's first disk write succeeds, the next fails.
     store.fail_writes(1, 1, libc::EIO, false);
     if write(&svc, 1, UNIT, AT, &new).is_ok() {
@@ -276,7 +276,7 @@ fn canaries_are_caught() {
 fn scrub_finds_a_flipped_byte_and_list_pages_objects() {
     let (store, svc) = mem_server(2);
     for fid in [1u64, 2, 257, 513] {
-        write(&svc, fid, 8 << 10, 0, &pattern(40_000, fid)).unwrap();
+        write(&svc, fid, 8 << 10, 0, &pattern(fid, 40_000)).unwrap();
     }
     let (data, _) = svc.object_paths(1, InodeId(257));
     assert!(store.corrupt(&data, 5000, |b| b ^ 0x40));
@@ -338,7 +338,7 @@ fn scrub_finds_a_flipped_byte_and_list_pages_objects() {
 #[test]
 fn background_scrubber_finds_damage() {
     let (store, svc) = mem_server(1);
-    write(&svc, 9, UNIT, 0, &pattern(64 << 10, 9)).unwrap();
+    write(&svc, 9, UNIT, 0, &pattern(9, 64 << 10)).unwrap();
     let (data, _) = svc.object_paths(0, InodeId(9));
     assert!(store.corrupt(&data, 10_000, |b| !b));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -381,7 +381,7 @@ fn uncache(f: &std::fs::File) {
 fn scrub_reads_the_disk_past_the_page_cache() {
     let (_dir, svc) = fs_server(1, None);
     let len = (8 << 20) + 5000;
-    write(&svc, 9, UNIT, 0, &pattern(len, 9)).unwrap();
+    write(&svc, 9, UNIT, 0, &pattern(9, len)).unwrap();
     simple(&svc, Request::Fsync { fid: InodeId(9) }).unwrap();
     let (path, _) = svc.object_paths(0, InodeId(9));
     let f = std::fs::OpenOptions::new()
@@ -453,12 +453,12 @@ fn dying_between_rmw_bytes_and_checksum_keeps_the_blocks_other_bytes() {
         let store = Arc::new(MemStore::new());
         let svc = mem_server_with(store.clone(), Options::default());
         let fid = 7;
-        let a = pattern(5000, 1);
+        let a = pattern(1, 5000);
         write(&svc, fid, UNIT, 0, &a).unwrap();
         simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
         let (_, crc_path) = svc.object_paths(0, InodeId(fid));
         let old_entry = store.contents(&crc_path).unwrap()[8..16].to_vec();
-        let b = pattern(4000, 2);
+        let b = pattern(2, 4000);
         write(&svc, fid, UNIT, 5000, &b).unwrap();
         assert_eq!(svc.compact_object(0, InodeId(fid)).unwrap(), 1);
         undo_entry(&store, &crc_path, 1, &old_entry);
@@ -499,7 +499,7 @@ fn dying_between_rmw_bytes_and_checksum_keeps_the_blocks_other_bytes() {
         assert_eq!(read(&svc, fid, UNIT, 5000, 4000), b);
         // The next fsync empties the log: its intents are of completed writes.
         simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
-        write(&svc, fid, UNIT, 6000, &pattern(10, 3)).unwrap();
+        write(&svc, fid, UNIT, 6000, &pattern(3, 10)).unwrap();
         simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
         assert_eq!(store.contents(&log_path).map(|l| l.len()), Some(0));
     }
@@ -513,11 +513,11 @@ fn an_intent_does_not_bless_damaged_bytes() {
     let store = Arc::new(MemStore::new());
     let svc = mem_server_with(store.clone(), Options::default());
     let fid = 9;
-    write(&svc, fid, UNIT, 0, &pattern(5000, 1)).unwrap();
+    write(&svc, fid, UNIT, 0, &pattern(1, 5000)).unwrap();
     // After an fsync the next write into block 1 is a piece (in place it would need a
     // durable image).
     simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
-    write(&svc, fid, UNIT, 5000, &pattern(100, 2)).unwrap();
+    write(&svc, fid, UNIT, 5000, &pattern(2, 100)).unwrap();
     let (data_path, _) = svc.object_paths(0, InodeId(fid));
     assert!(store.corrupt(&data_path, 4500, |b| b ^ 0x40));
     drop(svc);
@@ -543,10 +543,10 @@ fn an_intent_does_not_bless_damaged_bytes() {
 /// or an earlier one) or as the old zeros; never as other bytes.
 #[test]
 fn power_cut_during_rewrites_of_a_shared_block_keeps_the_fsynced_bytes() {
-    let a = pattern(5000, 1);
-    let b = pattern(2000, 2);
-    let c = pattern(1500, 3);
-    let d = pattern(300, 4);
+    let a = pattern(1, 5000);
+    let b = pattern(2, 2000);
+    let c = pattern(3, 1500);
+    let d = pattern(4, 300);
     for seed in 0..64 {
         let store = Arc::new(MemStore::new());
         let svc = mem_server_with(store.clone(), Options::default());
@@ -605,8 +605,8 @@ fn power_cut_during_rewrites_of_a_shared_block_keeps_the_fsynced_bytes() {
 /// bytes from before the cut (found by the simulator, seed 213).
 #[test]
 fn a_truncate_kills_the_logged_images_of_the_blocks_it_cuts() {
-    let a = pattern(3 * B, 1);
-    let c = pattern(B, 3);
+    let a = pattern(1, 3 * B);
+    let c = pattern(3, B);
     for seed in 0..48 {
         let store = Arc::new(MemStore::new());
         let svc = mem_server_with(store.clone(), Options::default());
@@ -615,7 +615,7 @@ fn a_truncate_kills_the_logged_images_of_the_blocks_it_cuts() {
         simple(&svc, Request::Fsync { fid: InodeId(fid) }).unwrap();
         // A piece in written block 1, folded in by the truncate before it cuts: the
         // fold's image goes to the log.
-        write(&svc, fid, UNIT, B as u64 + 100, &pattern(50, 2)).unwrap();
+        write(&svc, fid, UNIT, B as u64 + 100, &pattern(2, 50)).unwrap();
         let cut = Request::Truncate {
             fid: InodeId(fid),
             unit: UNIT,
@@ -653,7 +653,7 @@ fn an_object_log_stays_bounded_without_fsync() {
     let mut want = Vec::new();
     let mut largest = 0;
     for i in 0..6000u64 {
-        let rec = pattern(37, i);
+        let rec = pattern(i, 37);
         write(&svc, fid, UNIT, want.len() as u64, &rec).unwrap();
         want.extend_from_slice(&rec);
         largest = largest.max(store.contents(&log_path).map_or(0, |l| l.len()));

@@ -5,7 +5,7 @@ const UNIT: u32 = 8 << 10;
 #[test]
 fn enospc_maps_to_nospace_and_leaves_object_unchanged() {
     let (store, svc) = mem_server(2);
-    let base = pattern(40_000, 1);
+    let base = pattern(1, 40_000);
     write(&svc, 3, UNIT, 0, &base).unwrap();
     let paths: Vec<_> = (0..2).map(|t| svc.object_paths(t, InodeId(3))).collect();
     let before: Vec<_> = paths
@@ -14,7 +14,7 @@ fn enospc_maps_to_nospace_and_leaves_object_unchanged() {
         .collect();
     for (off, len) in [(100u64, 30_000usize), (0, 4096), (41_000, 10)] {
         store.fail_next_writes(1);
-        let e = write(&svc, 3, UNIT, off, &pattern(len, 2)).unwrap_err();
+        let e = write(&svc, 3, UNIT, off, &pattern(2, len)).unwrap_err();
         assert_eq!(e.code, ErrorCode::NoSpace, "{e}");
         assert!(
             e.message.contains("data server 3")
@@ -57,10 +57,10 @@ fn torn_unsynced_writes_are_detected_or_consistent() {
     let (mut detected, mut valid) = (0, 0);
     for round in 0..20u64 {
         let (store, svc) = mem_server(2);
-        let old = pattern(20 * B, round);
+        let old = pattern(round, 20 * B);
         write(&svc, 1, UNIT, 0, &old).unwrap();
         simple(&svc, Request::Fsync { fid: InodeId(1) }).unwrap();
-        let new = pattern(30 * B, round + 1000);
+        let new = pattern(round + 1000, 30 * B);
         // Unaligned writes, so partial blocks are read-modify-written too.
         write(&svc, 1, UNIT, 1000, &new[1000..15 * B + 7]).unwrap();
         write(&svc, 1, UNIT, 15 * B as u64 + 7, &new[15 * B + 7..]).unwrap();
@@ -98,7 +98,7 @@ fn torn_unsynced_writes_are_detected_or_consistent() {
 #[test]
 fn fsync_after_eviction_makes_the_new_object_durable() {
     let (store, svc) = mem_server(1);
-    let data = pattern(3 * B, 7);
+    let data = pattern(7, 3 * B);
     write(&svc, 1, UNIT, 0, &data).unwrap();
     for fid in 2..(crate::cache::MAX_OPEN_OBJECTS as u64 + 10) {
         write(&svc, fid, UNIT, 0, b"x").unwrap();
@@ -126,7 +126,7 @@ fn target_directories_made_at_start_survive_a_power_cut() {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let svc =
         DataService::with_store(ServerId(1), &paths, None, store.clone(), clock.clone()).unwrap();
-    let data = pattern(2 * B, 11);
+    let data = pattern(11, 2 * B);
     write(&svc, 1, UNIT, 0, &data).unwrap();
     simple(&svc, Request::Fsync { fid: InodeId(1) }).unwrap();
     store.crash(seed("target_directories_made_at_start_survive_a_power_cut"));

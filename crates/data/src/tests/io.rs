@@ -6,8 +6,8 @@ const UNIT: u32 = 16 << 10;
 #[test]
 fn unaligned_writes_round_trip_over_two_targets_with_holes() {
     let (dir, svc) = fs_server(2, None);
-    let a = pattern(50_000, 1);
-    let b = pattern(7_777, 2);
+    let a = pattern(1, 50_000);
+    let b = pattern(2, 7_777);
     write(&svc, 7, UNIT, 1_234, &a).unwrap();
     write(&svc, 7, UNIT, 200_001, &b).unwrap();
     let mut expect = vec![0u8; 210_000];
@@ -49,7 +49,7 @@ fn hole_blocks_read_as_zero_with_zero_block_crc() {
 #[test]
 fn partial_block_read_modify_write() {
     let (_d, svc) = fs_server(1, None);
-    let base = pattern(3 * B, 5);
+    let base = pattern(5, 3 * B);
     write(&svc, 2, UNIT, 0, &base).unwrap();
     let mut expect = base.clone();
     // Inside one block, across a boundary, and a single byte.
@@ -58,7 +58,7 @@ fn partial_block_read_modify_write() {
         (B - 10, 20, 7),
         (2 * B + 4095, 1, 8),
     ] {
-        let p = pattern(len, salt);
+        let p = pattern(salt, len);
         write(&svc, 2, UNIT, off as u64, &p).unwrap();
         expect[off..off + len].copy_from_slice(&p);
         assert_eq!(read(&svc, 2, UNIT, 0, 3 * B), expect);
@@ -68,7 +68,7 @@ fn partial_block_read_modify_write() {
 #[test]
 fn returned_crcs_match_every_block() {
     let (_d, svc) = fs_server(2, None);
-    let data = pattern(100_000, 3);
+    let data = pattern(3, 100_000);
     write(&svc, 4, UNIT, 777, &data).unwrap();
     let (crcs, got) = read_raw(&svc, 4, UNIT, 0, 104 * B as u32 / 4).unwrap();
     for (block, crc) in got.chunks(B).zip(&crcs) {
@@ -79,7 +79,7 @@ fn returned_crcs_match_every_block() {
 #[test]
 fn flipped_byte_on_disk_is_detected_by_client_and_never_blessed_by_a_partial_write() {
     let (_d, svc) = fs_server(2, None);
-    write(&svc, 5, UNIT, 0, &pattern(4 * UNIT as usize, 4)).unwrap();
+    write(&svc, 5, UNIT, 0, &pattern(4, 4 * UNIT as usize)).unwrap();
     // Local block 1 of unit 0 lives on target 0 at object offset 4096.
     let (path, _) = svc.object_paths(0, InodeId(5));
     let mut bytes = std::fs::read(&path).unwrap();
@@ -126,7 +126,7 @@ fn flipped_byte_on_disk_is_detected_by_client_and_never_blessed_by_a_partial_wri
 #[test]
 fn wrong_piece_crc_is_refused_and_writes_nothing() {
     let (_d, svc) = fs_server(2, None);
-    let data = pattern(20_000, 9);
+    let data = pattern(9, 20_000);
     let mut crcs = stripefs_wire::piece_crcs(10, &data);
     crcs[2] ^= 1;
     let req = Request::Write {
@@ -147,7 +147,7 @@ fn wrong_piece_crc_is_refused_and_writes_nothing() {
 #[test]
 fn truncate_shrink_and_extend_keep_last_block_crc() {
     let (_d, svc) = fs_server(2, None);
-    let data = pattern(5 * UNIT as usize, 10);
+    let data = pattern(10, 5 * UNIT as usize);
     write(&svc, 8, UNIT, 0, &data).unwrap();
     let trunc = |size: u64| {
         simple(
@@ -213,7 +213,7 @@ fn used(svc: &DataService) -> Vec<u64> {
 fn remove_and_bytes_used() {
     let (_d, svc) = fs_server(2, None);
     let before = used(&svc);
-    write(&svc, 9, UNIT, 0, &pattern(1 << 20, 11)).unwrap();
+    write(&svc, 9, UNIT, 0, &pattern(11, 1 << 20)).unwrap();
     let after = used(&svc);
     for t in 0..2 {
         assert!(
@@ -239,7 +239,7 @@ fn remove_and_bytes_used() {
 #[test]
 fn space_gives_each_target_its_device() {
     let (_d, svc) = fs_server(2, None);
-    write(&svc, 4, UNIT, 0, &pattern(1 << 20, 3)).unwrap();
+    write(&svc, 4, UNIT, 0, &pattern(3, 1 << 20)).unwrap();
     let space = match simple(&svc, Request::Space {}).unwrap() {
         Response::Space { targets } => targets,
         other => panic!("{other:?}"),

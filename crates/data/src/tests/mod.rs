@@ -132,21 +132,7 @@ pub fn simple(svc: &DataService, req: Request) -> Result<Response, WireError> {
     call(svc, req, vec![]).result
 }
 
-/// A seed from STRIPEFS_SEED or fresh, printed so that a failure can be replayed.
-pub fn seed(test: &str) -> u64 {
-    let seed = match std::env::var("STRIPEFS_SEED") {
-        Ok(s) => s.parse().expect("STRIPEFS_SEED must be a u64"),
-        Err(_) => rand::random(),
-    };
-    eprintln!("{test}: seed {seed} (replay with STRIPEFS_SEED={seed})");
-    seed
-}
-
-pub fn pattern(len: usize, salt: u64) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(31) ^ salt.wrapping_mul(0x9E37)) as u8 ^ (i >> 9) as u8)
-        .collect()
-}
+pub use stripefs_testkit::{pattern, seed};
 
 #[test]
 fn ping_and_unsupported() {

@@ -64,7 +64,7 @@ fn run_serves_over_tcp() {
         ),
         "{pong:?}"
     );
-    let data = pattern(300_000, 1);
+    let data = pattern(1, 300_000);
     let req = Request::Write {
         fid: InodeId(42),
         unit: 65536,

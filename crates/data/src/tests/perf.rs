@@ -16,7 +16,7 @@ fn run(svc: &DataService, threads: usize) -> (f64, f64) {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
-                    let data = pattern(REQUEST_BYTES, t as u64);
+                    let data = pattern(t as u64, REQUEST_BYTES);
                     let crcs = piece_crcs(0, &data);
                     let (mut w, mut r) = (Duration::ZERO, Duration::ZERO);
                     for i in 0..per {
@@ -92,7 +92,7 @@ fn interleaved_throughput() {
             for w in 0..threads {
                 let svc = svc.clone();
                 s.spawn(move || {
-                    let data = pattern(REC, w as u64);
+                    let data = pattern(w as u64, REC);
                     for k in 0..RECS / threads {
                         let off = ((k * threads + w) * REC) as u64;
                         let req = Request::Write {

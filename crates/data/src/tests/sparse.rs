@@ -55,7 +55,7 @@ fn allocated(svc: &DataService, fid: u64) -> u64 {
 fn punch_partial_blocks_keeps_checksums_consistent() {
     let (_d, svc) = fs_server(2, None);
     let len = 6 * UNIT as usize;
-    let mut expect = pattern(len, 21);
+    let mut expect = pattern(21, len);
     write(&svc, 1, UNIT, 0, &expect).unwrap();
     for (off, n) in [
         (100u64, 50u64),                  // inside one block
@@ -89,7 +89,7 @@ fn punch_partial_blocks_keeps_checksums_consistent() {
 #[test]
 fn punch_refuses_corrupt_edge_block() {
     let (_d, svc) = fs_server(1, None);
-    write(&svc, 3, UNIT, 0, &pattern(4 * B, 3)).unwrap();
+    write(&svc, 3, UNIT, 0, &pattern(3, 4 * B)).unwrap();
     let (path, _) = svc.object_paths(0, InodeId(3));
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[B + 1] ^= 1;
@@ -109,7 +109,7 @@ fn punch_refuses_corrupt_edge_block() {
 fn punch_frees_and_allocate_reserves_space() {
     let (_d, svc) = fs_server(2, None);
     let mib = 1u64 << 20;
-    write(&svc, 4, UNIT, 0, &pattern(4 * mib as usize, 4)).unwrap();
+    write(&svc, 4, UNIT, 0, &pattern(4, 4 * mib as usize)).unwrap();
     let full = allocated(&svc, 4);
     assert!(full >= 4 * mib, "{full}");
     punch(&svc, 4, UNIT, mib, 2 * mib);
@@ -126,7 +126,7 @@ fn punch_frees_and_allocate_reserves_space() {
     assert_eq!(seek(&svc, 5, UNIT, 0, true), Some(0));
     assert_eq!(read(&svc, 5, UNIT, 0, 3 * mib as usize), vec![0u8; 3 << 20]);
     // Writes into the reserved range work and do not grow the allocation much.
-    write(&svc, 5, UNIT, 200, &pattern(2 * mib as usize, 5)).unwrap();
+    write(&svc, 5, UNIT, 200, &pattern(5, 2 * mib as usize)).unwrap();
     assert!(allocated(&svc, 5) <= reserved + (64 << 10));
 }
 
@@ -141,7 +141,7 @@ fn seek_finds_written_extents() {
         (40 * UNIT as u64 + 5, 100),
     ];
     for (i, &(off, len)) in ext.iter().enumerate() {
-        write(&svc, 6, UNIT, off, &pattern(len as usize, i as u64)).unwrap();
+        write(&svc, 6, UNIT, off, &pattern(i as u64, len as usize)).unwrap();
     }
     assert_eq!(seek(&svc, 6, UNIT, 0, false), Some(10 * UNIT as u64));
     assert_eq!(seek(&svc, 6, UNIT, 0, true), Some(0));

@@ -32,7 +32,7 @@ fn zero_copy_and_copied_reads_agree_byte_for_byte() {
         for i in 0..40 {
             let off = rng.gen_range(0..600 * B as u64);
             let len = rng.gen_range(1..5 * B);
-            write(&svc, fid, unit, off, &pattern(len, i)).unwrap();
+            write(&svc, fid, unit, off, &pattern(i, len)).unwrap();
         }
         let punch = Request::Punch {
             fid: InodeId(fid),

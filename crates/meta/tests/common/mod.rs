@@ -328,12 +328,5 @@ pub fn code<T: std::fmt::Debug>(r: Result<T, WireError>) -> ErrorCode {
     r.unwrap_err().code
 }
 
-/// The seed of a randomised test: STRIPEFS_SEED if set, else random; printed.
-pub fn seed(test: &str) -> u64 {
-    let s = std::env::var("STRIPEFS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("{test}: seed {s} (replay with STRIPEFS_SEED={s})");
-    s
-}
+#[allow(unused_imports)] // Each test binary uses a different part.
+pub use stripefs_testkit::seed;

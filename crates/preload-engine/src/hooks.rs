@@ -198,13 +198,14 @@ pub unsafe extern "C" fn sfs_engine_close_range(
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         closing_range(first as u64, last as u64);
     }
-    real::close_range(first, last, flags)
+    crate::ownfds::close_range_sparing(first, last, flags)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sfs_engine_closefrom(first: c_int) {
     closing_range(first.max(0) as u64, u64::MAX);
-    real::closefrom(first)
+    // As closefrom(3), which has no result to give.
+    let _ = crate::ownfds::close_range_sparing(first.max(0) as c_uint, c_uint::MAX, 0);
 }
 
 /// `to` now names what `from` named: share the served file, if any.
@@ -1289,6 +1290,7 @@ extern "C" fn at_exit() {
 }
 
 extern "C" fn init() {
+    stripefs_rpc::fdplace::set(crate::ownfds::place);
     // SAFETY: registering handlers with no preconditions.
     unsafe {
         libc::pthread_atfork(Some(before_fork), None, Some(in_child));

@@ -55,5 +55,6 @@
 
 mod hooks;
 mod meta;
+mod ownfds;
 mod real;
 mod state;

@@ -312,6 +312,7 @@ impl Mount {
         let name = mountctl::socket_name(dev);
         let s = match SocketAddr::from_abstract_name(name.as_bytes())
             .and_then(|a| UnixStream::connect_addr(&a))
+            .map(stripefs_rpc::fdplace::place_unix)
         {
             Ok(s) if !served_by(&s, self.owner) => {
                 log(format_args!(

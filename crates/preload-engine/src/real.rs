@@ -140,7 +140,6 @@ real! {
     rename: fn(from: *const c_char, to: *const c_char) -> c_int;
     renameat: fn(fromfd: c_int, from: *const c_char, tofd: c_int, to: *const c_char) -> c_int;
     renameat2: fn(fromfd: c_int, from: *const c_char, tofd: c_int, to: *const c_char, flags: c_uint) -> c_int;
-    closefrom: fn(first: c_int) -> ();
 }
 
 /// `_exit` never returns, so it is not in the table above.

@@ -125,6 +125,7 @@ impl Conn {
                 unreachable(e.to_string())
             }
         })?;
+        let stream = crate::fdplace::place_tcp(stream);
         stream
             .set_nodelay(true)
             .and_then(|_| stream.set_read_timeout(Some(timeout)))

@@ -18,6 +18,7 @@ pub mod auth;
 pub mod compress;
 pub mod config;
 mod conn;
+pub mod fdplace;
 mod frame;
 pub mod host;
 pub mod limits;

@@ -124,7 +124,7 @@ fn new_socket() -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(crate::fdplace::place(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// A listening short-circuit socket.
@@ -346,7 +346,7 @@ impl Seqpacket {
                             &mut fd as *mut RawFd as *mut u8,
                             std::mem::size_of::<RawFd>(),
                         );
-                        fds.push(OwnedFd::from_raw_fd(fd));
+                        fds.push(crate::fdplace::place(OwnedFd::from_raw_fd(fd)));
                     }
                 }
                 c = libc::CMSG_NXTHDR(&hdr, c);
@@ -676,6 +676,7 @@ pub fn write_pipe() -> io::Result<(OwnedFd, OwnedFd, usize)> {
     }
     // SAFETY: both descriptors are new and ours alone.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (r, w) = (crate::fdplace::place(r), crate::fdplace::place(w));
     // The largest size the system grants unprivileged pipes (`/proc/sys/fs/pipe-max-size`,
     // 1 MiB by default) or less; a refusal of every size keeps the default (64 KiB).
     for size in [MAX_LOCAL_WRITE, MAX_LOCAL_WRITE / 2, MAX_LOCAL_WRITE / 4] {

@@ -233,8 +233,26 @@ impl Drop for IoBuf {
 mod tests {
     use super::*;
 
+    /// The pool is the process's: the tests that look at what it hands out take turns.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn turn() -> std::sync::MutexGuard<'static, ()> {
+        TURN.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Empties the pool, so that a buffer freed next fits in it whatever earlier tests
+    /// left there (a full pool unmaps what is freed instead of keeping it).
+    fn drain_pool() {
+        let frees = std::mem::take(&mut *pool());
+        for f in frees {
+            // SAFETY: a pooled mapping of this length, owned by nobody.
+            unsafe { unmap(f.0.as_ptr(), f.1) };
+        }
+    }
+
     #[test]
     fn gathers_parts_into_an_aligned_buffer() {
+        let _t = turn();
         for len in [0usize, 1, 4095, 4096, 70_000, 1 << 20] {
             let src: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
             let cut = len / 3;
@@ -246,6 +264,8 @@ mod tests {
 
     #[test]
     fn freed_buffers_are_reused_with_their_bytes_replaced() {
+        let _t = turn();
+        drain_pool();
         let a = IoBuf::gathered(200_000, [&vec![7u8; 200_000][..]]);
         let at = a.as_ptr() as usize;
         drop(a);
@@ -257,6 +277,7 @@ mod tests {
 
     #[test]
     fn a_live_buffer_is_never_handed_out_again() {
+        let _t = turn();
         // 320 KiB: a capacity no other test here asks for.
         let bufs: Vec<_> = (0..8u8)
             .map(|i| IoBuf::gathered(300_000, [&vec![i; 300_000][..]]))

@@ -171,7 +171,9 @@ const PREDATES: u8 = 2;
 
 /// Connects, authenticates and, in one more round trip, announces the client's host id
 /// (`ClientHost`: the server counts the connection's bytes as that host's and the
-/// metadata server places local layouts there) and the pool's compression.
+/// metadata server places local layouts there), the pool's compression and, if `ask`,
+/// this build's features, returning the server's (see [`Conn::announce`]).
+#[allow(clippy::too_many_arguments)]
 fn dial(
     addr: &str,
     secret: &Secret,
@@ -180,10 +182,11 @@ fn dial(
     host: Option<&str>,
     codec: Codec,
     tls: Option<&TlsClient>,
-) -> Result<Conn, WireError> {
+    ask: bool,
+) -> Result<(Conn, Option<Features>), WireError> {
     let mut c = Conn::connect_with(addr, secret, token, timeout, tls)?;
-    c.announce(host, codec, false)?;
-    Ok(c)
+    let theirs = c.announce(host, codec, ask)?;
+    Ok((c, theirs))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -208,34 +211,34 @@ impl ServerPool {
     /// protocol features (in the same round trip as the host and codec).
     fn dial(&self) -> Result<Conn, WireError> {
         use std::sync::atomic::Ordering::Relaxed;
-        let connect = || {
-            Conn::connect_with(
+        let dial_asking = |ask| {
+            dial(
                 &self.addr,
                 &self.secret,
                 self.token.as_deref(),
                 self.timeout,
+                self.host.as_deref(),
+                self.codec,
                 self.tls.as_ref(),
+                ask,
             )
         };
-        let (host, codec) = (self.host.as_deref(), self.codec);
-        let mut c = connect()?;
-        let ask = self.features_state.load(Relaxed) != PREDATES;
-        if let Some(theirs) = c.announce(host, codec, ask)? {
-            self.features.store(theirs.0, Relaxed);
-            if c.is_broken() {
-                tracing::warn!(
-                    "{} predates protocol features (an older stripefs): the client uses \
-                     only what every version 5 server serves",
-                    self.name()
-                );
-                self.features_state.store(PREDATES, Relaxed);
-                c = connect()?;
-                c.announce(host, codec, false)?;
-            } else {
-                self.features_state.store(ASKED, Relaxed);
-            }
+        let (c, theirs) = dial_asking(self.features_state.load(Relaxed) != PREDATES)?;
+        let Some(theirs) = theirs else {
+            return Ok(c);
+        };
+        self.features.store(theirs.0, Relaxed);
+        if !c.is_broken() {
+            self.features_state.store(ASKED, Relaxed);
+            return Ok(c);
         }
-        Ok(c)
+        tracing::warn!(
+            "{} predates protocol features (an older stripefs): the client uses only what \
+             every version 5 server serves",
+            self.name()
+        );
+        self.features_state.store(PREDATES, Relaxed);
+        dial_asking(false).map(|(c, _)| c)
     }
 
     /// The server's protocol features; connects first if no connection was made yet.
@@ -619,7 +622,9 @@ impl ServerPool {
                     host.as_deref(),
                     codec,
                     tls.as_ref(),
+                    false,
                 )
+                .map(|(c, _)| c)
             };
             let thread = std::thread::Builder::new()
                 .name("stripefs-flush".into())

@@ -12,6 +12,16 @@ fn invalid(m: String) -> Result<(), WireError> {
     Err(WireError::new(ErrorCode::InvalidArgument, m))
 }
 
+/// A list request's extents or ranges: 1 to `MAX_LIST_EXTENTS` of them.
+fn list_length(what: &str, parts: &str, n: usize) -> Result<(), WireError> {
+    if n == 0 || n > MAX_LIST_EXTENTS {
+        return invalid(format!(
+            "a list {what} has {n} {parts}, not 1..={MAX_LIST_EXTENTS}"
+        ));
+    }
+    Ok(())
+}
+
 fn too_far(what: &str) -> WireError {
     WireError::new(
         ErrorCode::FileTooBig,
@@ -80,12 +90,7 @@ pub(crate) fn write_list(
     data_len: u32,
 ) -> Result<(), WireError> {
     check_unit(unit)?;
-    if extents.is_empty() || extents.len() > MAX_LIST_EXTENTS {
-        return invalid(format!(
-            "a list write has {} extents, not 1..={MAX_LIST_EXTENTS}",
-            extents.len()
-        ));
-    }
+    list_length("write", "extents", extents.len())?;
     let mut total: u64 = 0;
     let mut n = 0;
     for &(offset, len) in extents {
@@ -115,12 +120,7 @@ pub(crate) fn write_list(
 
 pub(crate) fn read_list(unit: u32, ranges: &[(u64, u32)]) -> Result<(), WireError> {
     check_unit(unit)?;
-    if ranges.is_empty() || ranges.len() > MAX_LIST_EXTENTS {
-        return invalid(format!(
-            "a list read has {} ranges, not 1..={MAX_LIST_EXTENTS}",
-            ranges.len()
-        ));
-    }
+    list_length("read", "ranges", ranges.len())?;
     let mut total: u64 = 0;
     for &(offset, len) in ranges {
         if len == 0 || offset % BLOCK_BYTES as u64 != 0 || len % BLOCK_BYTES != 0 {

@@ -127,13 +127,14 @@ impl Cluster {
             false,
             stripefs_rpc::limits::LEASE_MS,
             &Limits::default(),
+            None,
         )
     }
 
     /// Servers of an older build (see [`Older`]): lacking the features `lacks`, or with
     /// `None` predating features altogether.
     pub fn older(n_data: usize, lacks: Option<Features>) -> Cluster {
-        Cluster::make_as(
+        Cluster::make(
             n_data,
             1,
             SMALL_STRIPE,
@@ -154,6 +155,7 @@ impl Cluster {
             true,
             stripefs_rpc::limits::LEASE_MS,
             &Limits::default(),
+            None,
         )
     }
 
@@ -166,6 +168,7 @@ impl Cluster {
             false,
             lease_ms,
             &Limits::default(),
+            None,
         )
     }
 
@@ -178,22 +181,12 @@ impl Cluster {
             false,
             stripefs_rpc::limits::LEASE_MS,
             limits,
+            None,
         )
     }
 
-    fn make(
-        n_data: usize,
-        n_targets: usize,
-        stripe: u32,
-        mem: bool,
-        lease_ms: u64,
-        limits: &Limits,
-    ) -> Cluster {
-        Cluster::make_as(n_data, n_targets, stripe, mem, lease_ms, limits, None)
-    }
-
     /// `older`: every server is an [`Older`] one lacking these features.
-    fn make_as(
+    fn make(
         n_data: usize,
         n_targets: usize,
         stripe: u32,

@@ -17,17 +17,42 @@
 //! CRCs.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 use stripefs_layout::Stripe;
-use stripefs_rpc::local::{self, ObjectFiles, Opened, Seqpacket};
-use stripefs_rpc::Secret;
+use stripefs_rpc::local;
+use stripefs_rpc::samehost::{refuses_for_good, Attached, LocalDial, LocalLink, PipeOut};
+use stripefs_sys::storage::ObjectFile;
 use stripefs_wire::sidecar::{Entry, ENTRY_BYTES};
-use stripefs_wire::{padded_block_crc, BLOCK_BYTES};
+use stripefs_wire::{
+    padded_block_crc, GrantPiece, InodeId, Request, Response, WireError, BLOCK_BYTES, HAS_DATA,
+    HAS_SIDECAR, MAX_LOCAL_MESSAGE, MAX_LOCAL_TARGETS, MAX_LOCAL_WRITE,
+};
+
+/// What a client got for one object: per target, its data file and sidecar, if any.
+type ObjectFiles = Vec<(Option<Arc<dyn ObjectFile>>, Option<Arc<dyn ObjectFile>>)>;
+
+/// What a short-circuit write came to.
+enum Written {
+    Done {
+        boot_id: u64,
+    },
+    /// The server takes no writes of this kind: do not ask it again.
+    Refused(String),
+    Failed(String),
+}
+
+impl Written {
+    /// The server's answer to a write.
+    fn of(r: Result<Response, WireError>) -> Written {
+        match r {
+            Ok(Response::Written { boot_id }) => Written::Done { boot_id },
+            Ok(other) => Written::Failed(format!("answered {:?}", other.kind())),
+            Err(e) if refuses_for_good(&e) => Written::Refused(e.to_string()),
+            Err(e) => Written::Failed(e.to_string()),
+        }
+    }
+}
 
 /// Objects whose descriptors a client keeps per server.
 const MAX_CACHED_OBJECTS: usize = 256;
@@ -48,9 +73,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// One data server's short-circuit path, as seen by one client.
 pub(crate) struct ShortCircuit {
-    socket: PathBuf,
-    secret: Secret,
-    timeout: Duration,
+    dial: Arc<dyn LocalDial>,
     conn: Mutex<Option<Link>>,
     /// The connection (with its pipe) for writes, apart from `conn` so that opens for
     /// reads do not wait behind writes. One per server: more let a client's writes run
@@ -93,11 +116,9 @@ pub(crate) struct ShortCircuit {
 }
 
 impl ShortCircuit {
-    pub fn new(socket: PathBuf, secret: Secret, timeout: Duration, enabled: bool) -> ShortCircuit {
+    pub fn new(dial: Arc<dyn LocalDial>, enabled: bool) -> ShortCircuit {
         ShortCircuit {
-            socket,
-            secret,
-            timeout,
+            dial,
             conn: Mutex::new(None),
             writer: Mutex::new(None),
             direct_links: Mutex::new(Vec::new()),
@@ -122,20 +143,19 @@ impl ShortCircuit {
         self.enabled.load(Ordering::Relaxed) && !self.refused.load(Ordering::Relaxed)
     }
 
-    /// Asks the server for `fid`'s descriptors (one reconnect on a broken connection).
+    /// Asks the server for `fid`'s files (one reconnect on a broken connection).
     fn open(&self, fid: u64) -> Option<Arc<ObjectFiles>> {
         if let Some(f) = lock(&self.cache).get(&fid) {
             return Some(f.clone());
         }
         let mut conn = lock(&self.conn);
         for _ in 0..2 {
-            let c = &self.connected(&mut conn)?.sock;
+            let c = &mut self.connected(&mut conn)?.conn;
             let answer = c
-                .send(&local::open_request(fid), &[])
-                .and_then(|()| c.recv())
-                .and_then(|(m, fds)| local::parse_objects(&m, fds));
+                .call(Request::LocalOpen { fid: InodeId(fid) }, Attached::None)
+                .and_then(|(r, files)| pair_files(r, files.files()));
             match answer {
-                Ok(Opened::Files(files)) => {
+                Ok(Ok(files)) => {
                     let complete = files.iter().all(|(d, s)| d.is_some() && s.is_some());
                     let files = Arc::new(files);
                     if complete {
@@ -147,20 +167,20 @@ impl ShortCircuit {
                     }
                     return Some(files);
                 }
-                Ok(Opened::Refused(why)) => {
+                Ok(Err(e)) if refuses_for_good(&e) => {
                     tracing::info!(
-                        "short-circuit reads refused by {}: {why}; reading through the server",
-                        self.socket.display()
+                        "short-circuit reads refused by {}: {e}; reading through the server",
+                        self.dial.describe()
                     );
                     self.refused.store(true, Ordering::Relaxed);
                     return None;
                 }
-                Ok(Opened::Failed(why)) => {
-                    tracing::debug!("short-circuit open of {fid:#x}: {why}");
+                Ok(Err(e)) => {
+                    tracing::debug!("short-circuit open of {fid:#x}: {e}");
                     return None;
                 }
                 Err(e) => {
-                    tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                    tracing::debug!("short-circuit socket {}: {e}", self.dial.describe());
                     *conn = None;
                 }
             }
@@ -171,12 +191,15 @@ impl ShortCircuit {
     /// The connection, made (with its handshake) if there is none.
     fn connected<'c>(&self, conn: &'c mut Option<Link>) -> Option<&'c mut Link> {
         if conn.is_none() {
-            let c = Seqpacket::connect(&self.socket, self.timeout)
-                .and_then(|c| local::client_handshake(&c, &self.secret).map(|()| c));
-            match c {
-                Ok(sock) => *conn = Some(Link { sock, pipe: None }),
+            match self.dial.dial() {
+                Ok(c) => {
+                    *conn = Some(Link {
+                        conn: c,
+                        pipe: None,
+                    })
+                }
                 Err(e) => {
-                    tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                    tracing::debug!("short-circuit socket {}: {e}", self.dial.describe());
                     return None;
                 }
             }
@@ -187,7 +210,7 @@ impl ShortCircuit {
     /// Whether a write of `len` bytes from an aligned buffer would be tried as a direct
     /// write (it is, if its blocks are whole and holes).
     pub fn writes_direct(&self, len: usize) -> bool {
-        (MIN_DIRECT_BYTES..=local::MAX_LOCAL_WRITE).contains(&len)
+        (MIN_DIRECT_BYTES..=MAX_LOCAL_WRITE).contains(&len)
             && self.usable()
             && !self.write_refused.load(Ordering::Relaxed)
             && self.direct_enabled.load(Ordering::Relaxed)
@@ -205,7 +228,7 @@ impl ShortCircuit {
             local % BLOCK == 0 && data.len() as u64 % BLOCK == 0 && unit as u64 % BLOCK == 0;
         if !whole
             || data.is_empty()
-            || data.len() > local::MAX_LOCAL_WRITE
+            || data.len() > MAX_LOCAL_WRITE
             || !self.usable()
             || self.write_refused.load(Ordering::Relaxed)
         {
@@ -222,7 +245,7 @@ impl ShortCircuit {
         }
         let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
-        let r = link.write(fid, unit, local, data, crcs, self.timeout);
+        let r = link.write(fid, unit, local, data, crcs);
         self.outcome(r, &mut conn, fid, data.len(), false)
     }
 
@@ -239,7 +262,7 @@ impl ShortCircuit {
         crcs: &[u32],
     ) -> Option<u64> {
         let idle = lock(&self.direct_links).pop();
-        let link = match idle {
+        let mut link = match idle {
             Some(l) => l,
             None => {
                 let mut fresh = None;
@@ -247,33 +270,33 @@ impl ShortCircuit {
                 fresh?
             }
         };
-        let r = direct_write(&link.sock, fid, unit, offset, data, crcs);
+        let r = direct_write(&mut *link.conn, fid, unit, offset, data, crcs);
         let keep = |link: Link| lock(&self.direct_links).push(link);
         match r {
-            Ok(local::Written::Done { boot_id }) => {
+            Ok(Written::Done { boot_id }) => {
                 keep(link);
                 self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
                 self.direct.fetch_add(data.len() as u64, Ordering::Relaxed);
                 Some(boot_id)
             }
-            Ok(local::Written::Refused(why)) => {
+            Ok(Written::Refused(why)) => {
                 tracing::info!(
                     "short-circuit direct writes refused by {}: {why}; writing through its pipe",
-                    self.socket.display()
+                    self.dial.describe()
                 );
                 self.direct_refused.store(true, Ordering::Relaxed);
                 None
             }
             // Blocks that hold bytes, a failed write: the pipe's path (whose checks a
             // rewrite needs) reports real errors.
-            Ok(local::Written::Failed(why)) => {
+            Ok(Written::Failed(why)) => {
                 keep(link);
                 tracing::debug!("short-circuit direct write to {fid:#x}: {why}");
                 None
             }
             // The connection is dropped with whatever it was in the middle of.
             Err(e) => {
-                tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                tracing::debug!("short-circuit socket {}: {e}", self.dial.describe());
                 None
             }
         }
@@ -284,7 +307,7 @@ impl ShortCircuit {
     /// counted (a server that does not know them fails every one).
     fn outcome(
         &self,
-        r: std::io::Result<local::Written>,
+        r: std::io::Result<Written>,
         conn: &mut Option<Link>,
         fid: u64,
         bytes: usize,
@@ -296,28 +319,28 @@ impl ShortCircuit {
             }
         };
         match r {
-            Ok(local::Written::Done { boot_id }) => {
+            Ok(Written::Done { boot_id }) => {
                 self.written.fetch_add(bytes as u64, Ordering::Relaxed);
                 if list {
                     self.list_failures.store(0, Ordering::Relaxed);
                 }
                 Some(boot_id)
             }
-            Ok(local::Written::Refused(why)) => {
+            Ok(Written::Refused(why)) => {
                 tracing::info!(
                     "short-circuit writes refused by {}: {why}; writing through the server",
-                    self.socket.display()
+                    self.dial.describe()
                 );
                 self.write_refused.store(true, Ordering::Relaxed);
                 None
             }
-            Ok(local::Written::Failed(why)) => {
+            Ok(Written::Failed(why)) => {
                 tracing::debug!("short-circuit write to {fid:#x}: {why}");
                 failed();
                 None
             }
             Err(e) => {
-                tracing::debug!("short-circuit socket {}: {e}", self.socket.display());
+                tracing::debug!("short-circuit socket {}: {e}", self.dial.describe());
                 // The pipe may hold part of the write: this connection is done.
                 *conn = None;
                 failed();
@@ -352,7 +375,7 @@ impl ShortCircuit {
         let mut conn = lock(&self.writer);
         let link = self.connected(&mut conn)?;
         // An extent too large for the pipe is no failure of the server's: not counted.
-        let r = link.write_list(fid, unit, offsets, parts, crcs, self.timeout);
+        let r = link.write_list(fid, unit, offsets, parts, crcs);
         let r = r.transpose()?;
         let bytes = parts.iter().map(|p| p.len()).sum();
         self.outcome(r, &mut conn, fid, bytes, true)
@@ -398,7 +421,7 @@ impl ShortCircuit {
             let out = &mut buf[at..at + p.len as usize];
             let (data, sidecar) = &files[p.place as usize];
             let how = match data {
-                Some(d) if direct && direct_read_fits(d, p.local, out) => Via::Direct,
+                Some(d) if direct && direct_read_fits(&**d, p.local, out) => Via::Direct,
                 _ => Via::PageCache,
             };
             match read_target(data.as_ref(), sidecar.as_ref(), p.local, out, how) {
@@ -419,13 +442,11 @@ impl ShortCircuit {
     }
 }
 
-/// A connection to the server's short-circuit socket and, once a write needed it, the
-/// pipe whose read end the server holds (both ends are kept here: with a reader always
-/// open, a write into the pipe never raises SIGPIPE).
+/// A connection to the server's short-circuit endpoint and, once a write needed it, the
+/// client's end of the pipe whose read end the server holds.
 struct Link {
-    sock: Seqpacket,
-    /// Read end, write end, capacity.
-    pipe: Option<(OwnedFd, OwnedFd, usize)>,
+    conn: Box<dyn LocalLink>,
+    pipe: Option<Box<dyn PipeOut>>,
 }
 
 impl Link {
@@ -436,20 +457,17 @@ impl Link {
         offset: u64,
         data: &[u8],
         crcs: &[u32],
-        timeout: Duration,
-    ) -> std::io::Result<local::Written> {
+    ) -> std::io::Result<Written> {
         if let Some(refused) = self.ensure_pipe()? {
             return Ok(refused);
         }
-        let (_, w, cap) = self.pipe.as_ref().expect("made above");
+        let cap = self.pipe.as_ref().expect("made above").capacity();
         // A pipe holds a page per buffer, and the bytes of a buffer not aligned to a page
         // span one page more: each round carries at most a page less than the pipe holds,
         // in equal whole-block pieces (1 MiB in two through a 1 MiB pipe).
-        let room = (*cap).saturating_sub(BLOCK as usize) / BLOCK as usize;
+        let room = cap.saturating_sub(BLOCK as usize) / BLOCK as usize;
         if room < MIN_PIPE_ROUND_BLOCKS {
-            return Ok(local::Written::Failed(format!(
-                "the pipe holds only {cap} bytes"
-            )));
+            return Ok(Written::Failed(format!("the pipe holds only {cap} bytes")));
         }
         let blocks = data.len() / BLOCK as usize;
         let rounds = blocks.div_ceil(room);
@@ -460,37 +478,34 @@ impl Link {
             .zip(crcs.chunks(per))
             .enumerate()
         {
-            let req = local::LocalWrite {
-                fid,
+            let req = Request::LocalWrite {
+                fid: InodeId(fid),
                 unit,
                 offset: offset + (i * per) as u64 * BLOCK,
                 len: part.len() as u32,
                 crcs: sums.to_vec(),
             };
             // The bytes first, then the message: the server finds them all in the pipe.
-            local::vmsplice_all(w, part, timeout)?;
-            self.sock.send(&local::write_request(&req), &[])?;
-            let (m, _) = self.sock.recv()?;
-            match local::parse_written(&m)? {
-                local::Written::Done { boot_id } => boot = Some(boot_id),
+            self.pipe.as_mut().expect("made above").put(part)?;
+            let (r, _) = self.conn.call(req, Attached::None)?;
+            match Written::of(r) {
+                Written::Done { boot_id } => boot = Some(boot_id),
                 other => return Ok(other),
             }
         }
-        Ok(local::Written::Done {
+        Ok(Written::Done {
             boot_id: boot.expect("at least one round"),
         })
     }
 
     /// Makes the connection's pipe if it has none and hands its read end to the server;
     /// `Some` is the server's refusal.
-    fn ensure_pipe(&mut self) -> std::io::Result<Option<local::Written>> {
+    fn ensure_pipe(&mut self) -> std::io::Result<Option<Written>> {
         if self.pipe.is_none() {
-            let (r, w, cap) = local::write_pipe()?;
-            self.sock.send(&local::pipe_request(), &[r.as_raw_fd()])?;
-            let (m, _) = self.sock.recv()?;
-            match m.first() {
-                Some(&local::OK) => self.pipe = Some((r, w, cap)),
-                _ => return local::parse_written(&m).map(Some),
+            let (out, end) = self.conn.pipe()?;
+            match self.conn.call(Request::LocalPipe {}, end)?.0 {
+                Ok(_) => self.pipe = Some(out),
+                Err(e) => return Ok(Some(Written::of(Err(e)))),
             }
         }
         Ok(None)
@@ -506,13 +521,11 @@ impl Link {
         offsets: &[u64],
         parts: &[&[u8]],
         crcs: &[u32],
-        timeout: Duration,
-    ) -> std::io::Result<Option<local::Written>> {
+    ) -> std::io::Result<Option<Written>> {
         if let Some(refused) = self.ensure_pipe()? {
             return Ok(Some(refused));
         }
-        let (_, w, cap) = self.pipe.as_ref().expect("made above");
-        let slots = cap / PAGE - 1;
+        let slots = self.pipe.as_ref().expect("made above").capacity() / PAGE - 1;
         let pages = |p: &[u8]| {
             let a = p.as_ptr() as usize;
             (a + p.len()).div_ceil(PAGE) - a / PAGE
@@ -520,7 +533,7 @@ impl Link {
         let pieces: Vec<usize> = offsets
             .iter()
             .zip(parts)
-            .map(|(&o, p)| local::pieces_of(o, p.len() as u64) as usize)
+            .map(|(&o, p)| stripefs_wire::pieces(o, p.len()).count())
             .collect();
         assert_eq!(
             pieces.iter().sum::<usize>(),
@@ -543,8 +556,8 @@ impl Link {
         let mut c = 0;
         for (i, j) in rounds {
             let n: usize = pieces[i..j].iter().sum();
-            let req = local::LocalWriteList {
-                fid,
+            let req = Request::LocalWriteList {
+                fid: InodeId(fid),
                 unit,
                 extents: (i..j)
                     .map(|x| (offsets[x], parts[x].len() as u32))
@@ -552,21 +565,64 @@ impl Link {
                 crcs: crcs[c..c + n].to_vec(),
             };
             // The bytes first, then the message: the server finds them all in the pipe.
+            let pipe = self.pipe.as_mut().expect("made above");
             for p in &parts[i..j] {
-                local::vmsplice_all(w, p, timeout)?;
+                pipe.put(p)?;
             }
-            self.sock.send(&local::write_list_request(&req), &[])?;
-            let (m, _) = self.sock.recv()?;
-            match local::parse_written(&m)? {
-                local::Written::Done { boot_id } => boot = Some(boot_id),
+            let (r, _) = self.conn.call(req, Attached::None)?;
+            match Written::of(r) {
+                Written::Done { boot_id } => boot = Some(boot_id),
                 other => return Ok(Some(other)),
             }
             c += n;
         }
-        Ok(Some(local::Written::Done {
+        Ok(Some(Written::Done {
             boot_id: boot.expect("at least one round"),
         }))
     }
+}
+
+/// Pairs a `LocalFiles` answer's flags with the files that came with it, per target; the
+/// inner `Err` is the server's.
+fn pair_files(
+    r: Result<Response, WireError>,
+    files: Vec<Arc<dyn ObjectFile>>,
+) -> std::io::Result<Result<ObjectFiles, WireError>> {
+    let flags = match r {
+        Ok(Response::LocalFiles { flags }) => flags,
+        Ok(other) => return Err(bad(&format!("answered {:?}", other.kind()))),
+        Err(e) => return Ok(Err(e)),
+    };
+    if flags.is_empty() || flags.len() > MAX_LOCAL_TARGETS {
+        return Err(bad(&format!("an answer for {} targets", flags.len())));
+    }
+    let want: usize = flags
+        .iter()
+        .map(|f| (f & HAS_DATA != 0) as usize + (f & HAS_SIDECAR != 0) as usize)
+        .sum();
+    if want != files.len() {
+        return Err(bad(&format!(
+            "the answer announces {want} files and carries {}",
+            files.len()
+        )));
+    }
+    let mut files = files.into_iter();
+    let out = flags
+        .iter()
+        .map(|&f| {
+            let data = (f & HAS_DATA != 0).then(|| files.next()).flatten();
+            let crc = (f & HAS_SIDECAR != 0).then(|| files.next()).flatten();
+            (data, crc)
+        })
+        .collect();
+    Ok(Ok(out))
+}
+
+fn bad(m: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("short-circuit: {m}"),
+    )
 }
 
 /// What an extent of a list write takes: pipe slots (a page each it touches), bytes and
@@ -580,8 +636,8 @@ struct Extent {
 
 /// Splits a list write's extents, in order, into rounds `[i, j)` through a pipe of
 /// `slots` slots: each round's extents take at most `slots` pages and
-/// [`local::MAX_LOCAL_WRITE`] bytes, and its message fits one packet. `None` when an
-/// extent alone does not fit.
+/// [`MAX_LOCAL_WRITE`] bytes, and its message fits one packet. `None` when an extent
+/// alone does not fit.
 fn rounds(extents: &[Extent], slots: usize) -> Option<Vec<(usize, usize)>> {
     let mut out = Vec::new();
     let mut i = 0;
@@ -589,8 +645,8 @@ fn rounds(extents: &[Extent], slots: usize) -> Option<Vec<(usize, usize)>> {
         let (mut j, mut pages, mut bytes, mut crcs) = (i, 0, 0, 0);
         while let Some(e) = extents.get(j) {
             let fits = pages + e.pages <= slots
-                && bytes + e.bytes <= local::MAX_LOCAL_WRITE
-                && local::write_list_bytes(j + 1 - i, crcs + e.crcs) <= local::MAX_MESSAGE;
+                && bytes + e.bytes <= MAX_LOCAL_WRITE
+                && list_message_bound(j + 1 - i, crcs + e.crcs) <= MAX_LOCAL_MESSAGE;
             if !fits {
                 break;
             }
@@ -604,6 +660,13 @@ fn rounds(extents: &[Extent], slots: usize) -> Option<Vec<(usize, usize)>> {
         i = j;
     }
     Some(out)
+}
+
+/// At least the bytes of a `LocalWriteList` frame of `extents` extents and `crcs` CRCs:
+/// the header, the credentials and the request's small fields, each extent's two
+/// integers at their longest, four bytes per CRC.
+fn list_message_bound(extents: usize, crcs: usize) -> usize {
+    stripefs_wire::HEADER_LEN + 96 + 15 * extents + 4 * crcs
 }
 
 /// How a short-circuit read takes a target's bytes.
@@ -620,20 +683,22 @@ enum Via {
 /// there, a cached range costs one copy and no disk; and the kernel would first write
 /// back dirty pages of the range for a direct read). Asked with `cachestat` (Linux
 /// 6.5); where that is missing, never.
-fn direct_read_fits(f: &std::fs::File, off: u64, out: &[u8]) -> bool {
+fn direct_read_fits(f: &dyn ObjectFile, off: u64, out: &[u8]) -> bool {
     out.len() >= MIN_DIRECT_BYTES
         && out.as_ptr() as usize % PAGE == 0
         && out.len() % PAGE == 0
         && off % PAGE as u64 == 0
-        && local::cachestat(f, off, out.len() as u64).is_some_and(|c| c.cached == 0)
+        && f.raw_fd()
+            .and_then(|fd| local::cachestat(&fd, off, out.len() as u64))
+            .is_some_and(|c| c.cached == 0)
 }
 
 /// Reads and verifies `out.len()` bytes at target offset `off` (block aligned) the way
 /// `how` says, or through the page cache where a direct read cannot be done; returns
 /// the way taken, `None` when the caller must read through the server.
 fn read_target(
-    data: Option<&std::fs::File>,
-    sidecar: Option<&std::fs::File>,
+    data: Option<&Arc<dyn ObjectFile>>,
+    sidecar: Option<&Arc<dyn ObjectFile>>,
     off: u64,
     out: &mut [u8],
     mut how: Via,
@@ -686,19 +751,10 @@ fn read_target(
 }
 
 /// Fills `buf` from `f` at `off`; bytes past the file's end are zeros.
-fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match f.read_at(&mut buf[done..], off + done as u64) {
-            Ok(0) => {
-                buf[done..].fill(0);
-                return Ok(());
-            }
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
+fn read_full(f: &Arc<dyn ObjectFile>, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    // `read_at` returns fewer bytes only at the file's end.
+    let n = f.read_at(buf, off)?;
+    buf[n..].fill(0);
     Ok(())
 }
 
@@ -707,8 +763,14 @@ fn read_full(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()>
 /// server's descriptor stays as it is; opening checks this process's access to the
 /// file again, and where it has none the caller reads through the page cache instead).
 /// Bytes past the file's end are zeros.
-fn read_direct(f: &std::fs::File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-    let d = local::open_direct_reader(f)?;
+fn read_direct(f: &Arc<dyn ObjectFile>, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    let fd = f.raw_fd().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a file without a descriptor",
+        )
+    })?;
+    let d = local::open_direct_reader(&fd)?;
     let n = local::pread_direct(&d, buf, off)?;
     buf[n..].fill(0);
     Ok(())
@@ -766,35 +828,36 @@ fn direct_writes_default() -> bool {
 }
 
 /// One direct write (docs/protocol.md "Short-circuit socket"): asks for the range's
-/// places, writes each piece with `pwrite` on its `O_DIRECT` descriptor straight from
-/// `data` (page-aligned), and sends the CRCs (or, if a piece could not be written whole,
-/// none, so that the blocks stay holes and the caller writes them another way).
+/// places, writes each piece through its file's handle (`O_DIRECT` for a real
+/// descriptor) straight from `data` (page-aligned), lets go of the grant's handles, and
+/// sends the CRCs (or, if a piece could not be written whole, none, so that the blocks
+/// stay holes and the caller writes them another way).
 fn direct_write(
-    sock: &Seqpacket,
+    conn: &mut dyn LocalLink,
     fid: u64,
     unit: u32,
     offset: u64,
     data: &[u8],
     crcs: &[u32],
-) -> std::io::Result<local::Written> {
-    let w = local::DirectWrite {
-        fid,
+) -> std::io::Result<Written> {
+    let req = Request::LocalDirect {
+        fid: InodeId(fid),
         unit,
         offset,
         len: data.len() as u32,
     };
-    sock.send(&local::direct_request(&w), &[])?;
-    let (m, fds) = sock.recv()?;
-    let (pieces, files) = match local::parse_grant(&m, fds, w.len)? {
-        local::Granted::Go(pieces, files) => (pieces, files),
-        local::Granted::Refused(why) => return Ok(local::Written::Refused(why)),
-        local::Granted::Failed(why) => return Ok(local::Written::Failed(why)),
+    let (r, files) = conn.call(req, Attached::None)?;
+    let files = files.files();
+    let pieces = match r {
+        Ok(Response::Granted { pieces }) => pieces,
+        other => return Ok(Written::of(other)),
     };
+    check_grant(&pieces, files.len(), data.len())?;
     let mut at = 0;
     let mut whole = true;
     for p in &pieces {
         let part = &data[at..at + p.len as usize];
-        if let Err(e) = files[p.fd as usize].write_all_at(part, p.offset) {
+        if let Err(e) = files[p.fd as usize].write_at(part, p.offset) {
             tracing::debug!(
                 "short-circuit direct write of {} bytes at object offset {}: {e}",
                 p.len,
@@ -805,9 +868,25 @@ fn direct_write(
         }
         at += p.len as usize;
     }
-    sock.send(&local::direct_done(whole.then_some(crcs)), &[])?;
-    let (m, _) = sock.recv()?;
-    local::parse_written(&m)
+    // Done writing: the fence may let the blocks go as soon as the server wants.
+    drop(files);
+    let done = Request::LocalDirectDone {
+        crcs: whole.then(|| crcs.to_vec()),
+    };
+    Ok(Written::of(conn.call(done, Attached::None)?.0))
+}
+
+/// A grant names files that came with it, and its pieces cover the range exactly (the
+/// last file is the fence, which no piece names).
+fn check_grant(pieces: &[GrantPiece], files: usize, len: usize) -> std::io::Result<()> {
+    let covered: u64 = pieces.iter().map(|p| p.len as u64).sum();
+    if pieces.iter().any(|p| p.fd as usize + 1 >= files) || covered != len as u64 {
+        return Err(bad(&format!(
+            "a grant of {} pieces over {covered} bytes and {files} files for {len} bytes",
+            pieces.len()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -837,15 +916,12 @@ mod tests {
         let big = vec![ext(1, 3 << 19, 1); 3];
         assert_eq!(rounds(&big, 10_000).unwrap(), vec![(0, 1), (1, 2), (2, 3)]);
         // The message: many CRCs split the rounds.
-        let many = vec![ext(1, 10, 600); 3];
+        let many = vec![ext(1, 10, 1200); 3];
         assert_eq!(rounds(&many, 255).unwrap().len(), 3);
         // An extent of 257 pages through 255 slots (1 MiB, unaligned, in a 1 MiB pipe).
         let wide = vec![ext(13, 47_008, 12), ext(257, 1 << 20, 257)];
         assert_eq!(rounds(&wide, 255), None);
-        assert_eq!(
-            rounds(&[ext(1, local::MAX_LOCAL_WRITE + 1, 1)], 10_000),
-            None
-        );
+        assert_eq!(rounds(&[ext(1, MAX_LOCAL_WRITE + 1, 1)], 10_000), None);
         assert_eq!(rounds(&[], 255), Some(vec![]));
     }
 }

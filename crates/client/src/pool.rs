@@ -332,13 +332,23 @@ impl ServerPool {
     }
 
     /// Reads may bypass the server through its short-circuit socket `socket`.
-    pub fn with_short_circuit(mut self, socket: PathBuf, enabled: bool) -> ServerPool {
-        self.local = Some(crate::local::ShortCircuit::new(
-            socket,
-            self.secret.clone(),
-            self.timeout,
-            enabled,
-        ));
+    pub fn with_short_circuit(self, socket: PathBuf, enabled: bool) -> ServerPool {
+        let dial = stripefs_rpc::samehost::SocketDial {
+            path: socket,
+            secret: self.secret.clone(),
+            timeout: self.timeout,
+        };
+        self.with_same_host(Arc::new(dial), enabled)
+    }
+
+    /// Reads and writes may bypass the server through the same-host endpoint `dial`
+    /// makes connections to (the simulator's, in process).
+    pub fn with_same_host(
+        mut self,
+        dial: Arc<dyn stripefs_rpc::samehost::LocalDial>,
+        enabled: bool,
+    ) -> ServerPool {
+        self.local = Some(crate::local::ShortCircuit::new(dial, enabled));
         self
     }
 

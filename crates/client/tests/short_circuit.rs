@@ -10,6 +10,9 @@ use rand::{Rng, SeedableRng};
 use std::os::unix::fs::FileExt;
 use stripefs_client::{Client, Cred, DirectReads, ErrorCode, OpenOptions};
 use stripefs_data::LocalServer;
+use stripefs_rpc::samehost::{Attached, LocalDial, LocalLink, PipeOut, SocketDial};
+use stripefs_sys::storage::ObjectFile;
+use stripefs_wire::{GrantPiece, Request, Response};
 
 /// The cluster's servers all on host "h0", each with a short-circuit socket; the
 /// returned config is that of a client on h0.
@@ -54,31 +57,34 @@ fn one_server_with(path: &str, bytes: &[u8]) -> OneServer {
     }
 }
 
-/// A raw connection to data server 0's short-circuit socket, its handshake done.
-fn handshaken(cfg: &stripefs_rpc::ClusterConfig) -> stripefs_rpc::local::Seqpacket {
-    use stripefs_rpc::local;
-    let path = cfg.data[0].local_socket.clone().unwrap();
-    let s = local::Seqpacket::connect(&path, std::time::Duration::from_secs(5)).unwrap();
-    local::client_handshake(&s, &cfg.secret).unwrap();
-    s
+/// A connection of our own to data server 0's same-host endpoint, its handshake done:
+/// the requests the tests send are what a client sends, or what a broken one might.
+fn link(cfg: &stripefs_rpc::ClusterConfig) -> Box<dyn LocalLink> {
+    SocketDial {
+        path: cfg.data[0].local_socket.clone().unwrap(),
+        secret: cfg.secret.clone(),
+        timeout: std::time::Duration::from_secs(5),
+    }
+    .dial()
+    .unwrap()
 }
 
-/// A raw connection to data server 0's short-circuit socket, its handshake done and its
-/// pipe handed over: the socket, the pipe's read end (kept open) and its write end.
-fn piped_connection(
-    cfg: &stripefs_rpc::ClusterConfig,
-) -> (
-    stripefs_rpc::local::Seqpacket,
-    std::os::fd::OwnedFd,
-    std::os::fd::OwnedFd,
-) {
-    use std::os::fd::AsRawFd;
-    use stripefs_rpc::local;
-    let s = handshaken(cfg);
-    let (r, pw, _) = local::write_pipe().unwrap();
-    s.send(&local::pipe_request(), &[r.as_raw_fd()]).unwrap();
-    assert_eq!(s.recv().unwrap().0, [local::OK]);
-    (s, r, pw)
+/// [`link`] with its pipe handed over: the connection and the pipe's end we write.
+fn piped_link(cfg: &stripefs_rpc::ClusterConfig) -> (Box<dyn LocalLink>, Box<dyn PipeOut>) {
+    let mut l = link(cfg);
+    let (out, end) = l.pipe().unwrap();
+    let (r, _) = l.call(Request::LocalPipe {}, end).unwrap();
+    assert!(matches!(r, Ok(Response::Done)), "{r:?}");
+    (l, out)
+}
+
+/// Whether a same-host write was stored.
+fn stored_ok(r: Result<Response, stripefs_wire::WireError>) -> bool {
+    match r {
+        Ok(Response::Written { .. }) => true,
+        Ok(other) => panic!("a write answered {other:?}"),
+        Err(_) => false,
+    }
 }
 
 /// Creates (or truncates) `path` for reading and writing, striped `unit` x `count`.
@@ -422,7 +428,6 @@ fn same_host_writes_go_through_the_pipe_and_read_back_exactly() {
 /// blocks keep their bytes, and the connection's next write lands right.
 #[test]
 fn a_damaged_short_circuit_write_changes_nothing() {
-    use stripefs_rpc::local::{self, LocalWrite, Written};
     let OneServer {
         cl,
         cfg,
@@ -430,18 +435,17 @@ fn a_damaged_short_circuit_write_changes_nothing() {
         c: _c,
         ino,
     } = one_server_with("/d", &pattern(31, 8192));
-    let (s, _r, pw) = piped_connection(&cfg);
-    let write = |offset: u64, bytes: &[u8], crcs: Vec<u32>| {
-        let req = LocalWrite {
-            fid: ino.0,
+    let (mut l, mut pw) = piped_link(&cfg);
+    let mut write = |offset: u64, bytes: &[u8], crcs: Vec<u32>| {
+        pw.put(bytes).unwrap();
+        let req = Request::LocalWrite {
+            fid: ino,
             unit: 64 << 10,
             offset,
             len: bytes.len() as u32,
             crcs,
         };
-        local::vmsplice_all(&pw, bytes, std::time::Duration::from_secs(5)).unwrap();
-        s.send(&local::write_request(&req), &[]).unwrap();
-        local::parse_written(&s.recv().unwrap().0).unwrap()
+        stored_ok(l.call(req, Attached::None).unwrap().0)
     };
     let crcs = |b: &[u8]| {
         b.chunks(4096)
@@ -452,17 +456,11 @@ fn a_damaged_short_circuit_write_changes_nothing() {
     let mut wrong = crcs(&fresh);
     wrong[1] ^= 1;
     // Over the two written blocks: refused before anything changes.
-    assert!(matches!(
-        write(0, &fresh, wrong.clone()),
-        Written::Failed(_)
-    ));
+    assert!(!write(0, &fresh, wrong.clone()));
     // Past them, where blocks are holes: spliced, checked, left holes.
-    assert!(matches!(write(65536, &fresh, wrong), Written::Failed(_)));
+    assert!(!write(65536, &fresh, wrong));
     // The next write on the same connection starts at its own first byte.
-    assert!(matches!(
-        write(131072, &fresh, crcs(&fresh)),
-        Written::Done { .. }
-    ));
+    assert!(write(131072, &fresh, crcs(&fresh)));
     let obj = cl.data[0].object_paths(0, ino);
     let sidecar = std::fs::read(&obj.1).unwrap();
     let entry = |b: usize| &sidecar[8 * b..8 * b + 8];
@@ -523,7 +521,6 @@ fn same_host_gathered_unaligned_writes_go_through_the_pipe_as_lists() {
 /// leaves the pipe clean for the next one; a malformed list ends the connection.
 #[test]
 fn a_damaged_short_circuit_list_write_changes_nothing() {
-    use stripefs_rpc::local::{self, LocalWriteList, Written};
     let old = pattern(51, 20_000);
     let OneServer {
         cl: _cl,
@@ -532,33 +529,32 @@ fn a_damaged_short_circuit_list_write_changes_nothing() {
         c,
         ino,
     } = one_server_with("/l", &old);
-    let (s, _r, pw) = piped_connection(&cfg);
+    let (mut l, mut pw) = piped_link(&cfg);
     let a = pattern(52, 5000);
     let b = pattern(53, 300);
     let extents = vec![(100u64, 5000u32), (15_000, 300)];
     let mut crcs = stripefs_wire::piece_crcs(100, &a);
     crcs.extend(stripefs_wire::piece_crcs(15_000, &b));
-    let send = |crcs: Vec<u32>| {
+    let mut send = |crcs: Vec<u32>| {
         for p in [&a[..], &b[..]] {
-            local::vmsplice_all(&pw, p, std::time::Duration::from_secs(5)).unwrap();
+            pw.put(p).unwrap();
         }
-        let req = LocalWriteList {
-            fid: ino.0,
+        let req = Request::LocalWriteList {
+            fid: ino,
             unit: 64 << 10,
             extents: extents.clone(),
             crcs,
         };
-        s.send(&local::write_list_request(&req), &[]).unwrap();
-        local::parse_written(&s.recv().unwrap().0).unwrap()
+        stored_ok(l.call(req, Attached::None).unwrap().0)
     };
     let mut wrong = crcs.clone();
     *wrong.last_mut().unwrap() ^= 1;
-    assert!(matches!(send(wrong), Written::Failed(_)));
+    assert!(!send(wrong));
     assert!(
         c.read_file("/l").unwrap() == old,
         "a refused list changed bytes"
     );
-    assert!(matches!(send(crcs), Written::Done { .. }));
+    assert!(send(crcs));
     let mut expect = old.clone();
     expect[100..5100].copy_from_slice(&a);
     expect[15_000..15_300].copy_from_slice(&b);
@@ -567,19 +563,18 @@ fn a_damaged_short_circuit_list_write_changes_nothing() {
         "the list landed wrong"
     );
     // A list whose CRC count does not match its extents: refused, connection closed.
-    let mut m = local::write_list_request(&LocalWriteList {
-        fid: ino.0,
+    let bad = Request::LocalWriteList {
+        fid: ino,
         unit: 64 << 10,
         extents: vec![(0, 10)],
-        crcs: vec![1],
-    });
-    m.truncate(m.len() - 4);
-    s.send(&m, &[]).unwrap();
-    assert!(matches!(
-        local::parse_written(&s.recv().unwrap().0).unwrap(),
-        Written::Failed(_)
-    ));
-    assert!(s.recv().is_err(), "the connection ended");
+        crcs: vec![],
+    };
+    let (r, _) = l.call(bad, Attached::None).unwrap();
+    assert_eq!(r.unwrap_err().code, ErrorCode::InvalidArgument);
+    assert!(
+        l.call(Request::LocalPipe {}, Attached::None).is_err(),
+        "the connection did not end"
+    );
 }
 
 /// `len` bytes of `fill` at a page-aligned address (direct writes need one), kept alive
@@ -591,31 +586,33 @@ fn aligned(fill: &[u8]) -> (Vec<u8>, usize) {
     (v, at)
 }
 
-/// Asks for a direct write of 8 KiB at `offset` of `ino` (64 KiB units) on `s`.
+/// Asks for a direct write of 8 KiB at `offset` of `ino` (64 KiB units) on `l`: the
+/// pieces and the files granted, or why not.
 fn grant_8k(
-    s: &stripefs_rpc::local::Seqpacket,
+    l: &mut dyn LocalLink,
     ino: stripefs_client::InodeId,
     offset: u64,
-) -> stripefs_rpc::local::Granted {
-    use stripefs_rpc::local;
-    let w = local::DirectWrite {
-        fid: ino.0,
+) -> Result<(Vec<GrantPiece>, stripefs_data::Handles), stripefs_wire::WireError> {
+    let req = Request::LocalDirect {
+        fid: ino,
         unit: 64 << 10,
         offset,
         len: 8192,
     };
-    s.send(&local::direct_request(&w), &[]).unwrap();
-    let (m, fds) = s.recv().unwrap();
-    local::parse_grant(&m, fds, 8192).unwrap()
+    match l.call(req, Attached::None).unwrap() {
+        (Ok(Response::Granted { pieces }), files) => Ok((pieces, files.files())),
+        (Ok(other), _) => panic!("a direct write answered {other:?}"),
+        (Err(e), _) => Err(e),
+    }
 }
 
 /// Writes `bytes` (from a page-aligned copy) into a grant's pieces, as a client does.
-fn put_pieces(pieces: &[stripefs_rpc::local::GrantPiece], files: &[std::fs::File], bytes: &[u8]) {
+fn put_pieces(pieces: &[GrantPiece], files: &[std::sync::Arc<dyn ObjectFile>], bytes: &[u8]) {
     let (buf, at) = aligned(bytes);
     let mut done = 0;
     for p in pieces {
         let part = &buf[at + done..at + done + p.len as usize];
-        files[p.fd as usize].write_all_at(part, p.offset).unwrap();
+        files[p.fd as usize].write_at(part, p.offset).unwrap();
         done += p.len as usize;
     }
     assert_eq!(done, bytes.len());
@@ -629,7 +626,6 @@ fn put_pieces(pieces: &[stripefs_rpc::local::GrantPiece], files: &[std::fs::File
 /// then a checksum error, never the wrong bytes.
 #[test]
 fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
-    use stripefs_rpc::local::{self, DirectWrite, Granted, Written};
     let OneServer {
         cl,
         cfg,
@@ -637,15 +633,17 @@ fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
         c,
         ino,
     } = one_server_with("/d", &pattern(51, 8192));
-    let connect = || handshaken(&cfg);
-    let grant = |s: &local::Seqpacket, offset: u64| grant_8k(s, ino, offset);
-    let put = |g: Granted, bytes: &[u8]| match g {
-        Granted::Go(pieces, files) => put_pieces(&pieces, &files, bytes),
-        _ => panic!("no grant"),
+    let connect = || link(&cfg);
+    let put = |l: &mut Box<dyn LocalLink>, offset: u64, bytes: &[u8]| {
+        let (pieces, files) = grant_8k(l.as_mut(), ino, offset).expect("a grant");
+        put_pieces(&pieces, &files, bytes);
     };
-    let finish = |s: &local::Seqpacket, crcs: Option<&[u32]>| {
-        s.send(&local::direct_done(crcs), &[]).unwrap();
-        local::parse_written(&s.recv().unwrap().0).unwrap()
+    // The client's end: it lets go of the files before it says it is done.
+    let finish = |l: &mut Box<dyn LocalLink>, crcs: Option<&[u32]>| {
+        let req = Request::LocalDirectDone {
+            crcs: crcs.map(|c| c.to_vec()),
+        };
+        stored_ok(l.call(req, Attached::None).unwrap().0)
     };
     let crcs = |b: &[u8]| {
         b.chunks(4096)
@@ -660,52 +658,49 @@ fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
             .map(|e| e.to_vec())
             .unwrap_or(vec![0; 8])
     };
-    let s = connect();
+    let mut s = connect();
     // Over written blocks: refused, nothing granted.
-    assert!(matches!(grant(&s, 0), Granted::Failed(_)));
+    assert!(grant_8k(s.as_mut(), ino, 0).is_err());
     // Bytes put into holes but not confirmed: the blocks stay holes.
     let fresh = pattern(52, 8192);
-    put(grant(&s, 65536), &fresh);
-    assert!(matches!(finish(&s, None), Written::Failed(_)));
+    put(&mut s, 65536, &fresh);
+    assert!(!finish(&mut s, None));
     assert!(
         entry(16) == [0; 8] && entry(17) == [0; 8],
         "unconfirmed blocks blessed"
     );
     // Confirmed: stored, and read back exactly through the server.
-    put(grant(&s, 131072), &fresh);
-    assert!(matches!(
-        finish(&s, Some(&crcs(&fresh))),
-        Written::Done { .. }
-    ));
+    put(&mut s, 131072, &fresh);
+    assert!(finish(&mut s, Some(&crcs(&fresh))));
     assert_eq!(entry(32)[..4], crcs(&fresh)[0].to_le_bytes());
     // A client that dies holding a grant: its blocks stay holes, and the range is free
     // for the next writer.
-    put(grant(&s, 196608), &fresh);
+    put(&mut s, 196608, &fresh);
     drop(s);
-    let s = connect();
+    let mut s = connect();
     assert!(entry(48) == [0; 8], "a dead client's blocks blessed");
     let other = pattern(53, 8192);
-    put(grant(&s, 196608), &other);
-    assert!(matches!(
-        finish(&s, Some(&crcs(&other))),
-        Written::Done { .. }
-    ));
+    put(&mut s, 196608, &other);
+    assert!(finish(&mut s, Some(&crcs(&other))));
     // CRCs that do not match the bytes: stored as sent, and a checksum error to read.
     let mut wrong = crcs(&fresh);
     wrong[0] ^= 1;
-    put(grant(&s, 262144), &fresh);
-    assert!(matches!(finish(&s, Some(&wrong)), Written::Done { .. }));
-    // A malformed request ends the connection with an answer.
-    let mut bad = local::direct_request(&DirectWrite {
-        fid: ino.0,
+    put(&mut s, 262144, &fresh);
+    assert!(finish(&mut s, Some(&wrong)));
+    // A malformed request (not of whole blocks) is answered, and ends the connection.
+    let bad = Request::LocalDirect {
+        fid: ino,
         unit: 64 << 10,
         offset: 100,
         len: 8192,
-    });
-    bad[0] = local::OP_DIRECT;
-    s.send(&bad, &[]).unwrap();
-    assert_eq!(s.recv().unwrap().0[0], local::FAILED);
-    assert!(s.recv().is_err() || s.send(&[local::OP_OPEN], &[]).is_err());
+    };
+    let (r, _) = s.call(bad, Attached::None).unwrap();
+    assert_eq!(r.unwrap_err().code, ErrorCode::InvalidArgument);
+    assert!(
+        s.call(Request::LocalOpen { fid: ino }, Attached::None)
+            .is_err(),
+        "the connection did not end"
+    );
 
     // The raw writes told the metadata server nothing: the file's size comes from here.
     let h = c.open("/d", &OpenOptions::write_only()).unwrap();
@@ -734,7 +729,6 @@ fn a_direct_write_stores_only_what_the_client_says_it_wrote() {
 /// again on the same disks waits for the grants of the run before it.
 #[test]
 fn a_late_direct_write_never_lands_over_a_later_writer() {
-    use stripefs_rpc::local::Granted;
     let OneServer {
         cl,
         cfg,
@@ -744,10 +738,7 @@ fn a_late_direct_write_never_lands_over_a_later_writer() {
     } = one_server_with("/late", &pattern(61, 4096));
     // A grant of `[offset, offset + 8 KiB)` on a connection that then ends: the pieces
     // and the descriptors the client still holds.
-    let abandoned = |offset: u64| match grant_8k(&handshaken(&cfg), ino, offset) {
-        Granted::Go(pieces, files) => (pieces, files),
-        _ => panic!("no grant"),
-    };
+    let abandoned = |offset: u64| grant_8k(link(&cfg).as_mut(), ino, offset).expect("a grant");
     let (pieces, files) = abandoned(65536);
     let writer = {
         let cfg = cfg.clone();

@@ -3,10 +3,10 @@
 //! (an evicted handle still in use stays open until its last user drops it).
 
 use crate::intent::IntentLog;
-use crate::store::ObjectFile;
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use stripefs_sys::storage::ObjectFile;
 
 /// Most objects (each a data file and a checksum sidecar, so two descriptors, and a third
 /// once the object has logged an intent) kept open.
@@ -165,9 +165,9 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Storage;
     use crate::MemStore;
     use std::path::{Path, PathBuf};
+    use stripefs_sys::storage::Storage;
 
     fn object(store: &Arc<MemStore>, n: u64) -> Object {
         let f = |s: &str| {

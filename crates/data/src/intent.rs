@@ -24,12 +24,12 @@
 //! checksum error. An fsync empties the log once the data and checksums it covers are
 //! on disk and no record was appended meanwhile.
 
-use crate::store::{ObjectFile, Storage};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use stripefs_sys::storage::{ObjectFile, Storage};
 use stripefs_wire::crc32c;
 
 /// Bytes of a record header (an intent record is a header alone).

@@ -20,16 +20,13 @@
 
 mod cache;
 mod clock;
-mod fence;
 mod hostnet;
 mod intent;
 mod local;
 mod locks;
-mod memstore;
 mod object;
 mod pieces;
 mod service;
-mod store;
 mod throttle;
 pub mod tokens;
 mod zeros;
@@ -40,11 +37,11 @@ mod tests;
 pub use cache::MAX_OPEN_OBJECTS;
 pub use clock::{Clock, SystemClock, VirtualClock};
 pub use hostnet::HostNet;
-pub use local::{LocalFiles, LocalServer, MAX_LOCAL_CONNECTIONS};
+pub use local::{After, Handles, LocalServer, LocalSession, MAX_LOCAL_CONNECTIONS};
 pub use locks::LOCK_STRIPES;
-pub use memstore::{MemStore, SECTOR_BYTES};
 pub use service::{DataService, Options, DEFAULT_SCRUB_RATE_BYTES_S};
-pub use store::{FsStore, ObjectFile, Storage, Usage};
+pub use stripefs_sys::memstore::{MemStore, SECTOR_BYTES};
+pub use stripefs_sys::storage::{FsStore, ObjectFile, Storage, Usage};
 pub use throttle::{Throttle, THROTTLE_BURST_BYTES};
 
 /// A known-broken rule the data server can be told to follow instead of its own, so that

@@ -1,23 +1,32 @@
-//! The data server's end of the short-circuit socket (issue 14; the messages are in
-//! `stripefs_rpc::local`, the rules in docs/objects.md "Reads"): a client on the same
-//! host that proves it knows the cluster secret gets read-only descriptors of an
-//! object's data files and sidecars, one pair per target, and reads them itself.
+//! The data server's end of the same-host socket (issue 14; the frames are in
+//! `stripefs_rpc::local`, the transport in `stripefs_rpc::samehost`, the rules in
+//! docs/objects.md "Reads" and docs/protocol.md "Short-circuit socket").
 //!
-//! The server hands out descriptors only; it never sees the bytes the client then reads.
-//! It refuses (for good) when its targets are throttled, since an emulated disk rate
-//! can only be kept by the server, and when its store has no real files.
+//! A [`LocalSession`] is one connection's state (its pipe, its direct-write grant) and
+//! serves the operation table's [`SameHostOp`] rows; [`LocalServer`] runs sessions over
+//! the Unix socket, and the simulator runs them in process. A client on the same host
+//! that proved it knows the cluster secret gets read-only descriptors of an object's
+//! data files and sidecars and reads them itself, writes whole blocks through a pipe,
+//! and writes hole blocks into the files itself (direct writes). The server refuses
+//! (for good, `Unsupported`) when its targets are throttled, since an emulated disk rate
+//! can only be kept by the server.
 
-use crate::service::LocalWriteError;
+use crate::service::{DirectGrant, DirectWrite, LocalWrite, LocalWriteError};
 use crate::DataService;
-use std::os::fd::AsRawFd;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use stripefs_rpc::local::{self, Listener, Seqpacket};
+use stripefs_rpc::samehost::{Attached, KernelPipeIn, PipeIn};
 use stripefs_rpc::Secret;
-use stripefs_wire::InodeId;
+use stripefs_sys::storage::ObjectFile;
+use stripefs_wire::{
+    ErrorCode, InodeId, Opcode, Response, SameHostOp, WireError, HAS_DATA, HAS_SIDECAR,
+    MAX_LOCAL_TARGETS,
+};
 
 /// Most short-circuit connections served at once; more are closed at accept.
 pub const MAX_LOCAL_CONNECTIONS: usize = 1024;
@@ -26,40 +35,41 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// An idle connection is closed after this (the client reconnects on its next open).
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
-/// A short-circuit write's bytes must keep arriving in the pipe within this.
+/// A short-circuit write's bytes must keep arriving in the pipe within this, and a
+/// granted direct write's end must arrive within it.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A short-circuit write message of either kind.
-enum Write {
-    One(local::LocalWrite),
-    List(local::LocalWriteList),
-}
+/// Why a server refuses short-circuit writes through its pipe, and direct writes.
+const THROTTLED: &str = "its targets are throttled (emulated disks)";
+const NO_DIRECT: &str =
+    "its targets are throttled (emulated disks) or their file system takes no O_DIRECT";
 
-/// The descriptors of one object, or why there are none.
-pub enum LocalFiles {
-    /// Flags per target (`local::HAS_DATA`, `local::HAS_SIDECAR`) and the files, in order.
-    Files(Vec<u8>, Vec<std::fs::File>),
-    Refused(String),
-    Failed(String),
-}
+/// Handles of an object's files, handed to a same-host client.
+pub type Handles = Vec<Arc<dyn ObjectFile>>;
 
 impl DataService {
-    /// Read-only descriptors of `fid`'s files on every target, for a short-circuit
-    /// client. A target without the object gets no descriptors (it reads as holes now;
-    /// the client does not keep such an answer).
-    pub fn local_files(&self, fid: InodeId) -> LocalFiles {
+    /// Read-only handles of `fid`'s files on every target, for a short-circuit client,
+    /// and per target which of them there are. A target without the object gets none (it
+    /// reads as holes now; the client does not keep such an answer). `Unsupported` when
+    /// the server hands out none at all.
+    pub fn local_files(&self, fid: InodeId) -> Result<(Vec<u8>, Handles), WireError> {
         if self.throttled() {
-            return LocalFiles::Refused(format!(
-                "data server {}: its targets are throttled (emulated disks), so reads go through the server",
-                self.id.0
+            return Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "data server {}: its targets are throttled (emulated disks), so reads go through the server",
+                    self.id.0
+                ),
             ));
         }
-        if self.targets.len() > local::MAX_TARGETS {
-            return LocalFiles::Refused(format!(
-                "data server {} has {} targets; short-circuit reads handle at most {}",
-                self.id.0,
-                self.targets.len(),
-                local::MAX_TARGETS
+        if self.targets.len() > MAX_LOCAL_TARGETS {
+            return Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "data server {} has {} targets; short-circuit reads handle at most {MAX_LOCAL_TARGETS}",
+                    self.id.0,
+                    self.targets.len(),
+                ),
             ));
         }
         let mut flags = Vec::with_capacity(self.targets.len());
@@ -67,21 +77,24 @@ impl DataService {
         for t in 0..self.targets.len() {
             let (data, crc) = self.object_paths(t, fid);
             let mut f = 0;
-            for (path, bit) in [(data, local::HAS_DATA), (crc, local::HAS_SIDECAR)] {
+            for (path, bit) in [(data, HAS_DATA), (crc, HAS_SIDECAR)] {
                 match self.store.open_read_only(&path) {
                     Ok(Some(file)) => {
                         f |= bit;
                         files.push(file);
                     }
                     Ok(None) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-                        return LocalFiles::Refused(e.to_string())
+                    Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                        return Err(WireError::new(ErrorCode::Unsupported, e.to_string()))
                     }
                     Err(e) => {
-                        return LocalFiles::Failed(format!(
-                            "data server {}: cannot open {}: {e}",
-                            self.id.0,
-                            path.display()
+                        return Err(WireError::new(
+                            ErrorCode::Io,
+                            format!(
+                                "data server {}: cannot open {}: {e}",
+                                self.id.0,
+                                path.display()
+                            ),
                         ))
                     }
                 }
@@ -89,7 +102,206 @@ impl DataService {
             flags.push(f);
         }
         self.stats.note_local_open();
-        LocalFiles::Files(flags, files)
+        Ok((flags, files))
+    }
+}
+
+/// What a connection does after an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    Go,
+    /// The connection's state is out of step (a pipe with unknown contents, a grant
+    /// ended wrongly): it ends, and the client starts a new one.
+    Close,
+}
+
+/// One same-host connection's state on the server.
+pub struct LocalSession {
+    service: Arc<DataService>,
+    pipe: Option<Box<dyn PipeIn>>,
+    grant: Option<DirectGrant>,
+    /// Write lists are read out of the pipe into this, reused for the connection's life
+    /// (at most `MAX_LOCAL_WRITE`, 2 MiB, and only on connections that send lists).
+    buf: Vec<u8>,
+}
+
+fn bad(m: &str) -> WireError {
+    WireError::new(ErrorCode::InvalidArgument, m.to_string())
+}
+
+impl LocalSession {
+    pub fn new(service: Arc<DataService>) -> LocalSession {
+        LocalSession {
+            service,
+            pipe: None,
+            grant: None,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Whether a direct-write grant waits for its end (the connection then gives the
+    /// client [`WRITE_TIMEOUT`], not the idle time).
+    pub fn granted(&self) -> bool {
+        self.grant.is_some()
+    }
+
+    /// Serves one request (checked by its row) with what came beside it: the answer,
+    /// what goes beside it, and whether the connection goes on.
+    pub fn call(
+        &mut self,
+        op: SameHostOp,
+        attached: Attached,
+    ) -> (Result<Response, WireError>, Attached, After) {
+        let svc = self.service.clone();
+        svc.stats.note_local_message();
+        if self.grant.is_some() && !matches!(op, SameHostOp::LocalDirectDone { .. }) {
+            self.abandon();
+            let e = bad("a direct write's grant is followed by its end, nothing else");
+            return (Err(e), Attached::None, After::Close);
+        }
+        let boot = |r: Result<u64, LocalWriteError>, refused: &str| match r {
+            Ok(boot_id) => (Ok(Response::Written { boot_id }), After::Go),
+            Err(LocalWriteError::Broken(why)) => (
+                Err(WireError::new(
+                    ErrorCode::Io,
+                    format!("short-circuit pipe: {why}"),
+                )),
+                After::Close,
+            ),
+            Err(e) => (Err(refusal(&svc, e, refused)), After::Go),
+        };
+        match op {
+            SameHostOp::LocalOpen { fid } => match svc.local_files(fid) {
+                Ok((flags, files)) => (
+                    Ok(Response::LocalFiles { flags }),
+                    Attached::Files(files),
+                    After::Go,
+                ),
+                Err(e) => (Err(e), Attached::None, After::Go),
+            },
+            SameHostOp::LocalPipe {} => match attached {
+                Attached::Pipe(p) => {
+                    self.pipe = Some(p);
+                    (Ok(Response::Done), Attached::None, After::Go)
+                }
+                _ => {
+                    let e = bad("a pipe message carries the pipe's read end");
+                    (Err(e), Attached::None, After::Close)
+                }
+            },
+            SameHostOp::LocalWrite {
+                fid,
+                unit,
+                offset,
+                len,
+                crcs,
+            } => {
+                let Some(pipe) = self.pipe.as_deref_mut() else {
+                    return (
+                        Err(bad("a write before its pipe")),
+                        Attached::None,
+                        After::Close,
+                    );
+                };
+                let w = LocalWrite {
+                    fid,
+                    unit,
+                    offset,
+                    len,
+                    crcs,
+                };
+                let (r, after) = boot(svc.local_write(&w, pipe), THROTTLED);
+                (r, Attached::None, after)
+            }
+            SameHostOp::LocalWriteList {
+                fid,
+                unit,
+                extents,
+                crcs,
+            } => {
+                let Some(pipe) = self.pipe.as_deref_mut() else {
+                    return (
+                        Err(bad("a write before its pipe")),
+                        Attached::None,
+                        After::Close,
+                    );
+                };
+                let r = svc.local_write_list(fid, unit, &extents, &crcs, pipe, &mut self.buf);
+                let (r, after) = boot(r, THROTTLED);
+                (r, Attached::None, after)
+            }
+            SameHostOp::LocalDirect {
+                fid,
+                unit,
+                offset,
+                len,
+            } => {
+                let w = DirectWrite {
+                    fid,
+                    unit,
+                    offset,
+                    len,
+                };
+                match svc.direct_begin(&w) {
+                    Ok(grant) => {
+                        let answer = Response::Granted {
+                            pieces: grant.pieces(),
+                        };
+                        let files = grant.files.clone();
+                        self.grant = Some(grant);
+                        (Ok(answer), Attached::Files(files), After::Go)
+                    }
+                    Err(e) => (Err(refusal(&svc, e, NO_DIRECT)), Attached::None, After::Go),
+                }
+            }
+            SameHostOp::LocalDirectDone { crcs } => {
+                let Some(grant) = self.grant.take() else {
+                    return (
+                        Err(bad("a direct write's end without its grant")),
+                        Attached::None,
+                        After::Close,
+                    );
+                };
+                if crcs.as_ref().is_some_and(|c| c.len() != grant.blocks()) {
+                    self.grant = Some(grant);
+                    self.abandon();
+                    let e = bad("a direct write's end names another number of blocks");
+                    return (Err(e), Attached::None, After::Close);
+                }
+                let (r, after) = boot(svc.direct_done(grant, crcs.as_deref()), NO_DIRECT);
+                (r, Attached::None, after)
+            }
+        }
+    }
+
+    /// Ends a grant whose client did not say it is done: its blocks stay holes, locked
+    /// until the client has let go of the grant's handles (the fence).
+    fn abandon(&mut self) {
+        if let Some(g) = self.grant.take() {
+            self.service.direct_abandon(g);
+        }
+    }
+}
+
+impl Drop for LocalSession {
+    fn drop(&mut self) {
+        self.abandon();
+    }
+}
+
+/// The answer to a short-circuit write the server did not do; `why_refused` says why it
+/// takes none of that kind.
+fn refusal(service: &DataService, e: LocalWriteError, why_refused: &str) -> WireError {
+    match e {
+        LocalWriteError::Refused => WireError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "data server {}: {why_refused}, so writes go through the server",
+                service.id.0
+            ),
+        ),
+        LocalWriteError::Failed(e) => e,
+        LocalWriteError::Broken(why) => WireError::new(ErrorCode::Io, why),
     }
 }
 
@@ -106,7 +318,7 @@ impl LocalServer {
         service: Arc<DataService>,
         path: &Path,
         secret: Secret,
-    ) -> std::io::Result<LocalServer> {
+    ) -> io::Result<LocalServer> {
         let listener = Listener::bind(path)?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
@@ -154,8 +366,8 @@ fn accept_loop(l: Listener, service: Arc<DataService>, secret: Secret, stop: Arc
         let spawned = std::thread::Builder::new()
             .name("short-circuit-conn".into())
             .spawn(move || {
-                if let Err(e) = serve_conn(&c, &svc, &sec, &st) {
-                    if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                if let Err(e) = serve_conn(&c, svc, &sec, &st) {
+                    if e.kind() != io::ErrorKind::UnexpectedEof {
                         tracing::info!("short-circuit connection closed: {e}");
                     }
                 }
@@ -168,163 +380,95 @@ fn accept_loop(l: Listener, service: Arc<DataService>, secret: Secret, stop: Arc
     }
 }
 
+/// Serves one connection: frames in, a session's answers out. A frame that does not
+/// decode ends the connection; a request that fails its row's check is answered, then
+/// the connection ends (what is in its pipe is unknown). A grant left without its end
+/// (the connection broke or timed out) is abandoned when the session ends.
 fn serve_conn(
     c: &Seqpacket,
-    service: &DataService,
+    service: Arc<DataService>,
     secret: &Secret,
     stop: &AtomicBool,
-) -> std::io::Result<()> {
+) -> io::Result<()> {
     c.set_timeout(HANDSHAKE_TIMEOUT)?;
     local::server_handshake(c, secret)?;
     c.set_timeout(IDLE_TIMEOUT)?;
-    let mut pipe: Option<std::os::fd::OwnedFd> = None;
-    // Write lists are read out of the pipe into this, reused for the connection's life
-    // (at most `MAX_LOCAL_WRITE`, 2 MiB, and only on connections that send lists).
-    let mut buf = Vec::new();
+    let mut session = LocalSession::new(service);
     while !stop.load(Ordering::Relaxed) {
-        let (m, mut fds) = c.recv()?;
-        service.stats.note_local_message();
-        match m.first() {
-            Some(&local::OP_PIPE) => {
-                if m.len() != 1 || fds.len() != 1 {
-                    let _ = c.send(
-                        &local::verdict(local::FAILED, "a pipe message carries one descriptor"),
-                        &[],
-                    );
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "bad pipe message",
-                    ));
-                }
-                pipe = fds.pop();
-                c.send(&local::verdict(local::OK, ""), &[])?;
-                continue;
-            }
-            Some(&op @ (local::OP_WRITE | local::OP_WRITE_LIST)) => {
-                // A malformed message leaves the pipe's contents unknown: the connection
-                // ends (the client starts a new one, with a new pipe).
-                let parsed = if op == local::OP_WRITE {
-                    local::parse_write(&m).map(Write::One)
-                } else {
-                    local::parse_write_list(&m).map(Write::List)
-                };
-                let w = match parsed {
-                    Ok(w) => w,
-                    Err(e) => {
-                        let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
-                        return Err(e);
-                    }
-                };
-                let Some(p) = pipe.as_ref() else {
-                    let _ = c.send(
-                        &local::verdict(local::FAILED, "a write before its pipe"),
-                        &[],
-                    );
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "write without a pipe",
-                    ));
-                };
-                let done = match &w {
-                    Write::One(w) => service.local_write(w, p, WRITE_TIMEOUT),
-                    Write::List(w) => service.local_write_list(w, p, WRITE_TIMEOUT, &mut buf),
-                };
-                match done {
-                    Ok(boot) => c.send(&local::written_answer(boot), &[])?,
-                    Err(LocalWriteError::Broken(why)) => {
-                        let _ = c.send(&local::verdict(local::FAILED, &why), &[]);
-                        return Err(std::io::Error::other(format!("short-circuit pipe: {why}")));
-                    }
-                    Err(e) => c.send(&refusal(service, e, THROTTLED), &[])?,
-                }
-                continue;
-            }
-            Some(&local::OP_DIRECT) => {
-                direct(c, service, &m)?;
-                continue;
-            }
-            _ => {}
-        }
-        let fid = match local::parse_open(&m) {
-            Ok(f) => f,
+        let r = match local::recv_request(c) {
+            Ok(r) => r,
             Err(e) => {
-                let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
+                // A client still writing into a grant's files sees the end at once (and
+                // lets go of the descriptors the fence waits for).
+                c.shutdown();
                 return Err(e);
             }
         };
-        match service.local_files(InodeId(fid)) {
-            LocalFiles::Files(flags, files) => {
-                let fds: Vec<_> = files.iter().map(|f| f.as_raw_fd()).collect();
-                c.send(&local::objects_answer(&flags), &fds)?;
+        let op = match r.req.map(|v| v.into_env().req.route()) {
+            Ok(stripefs_wire::Route::SameHostOp(op)) => op,
+            Ok(_) => {
+                let e = WireError::new(
+                    ErrorCode::UnexpectedMessage,
+                    format!(
+                        "{} is not served on the short-circuit socket",
+                        r.opcode.name()
+                    ),
+                );
+                let _ = local::send_answer(c, r.id, r.opcode, &Err(e), &[]);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "not a same-host request",
+                ));
             }
-            LocalFiles::Refused(why) => c.send(&local::verdict(local::REFUSED, &why), &[])?,
-            LocalFiles::Failed(why) => c.send(&local::verdict(local::FAILED, &why), &[])?,
+            Err(e) => {
+                let _ = local::send_answer(c, r.id, r.opcode, &Err(e.clone()), &[]);
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+            }
+        };
+        let attached = match (r.opcode, r.fds.len()) {
+            (Opcode::LocalPipe, 1) => {
+                let fd = r.fds.into_iter().next().expect("one");
+                Attached::Pipe(Box::new(KernelPipeIn::new(fd, WRITE_TIMEOUT)))
+            }
+            (_, 0) => Attached::None,
+            (op, n) => {
+                let e = WireError::new(
+                    ErrorCode::InvalidArgument,
+                    format!("{} carries {n} descriptors", op.name()),
+                );
+                let _ = local::send_answer(c, r.id, r.opcode, &Err(e), &[]);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "unexpected descriptors",
+                ));
+            }
+        };
+        let (answer, out, after) = session.call(op, attached);
+        // The files stay open until the message that passes their descriptors is sent.
+        let files = out.files();
+        let fds: Vec<_> = files.iter().filter_map(|f| f.raw_fd()).collect();
+        if fds.len() != files.len() {
+            let e = WireError::new(ErrorCode::Internal, "a file without a descriptor");
+            let _ = local::send_answer(c, r.id, r.opcode, &Err(e), &[]);
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a file without a descriptor",
+            ));
         }
+        local::send_answer(c, r.id, r.opcode, &answer, &fds)?;
+        drop(files);
+        if after == After::Close {
+            c.shutdown();
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                answer.err().map_or_else(String::new, |e| e.to_string()),
+            ));
+        }
+        c.set_timeout(if session.granted() {
+            WRITE_TIMEOUT
+        } else {
+            IDLE_TIMEOUT
+        })?;
     }
     Ok(())
-}
-
-/// Serves one direct write (docs/protocol.md "Short-circuit socket"): grants the range,
-/// waits (at most [`WRITE_TIMEOUT`]) for the client to write it and send its CRCs, and
-/// stores them. A malformed message, a silent client or a broken connection ends the
-/// connection; the grant's blocks then stay holes, locked until the client has closed
-/// the grant's descriptors (fence.rs).
-fn direct(c: &Seqpacket, service: &DataService, m: &[u8]) -> std::io::Result<()> {
-    let w = match local::parse_direct(m) {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
-            return Err(e);
-        }
-    };
-    let grant = match service.direct_begin(&w) {
-        Ok(g) => g,
-        Err(e) => return c.send(&refusal(service, e, NO_DIRECT), &[]),
-    };
-    let fds: Vec<_> = grant.files.iter().map(|f| f.as_raw_fd()).collect();
-    let answered = c
-        .send(&local::grant_answer(&grant.pieces()), &fds)
-        .and_then(|()| c.set_timeout(WRITE_TIMEOUT))
-        .and_then(|()| c.recv())
-        .and_then(|(done, _)| {
-            c.set_timeout(IDLE_TIMEOUT)?;
-            local::parse_direct_done(&done, grant.blocks()).inspect_err(|e| {
-                let _ = c.send(&local::verdict(local::FAILED, &e.to_string()), &[]);
-            })
-        });
-    let crcs = match answered {
-        Ok(crcs) => crcs,
-        Err(e) => {
-            // A client still writing sees the end at once (and closes the descriptors
-            // the wait below is for) rather than wait for an answer.
-            c.shutdown();
-            service.direct_abandon(grant);
-            return Err(e);
-        }
-    };
-    match service.direct_done(grant, crcs.as_deref()) {
-        Ok(boot) => c.send(&local::written_answer(boot), &[]),
-        Err(e) => c.send(&refusal(service, e, NO_DIRECT), &[]),
-    }
-}
-
-/// Why a server refuses short-circuit writes through its pipe, and direct writes.
-const THROTTLED: &str = "its targets are throttled (emulated disks)";
-const NO_DIRECT: &str =
-    "its targets are throttled (emulated disks) or their file system takes no O_DIRECT";
-
-/// The answer to a short-circuit write the server did not do; `why_refused` says why it
-/// takes none of that kind.
-fn refusal(service: &DataService, e: LocalWriteError, why_refused: &str) -> Vec<u8> {
-    match e {
-        LocalWriteError::Refused => local::verdict(
-            local::REFUSED,
-            &format!(
-                "data server {}: {why_refused}, so writes go through the server",
-                service.id.0
-            ),
-        ),
-        LocalWriteError::Failed(e) => local::verdict(local::FAILED, &e.to_string()),
-        LocalWriteError::Broken(why) => local::verdict(local::FAILED, &why),
-    }
 }

@@ -23,7 +23,9 @@ use crate::cache::Object;
 use crate::Canary;
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 use stripefs_rpc::Part;
+use stripefs_sys::storage::ObjectFile;
 use stripefs_wire::{crc32c, ErrorCode, InodeId, ServerId, WireError, BLOCK_BYTES};
 
 pub const BLOCK: u64 = BLOCK_BYTES as u64;
@@ -598,9 +600,8 @@ pub fn write_spliced(
     obj: &Object,
     off: u64,
     len: u64,
-    pipe: &std::os::fd::OwnedFd,
+    pipe: &mut dyn stripefs_rpc::samehost::PipeIn,
     crcs: &[u32],
-    timeout: std::time::Duration,
 ) -> Result<Spliced, (usize, WireError)> {
     assert!(
         off % BLOCK == 0 && len % BLOCK == 0 && len > 0,
@@ -612,11 +613,8 @@ pub fn write_spliced(
     if !all_holes(c, obj, off, len).map_err(|e| (0, e))? {
         return Ok(Spliced::NotHoles);
     }
-    let Some(fd) = obj.data.raw_fd() else {
-        return Ok(Spliced::NotHoles);
-    };
-    stripefs_rpc::local::splice_into(pipe, fd, off, len as usize, timeout).map_err(
-        |(done, e)| {
+    pipe.splice_into(&*obj.data, off, len as usize)
+        .map_err(|(done, e)| {
             (
                 done,
                 c.io(
@@ -624,10 +622,9 @@ pub fn write_spliced(
                     &e,
                 ),
             )
-        },
-    )?;
+        })?;
     let consumed = len as usize;
-    let actual = mapped_crcs(fd, off, len).map_err(|e| {
+    let actual = stored_crcs(&*obj.data, off, len).map_err(|e| {
         (
             consumed,
             c.io(&format!("checking {len} bytes at object offset {off}"), &e),
@@ -695,17 +692,15 @@ pub fn store_written(c: &Ctx, obj: &Object, off: u64, crcs: &[u32]) -> Result<()
     Ok(())
 }
 
-/// A descriptor of the object's data file for a short-circuit client's direct writes:
-/// write-only, `O_DIRECT` (the client's buffer goes to the disk without a copy or the
-/// page cache). `Unsupported` for a store without files or a file system that does not
-/// take `O_DIRECT` (tmpfs).
-pub fn direct_writer(obj: &Object) -> io::Result<std::fs::File> {
+/// A handle of the object's data file for a short-circuit client's direct writes: for
+/// a file with a descriptor, a new write-only open with `O_DIRECT` (the client's buffer
+/// goes to the disk without a copy or the page cache); for one in memory (the
+/// simulator's store), the file itself, shared as a descriptor shares the inode.
+/// `Unsupported` for a file system that does not take `O_DIRECT` (tmpfs).
+pub fn direct_writer(obj: &Object) -> io::Result<Arc<dyn ObjectFile>> {
     use std::os::unix::fs::OpenOptionsExt;
     let Some(fd) = obj.data.raw_fd() else {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "a store without files takes no direct writes",
-        ));
+        return Ok(obj.data.clone());
     };
     // A new open of the same file (not a dup): O_DIRECT belongs to the open, and the
     // server's own descriptor must stay buffered.
@@ -713,6 +708,7 @@ pub fn direct_writer(obj: &Object) -> io::Result<std::fs::File> {
         .write(true)
         .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
         .open(format!("/proc/self/fd/{fd}"))
+        .map(|f| Arc::new(stripefs_sys::storage::FsFile::from(f)) as Arc<dyn ObjectFile>)
         .map_err(|e| match e.raw_os_error() {
             Some(libc::EINVAL) => io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -720,6 +716,19 @@ pub fn direct_writer(obj: &Object) -> io::Result<std::fs::File> {
             ),
             _ => e,
         })
+}
+
+/// The CRC32C of each 4 KiB block of `[off, off + len)` of `file`, read through a shared
+/// read-only mapping of its descriptor (no copy of the bytes), or by `read_at` for a file
+/// without one (in memory).
+fn stored_crcs(file: &dyn ObjectFile, off: u64, len: u64) -> io::Result<Vec<u32>> {
+    if let Some(fd) = file.raw_fd() {
+        return mapped_crcs(fd, off, len);
+    }
+    let mut bytes = vec![0u8; len as usize];
+    let n = file.read_at(&mut bytes, off)?;
+    bytes[n..].fill(0);
+    Ok(bytes.chunks(BLOCK_USIZE).map(crc32c).collect())
 }
 
 /// The CRC32C of each 4 KiB block of `[off, off + len)` of the file, read through a

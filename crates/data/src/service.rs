@@ -5,7 +5,6 @@ use crate::clock::{Clock, SystemClock};
 use crate::intent::IntentLog;
 use crate::locks::{Mode, RangeGuard, RangeLocks};
 use crate::object::{self, Ctx, BLOCK};
-use crate::store::{FsStore, Storage};
 use crate::throttle::Throttle;
 use crate::Canary;
 use std::collections::{BTreeSet, HashSet};
@@ -15,7 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stripefs_layout::Stripe;
+use stripefs_rpc::samehost::PipeIn;
 use stripefs_rpc::{ConnInfo, Part, Payload, Reply, Service};
+use stripefs_sys::storage::{FsStore, Storage};
 use stripefs_wire::sidecar::Entry;
 use stripefs_wire::{
     padded_block_crc, pieces, AnyOp, Counters, Damage, DataOp, ErrorCode, InodeId, Reach, Request,
@@ -154,7 +155,7 @@ pub struct DataService {
     tokens: std::sync::OnceLock<crate::tokens::TokenChecker>,
     /// The fence of direct writes (`fence.rs`); `None` for stores without files, which
     /// grant none.
-    fence: Option<crate::fence::GrantFence>,
+    fence: Option<Arc<dyn stripefs_sys::fence::Fence>>,
     /// Background flushes of objects on emulated disks (`throttle.rs`).
     flush_behind: crate::throttle::FlushBehind,
 }
@@ -424,8 +425,8 @@ impl DataService {
         &self,
         t: usize,
         fid: InodeId,
-        data: Arc<dyn crate::store::ObjectFile>,
-        crcs: Arc<dyn crate::store::ObjectFile>,
+        data: Arc<dyn stripefs_sys::storage::ObjectFile>,
+        crcs: Arc<dyn stripefs_sys::storage::ObjectFile>,
         fresh: bool,
     ) -> io::Result<Object> {
         let path = self.log_path(t, fid);
@@ -599,15 +600,14 @@ impl DataService {
     /// Whatever happens, exactly `w.len` bytes leave the pipe, or the pipe is `Broken`.
     pub(crate) fn local_write(
         &self,
-        w: &stripefs_rpc::local::LocalWrite,
-        pipe: &std::os::fd::OwnedFd,
-        timeout: std::time::Duration,
+        w: &LocalWrite,
+        pipe: &mut dyn PipeIn,
     ) -> Result<u64, LocalWriteError> {
         let total = w.len as usize;
         let mut taken = 0usize;
-        let r = self.local_write_units(w, pipe, timeout, &mut taken);
+        let r = self.local_write_units(w, pipe, &mut taken);
         if taken < total && !matches!(r, Err(LocalWriteError::Broken(_))) {
-            stripefs_rpc::local::drain(pipe, total - taken, timeout)
+            pipe.drain(total - taken)
                 .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
         }
         r?;
@@ -627,30 +627,24 @@ impl DataService {
     /// `buf`: the connection's buffer, reused (no zeroing or page faults per list).
     pub(crate) fn local_write_list(
         &self,
-        w: &stripefs_rpc::local::LocalWriteList,
-        pipe: &std::os::fd::OwnedFd,
-        timeout: std::time::Duration,
+        fid: InodeId,
+        unit: u32,
+        extents: &[(u64, u32)],
+        crcs: &[u32],
+        pipe: &mut dyn PipeIn,
         buf: &mut Vec<u8>,
     ) -> Result<u64, LocalWriteError> {
-        let total: usize = w.extents.iter().map(|&(_, len)| len as usize).sum();
+        let total: usize = extents.iter().map(|&(_, len)| len as usize).sum();
         if buf.len() < total {
             buf.resize(total, 0);
         }
         let bytes = &mut buf[..total];
-        stripefs_rpc::local::read_pipe(pipe, bytes, timeout)
+        pipe.read_exact(bytes)
             .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
         if self.throttled() {
             return Err(LocalWriteError::Refused);
         }
-        let fid = InodeId(w.fid);
-        self.write_list(
-            &"the short-circuit pipe",
-            fid,
-            w.unit,
-            &w.extents,
-            &w.crcs,
-            bytes,
-        )?;
+        self.write_list(&"the short-circuit pipe", fid, unit, extents, crcs, bytes)?;
         self.stats.write_requests.fetch_add(1, Ordering::Relaxed);
         self.stats
             .same_host_received
@@ -660,13 +654,12 @@ impl DataService {
 
     fn local_write_units(
         &self,
-        w: &stripefs_rpc::local::LocalWrite,
-        pipe: &std::os::fd::OwnedFd,
-        timeout: std::time::Duration,
+        w: &LocalWrite,
+        pipe: &mut dyn PipeIn,
         taken: &mut usize,
     ) -> Result<(), LocalWriteError> {
         let stripe = self.local_stripe(w.unit)?;
-        let fid = InodeId(w.fid);
+        let fid = w.fid;
         let len = w.len as u64;
         self.each_unit(
             &stripe,
@@ -681,11 +674,11 @@ impl DataService {
                     .locks
                     .lock(fid.0, t as u32, first, end, Mode::Exclusive);
                 let c = &self.ctx(t, fid);
-                match object::write_spliced(c, obj, local, n as u64, pipe, crcs, timeout) {
+                match object::write_spliced(c, obj, local, n as u64, &mut *pipe, crcs) {
                     Ok(object::Spliced::Done) => *taken += n,
                     Ok(object::Spliced::NotHoles) => {
                         let mut bytes = vec![0u8; n];
-                        stripefs_rpc::local::read_pipe(pipe, &mut bytes, timeout)
+                        pipe.read_exact(&mut bytes)
                             .map_err(|e| LocalWriteError::Broken(e.to_string()))?;
                         *taken += n;
                         verify_transit(&"the short-circuit pipe", fid, local, crcs, &bytes)?;
@@ -724,12 +717,9 @@ impl DataService {
     /// the data file holds, so a client that dies or fails mid-way changes nothing anyone
     /// reads. `Failed` when a block holds bytes (the client then writes through the pipe,
     /// whose checks a rewrite needs).
-    pub(crate) fn direct_begin(
-        &self,
-        w: &stripefs_rpc::local::DirectWrite,
-    ) -> Result<DirectGrant, LocalWriteError> {
+    pub(crate) fn direct_begin(&self, w: &DirectWrite) -> Result<DirectGrant, LocalWriteError> {
         let stripe = self.local_stripe(w.unit)?;
-        let fid = InodeId(w.fid);
+        let fid = w.fid;
         let Some(fence) = self.fence.as_ref() else {
             return Err(LocalWriteError::Refused);
         };
@@ -742,7 +732,7 @@ impl DataService {
         };
         let mut fd_of_target: Vec<Option<u16>> = vec![None; self.targets.len()];
         for p in stripe.split(w.offset, w.len as u64) {
-            if grant.units.len() == stripefs_rpc::local::MAX_GRANT_PIECES {
+            if grant.units.len() == stripefs_wire::MAX_GRANT_PIECES {
                 return Err(LocalWriteError::Failed(WireError::new(
                     ErrorCode::InvalidArgument,
                     "a direct write of more pieces than one grant names",
@@ -1758,6 +1748,17 @@ impl DataService {
                     ),
                 ))
             }
+            // Descriptors and pipes cross only a Unix socket (local.rs).
+            Route::SameHostOp(_) => {
+                return Reply::err(WireError::new(
+                    ErrorCode::UnexpectedMessage,
+                    format!(
+                        "data server {} serves {} only on its short-circuit socket",
+                        self.id.0,
+                        opcode.name()
+                    ),
+                ))
+            }
         };
         let result = match op {
             DataOp::Write {
@@ -1898,17 +1899,17 @@ pub(crate) struct DirectGrant {
     units: Vec<DirectUnit>,
     /// The descriptors handed out: a write descriptor per target of the range, then the
     /// fence's.
-    pub files: Vec<std::fs::File>,
+    pub files: Vec<Arc<dyn stripefs_sys::storage::ObjectFile>>,
     /// The grant's byte of the fence file.
     fence: Option<u64>,
 }
 
 impl DirectGrant {
     /// The pieces of the grant, in the range's order, for the client.
-    pub fn pieces(&self) -> Vec<stripefs_rpc::local::GrantPiece> {
+    pub fn pieces(&self) -> Vec<stripefs_wire::GrantPiece> {
         self.units
             .iter()
-            .map(|u| stripefs_rpc::local::GrantPiece {
+            .map(|u| stripefs_wire::GrantPiece {
                 fd: u.fd,
                 offset: u.local,
                 len: u.len as u32,
@@ -1929,6 +1930,23 @@ struct DirectUnit {
     /// Index of its target's descriptor in `files`.
     fd: u16,
     _guard: RangeGuard,
+}
+
+/// A same-host write of whole blocks whose bytes wait in the connection's pipe.
+pub(crate) struct LocalWrite {
+    pub fid: InodeId,
+    pub unit: u32,
+    pub offset: u64,
+    pub len: u32,
+    pub crcs: Vec<u32>,
+}
+
+/// A same-host direct write's range: the client writes its hole blocks itself.
+pub(crate) struct DirectWrite {
+    pub fid: InodeId,
+    pub unit: u32,
+    pub offset: u64,
+    pub len: u32,
 }
 
 /// Why a short-circuit write did not happen.

@@ -78,7 +78,7 @@ pub const FLUSH_BEHIND_BYTES: u64 = 16 << 20;
 /// syncs as ever; they only take the device's backlog off the fsync's time.
 #[derive(Default)]
 pub struct FlushBehind {
-    queue: Mutex<Option<std::sync::mpsc::Sender<Arc<dyn crate::store::ObjectFile>>>>,
+    queue: Mutex<Option<std::sync::mpsc::Sender<Arc<dyn stripefs_sys::storage::ObjectFile>>>>,
 }
 
 impl FlushBehind {
@@ -92,7 +92,7 @@ impl FlushBehind {
         obj.unflushed.store(0, Ordering::Relaxed);
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         if q.is_none() {
-            let (tx, rx) = std::sync::mpsc::channel::<Arc<dyn crate::store::ObjectFile>>();
+            let (tx, rx) = std::sync::mpsc::channel::<Arc<dyn stripefs_sys::storage::ObjectFile>>();
             let spawned = std::thread::Builder::new()
                 .name("flush-behind".into())
                 .spawn(move || {

@@ -366,6 +366,43 @@ fn request(op: Opcode, rng: &mut StdRng) -> (Request, u32) {
             codec: rng.gen_range(0..5),
             level: rng.gen_range(-2..24),
         },
+        Opcode::LocalOpen => Request::LocalOpen { fid: ino(rng) },
+        Opcode::LocalPipe => Request::LocalPipe {},
+        Opcode::LocalWrite => {
+            let offset = rng.gen_range(0..1 << 30);
+            let len = rng.gen_range(0..4 * BLOCK_BYTES);
+            let n = pieces(offset, len as usize).count();
+            Request::LocalWrite {
+                fid: ino(rng),
+                unit: rng.gen_range(0..64),
+                offset,
+                len,
+                crcs: (0..n).map(|_| rng.gen()).collect(),
+            }
+        }
+        Opcode::LocalWriteList => {
+            let extents: Vec<(u64, u32)> = (0..rng.gen_range(1..4))
+                .map(|i| (i * 2 * BLOCK_BYTES as u64, rng.gen_range(1..BLOCK_BYTES)))
+                .collect();
+            let n = stripefs_wire::list_pieces(&extents);
+            Request::LocalWriteList {
+                fid: ino(rng),
+                unit: rng.gen_range(0..64),
+                extents,
+                crcs: (0..n).map(|_| rng.gen()).collect(),
+            }
+        }
+        Opcode::LocalDirect => Request::LocalDirect {
+            fid: ino(rng),
+            unit: rng.gen_range(0..64),
+            offset: rng.gen_range(0..1 << 30),
+            len: rng.gen_range(1..1 << 21),
+        },
+        Opcode::LocalDirectDone => Request::LocalDirectDone {
+            crcs: rng
+                .gen_bool(0.5)
+                .then(|| (0..rng.gen_range(0..8)).map(|_| rng.gen()).collect()),
+        },
     };
     (r, 0)
 }
@@ -570,6 +607,20 @@ fn response(op: Opcode, rng: &mut StdRng) -> (Response, u32) {
             rate_bytes_s: rng.gen(),
         },
         ReplyKind::Done => Response::Done,
+        ReplyKind::LocalFiles => Response::LocalFiles {
+            flags: (0..rng.gen_range(0..8))
+                .map(|_| rng.gen_range(0..4))
+                .collect(),
+        },
+        ReplyKind::Granted => Response::Granted {
+            pieces: (0..rng.gen_range(0..4))
+                .map(|i| stripefs_wire::GrantPiece {
+                    fd: i,
+                    offset: rng.gen_range(0..1 << 30),
+                    len: rng.gen_range(1..1 << 20),
+                })
+                .collect(),
+        },
         ReplyKind::Features => Response::Features {
             features: Features(rng.gen()),
         },

@@ -609,6 +609,13 @@ impl MetaService {
                     op.opcode().name()
                 ),
             )),
+            Route::SameHostOp(op) => Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "the metadata server does not serve {} (a data server's short-circuit socket does)",
+                    op.opcode().name()
+                ),
+            )),
             Route::MetaReadOp(op) => self.read(&cred, &op),
             Route::MetaWriteOp(req) => self.submit(Job::Client {
                 cred,

@@ -24,6 +24,7 @@ pub mod host;
 pub mod limits;
 pub mod local;
 mod payload;
+pub mod samehost;
 mod server;
 pub mod tls;
 pub mod token;

@@ -4,3 +4,8 @@
 //! replace goes through this crate, once, for the metadata server, the data server, the
 //! client's same-host path and the simulator alike. Each interface comes with its real
 //! implementation and its simulated twin.
+
+pub mod fence;
+pub mod fileio;
+pub mod memstore;
+pub mod storage;

@@ -4,8 +4,8 @@
 
 use crate::{
     check_path, check_unit, pieces, validate_name, xattr_name_ok, ErrorCode, WireError,
-    BLOCK_BYTES, MAX_DATA_BYTES, MAX_LIST_EXTENTS, MAX_LIST_OBJECTS, MAX_READDIR_ENTRIES,
-    MAX_SEEK_OFFSET, MAX_XATTR_VALUE, XATTR_SET_REPLACE,
+    BLOCK_BYTES, MAX_DATA_BYTES, MAX_LIST_EXTENTS, MAX_LIST_OBJECTS, MAX_LOCAL_WRITE,
+    MAX_READDIR_ENTRIES, MAX_SEEK_OFFSET, MAX_XATTR_VALUE, XATTR_SET_REPLACE,
 };
 
 fn invalid(m: String) -> Result<(), WireError> {
@@ -184,4 +184,70 @@ pub(crate) fn scrub(offset: u64) -> Result<(), WireError> {
         ));
     }
     Ok(())
+}
+
+const BLOCK: u64 = BLOCK_BYTES as u64;
+
+/// Whole blocks, 1 to `MAX_LOCAL_WRITE` bytes: a same-host write's or direct write's
+/// range.
+fn local_range(what: &str, offset: u64, len: u32) -> Result<(), WireError> {
+    if offset % BLOCK != 0 || len as u64 % BLOCK != 0 || len == 0 {
+        return invalid(format!(
+            "a short-circuit {what} of {len} bytes at {offset} is not of whole blocks"
+        ));
+    }
+    if len as usize > MAX_LOCAL_WRITE {
+        return invalid(format!(
+            "a short-circuit {what} of {len} bytes; the most is {MAX_LOCAL_WRITE}"
+        ));
+    }
+    if offset.checked_add(len as u64).is_none() {
+        return Err(too_far(what));
+    }
+    Ok(())
+}
+
+pub(crate) fn local_write(unit: u32, offset: u64, len: u32, crcs: &[u32]) -> Result<(), WireError> {
+    check_unit(unit)?;
+    local_range("write", offset, len)?;
+    let blocks = len as u64 / BLOCK;
+    if crcs.len() as u64 != blocks {
+        return invalid(format!(
+            "a short-circuit write of {blocks} blocks has {} checksums",
+            crcs.len()
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn local_write_list(
+    unit: u32,
+    extents: &[(u64, u32)],
+    crcs: &[u32],
+) -> Result<(), WireError> {
+    let total: u64 = extents.iter().map(|&(_, len)| len as u64).sum();
+    if total > MAX_LOCAL_WRITE as u64 {
+        return invalid(format!(
+            "a short-circuit write list of {total} bytes; the most is {MAX_LOCAL_WRITE}"
+        ));
+    }
+    write_list(unit, extents, crcs, total as u32)
+}
+
+pub(crate) fn local_direct(unit: u32, offset: u64, len: u32) -> Result<(), WireError> {
+    check_unit(unit)?;
+    local_range("direct write", offset, len)
+}
+
+pub(crate) fn local_direct_done(crcs: &Option<Vec<u32>>) -> Result<(), WireError> {
+    match crcs {
+        Some(c) if c.is_empty() || c.len() > MAX_LOCAL_WRITE / BLOCK_BYTES as usize => {
+            invalid(format!(
+                "a direct write's end names {} checksums, not 1..={}",
+                c.len(),
+                MAX_LOCAL_WRITE / BLOCK_BYTES as usize
+            ))
+        }
+        _ => Ok(()),
+    }
 }

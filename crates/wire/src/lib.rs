@@ -17,6 +17,7 @@ mod error;
 mod header;
 mod msg;
 mod ops;
+mod samehost;
 pub mod sidecar;
 
 pub use error::{ErrorCode, WireError};
@@ -25,6 +26,7 @@ pub use header::{
 };
 pub use msg::*;
 pub use ops::*;
+pub use samehost::*;
 
 /// Largest encoded body (requests and responses without bulk data), in bytes.
 pub const MAX_BODY_BYTES: u32 = 4 << 20;

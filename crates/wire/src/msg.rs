@@ -534,6 +534,17 @@ responses! {
         files: u64,
         dirs: u64,
     },
+    /// Answer to LocalOpen: per target, which of its files are attached
+    /// ([`HAS_DATA`](crate::HAS_DATA), [`HAS_SIDECAR`](crate::HAS_SIDECAR)), in target
+    /// order; the descriptors follow in that order.
+    LocalFiles {
+        flags: Vec<u8>,
+    },
+    /// Answer to LocalDirect: the range's pieces in order; the data files' write
+    /// descriptors are attached, and after them the grant's fence.
+    Granted {
+        pieces: Vec<crate::GrantPiece>,
+    },
 }
 
 /// What a request body holds: the caller's credentials and the request.

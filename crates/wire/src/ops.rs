@@ -16,7 +16,8 @@
 //!   metadata server from a snapshot of its database, [`MetaWriteOp`] the metadata
 //!   server's writer (a change of the namespace, group-committed through its log),
 //!   [`MetaOp`] the rest of the metadata server (opens, sessions, administration),
-//!   [`DataOp`] a data server. Each group is an enum that its server matches without a
+//!   [`DataOp`] a data server, [`SameHostOp`] a data server's same-host socket (a
+//!   client on its host; refused over TCP). Each group is an enum that its server matches without a
 //!   catch-all arm: a new row does not compile until it has a handler.
 //! - The replies are the [`Response`](crate::Response) variants a success may be; the
 //!   client refuses any other, and a server's debug build asserts it.
@@ -46,6 +47,8 @@ pub enum ServedBy {
     Any,
     Meta,
     Data,
+    /// A data server's same-host socket (docs/protocol.md "Short-circuit socket").
+    SameHost,
 }
 
 /// The table's groups: one enum of operations each (see the module documentation).
@@ -57,6 +60,7 @@ pub enum Group {
     MetaWriteOp,
     MetaOp,
     DataOp,
+    SameHostOp,
 }
 
 impl Group {
@@ -66,6 +70,7 @@ impl Group {
             Group::AnyOp => ServedBy::Any,
             Group::MetaReadOp | Group::MetaWriteOp | Group::MetaOp => ServedBy::Meta,
             Group::DataOp => ServedBy::Data,
+            Group::SameHostOp => ServedBy::SameHost,
         }
     }
 }
@@ -79,6 +84,7 @@ pub enum Route {
     MetaWriteOp(MetaWriteOp),
     MetaOp(MetaOp),
     DataOp(DataOp),
+    SameHostOp(SameHostOp),
 }
 
 /// Properties an operation's row names.
@@ -221,41 +227,46 @@ const fn ok() -> Result<(), WireError> {
 macro_rules! operations {
     ($( ( $($row:tt)* ) )*) => {
         operations!(@all $( ( $($row)* ) )*);
-        operations!(@sort [] [] [] [] [] []; $( ( $($row)* ) )*);
+        operations!(@sort [] [] [] [] [] [] []; $( ( $($row)* ) )*);
     };
 
     // Sorts the rows into their groups, keeping their order.
-    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*];
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];
         (ConnectionOp $($row:tt)*) $($rest:tt)*) => {
-        operations!(@sort [$($c)* ($($row)*)] [$($a)*] [$($r)*] [$($w)*] [$($m)*] [$($d)*]; $($rest)*);
+        operations!(@sort [$($c)* ($($row)*)] [$($a)*] [$($r)*] [$($w)*] [$($m)*] [$($d)*] [$($l)*]; $($rest)*);
     };
-    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*];
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];
         (AnyOp $($row:tt)*) $($rest:tt)*) => {
-        operations!(@sort [$($c)*] [$($a)* ($($row)*)] [$($r)*] [$($w)*] [$($m)*] [$($d)*]; $($rest)*);
+        operations!(@sort [$($c)*] [$($a)* ($($row)*)] [$($r)*] [$($w)*] [$($m)*] [$($d)*] [$($l)*]; $($rest)*);
     };
-    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*];
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];
         (MetaReadOp $($row:tt)*) $($rest:tt)*) => {
-        operations!(@sort [$($c)*] [$($a)*] [$($r)* ($($row)*)] [$($w)*] [$($m)*] [$($d)*]; $($rest)*);
+        operations!(@sort [$($c)*] [$($a)*] [$($r)* ($($row)*)] [$($w)*] [$($m)*] [$($d)*] [$($l)*]; $($rest)*);
     };
-    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*];
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];
         (MetaWriteOp $($row:tt)*) $($rest:tt)*) => {
-        operations!(@sort [$($c)*] [$($a)*] [$($r)*] [$($w)* ($($row)*)] [$($m)*] [$($d)*]; $($rest)*);
+        operations!(@sort [$($c)*] [$($a)*] [$($r)*] [$($w)* ($($row)*)] [$($m)*] [$($d)*] [$($l)*]; $($rest)*);
     };
-    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*];
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];
         (MetaOp $($row:tt)*) $($rest:tt)*) => {
-        operations!(@sort [$($c)*] [$($a)*] [$($r)*] [$($w)*] [$($m)* ($($row)*)] [$($d)*]; $($rest)*);
+        operations!(@sort [$($c)*] [$($a)*] [$($r)*] [$($w)*] [$($m)* ($($row)*)] [$($d)*] [$($l)*]; $($rest)*);
     };
-    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*];
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];
         (DataOp $($row:tt)*) $($rest:tt)*) => {
-        operations!(@sort [$($c)*] [$($a)*] [$($r)*] [$($w)*] [$($m)*] [$($d)* ($($row)*)]; $($rest)*);
+        operations!(@sort [$($c)*] [$($a)*] [$($r)*] [$($w)*] [$($m)*] [$($d)* ($($row)*)] [$($l)*]; $($rest)*);
     };
-    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*];) => {
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];
+        (SameHostOp $($row:tt)*) $($rest:tt)*) => {
+        operations!(@sort [$($c)*] [$($a)*] [$($r)*] [$($w)*] [$($m)*] [$($d)*] [$($l)* ($($row)*)]; $($rest)*);
+    };
+    (@sort [$($c:tt)*] [$($a:tt)*] [$($r:tt)*] [$($w:tt)*] [$($m:tt)*] [$($d:tt)*] [$($l:tt)*];) => {
         operations!(@group ConnectionOp, "Served by the rpc layer of every server: the handshake and the connection's settings." ; $($c)*);
         operations!(@group AnyOp, "Served by every server." ; $($a)*);
         operations!(@group MetaReadOp, "Served by the metadata server from a snapshot of its database." ; $($r)*);
         operations!(@group MetaWriteOp, "Changes of the namespace, committed by the metadata server's writer through its log." ; $($w)*);
         operations!(@group MetaOp, "The metadata server's other operations: opens, sessions, administration." ; $($m)*);
         operations!(@group DataOp, "Served by a data server." ; $($d)*);
+        operations!(@group SameHostOp, "Served by a data server on its same-host (short-circuit) socket only." ; $($l)*);
     };
 
     // One group's enum.
@@ -652,6 +663,30 @@ operations! {
     // Metadata: the namespace's inodes in use, what `df -i` shows (statfs's f_files and
     // f_ffree).
     (MetaReadOp 47 => Statfs {} -> Statfs [Idempotent] feature(STATFS) scope() => ANY, check() => ok())
+    // Same-host socket (100-109): a data server serves these only on its Unix socket
+    // (docs/protocol.md "Short-circuit socket"), to a client on its host that proved it
+    // knows the cluster secret; over TCP they are refused. Descriptors travel beside the
+    // frames (SCM_RIGHTS).
+    //
+    // The read-only descriptors of `fid`'s data file and checksum sidecar on every
+    // target, attached in target order as the answer's flags say.
+    (SameHostOp 100 => LocalOpen { fid: InodeId } -> LocalFiles [Idempotent] scope() => SECRET, check() => ok())
+    // The read end of the connection's pipe is attached (once, before its first write).
+    (SameHostOp 101 => LocalPipe {} -> Done [] scope() => SECRET, check() => ok())
+    // `len` bytes of whole blocks wait in the connection's pipe; `crcs` one per block.
+    (SameHostOp 102 => LocalWrite { fid: InodeId, unit: u32, offset: u64, len: u32, #[serde(with = "crc_list")] crcs: Vec<u32> } -> Written []
+        scope() => SECRET, check(unit, offset, len, crcs) => check::local_write(*unit, *offset, *len, crcs))
+    // The extents' bytes wait in the pipe, in order; written as a WriteList from TCP.
+    (SameHostOp 103 => LocalWriteList { fid: InodeId, unit: u32, extents: Vec<(u64, u32)>, #[serde(with = "crc_list")] crcs: Vec<u32> } -> Written []
+        scope() => SECRET, check(unit, extents, crcs) => check::local_write_list(*unit, extents, crcs))
+    // Asks for the places of a range of hole blocks, to write them itself (`Granted`,
+    // with write descriptors of the data files and the fence attached).
+    (SameHostOp 104 => LocalDirect { fid: InodeId, unit: u32, offset: u64, len: u32 } -> Granted []
+        scope() => SECRET, check(unit, offset, len) => check::local_direct(*unit, *offset, *len))
+    // Ends the connection's grant: the CRC of every block of its range, or `None` when
+    // the client could not write every piece whole (the blocks stay holes).
+    (SameHostOp 105 => LocalDirectDone { crcs: Option<Vec<u32>> } -> Written []
+        scope() => SECRET, check(crcs) => check::local_direct_done(crcs))
 }
 
 /// A request that passed [`Request::validate`] with the bulk data that came with it:

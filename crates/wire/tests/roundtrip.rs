@@ -819,6 +819,12 @@ const PINNED_OPCODES: &[(u16, &str)] = &[
     (46, "ReadDirPlus"),
     (6, "Features"),
     (47, "Statfs"),
+    (100, "LocalOpen"),
+    (101, "LocalPipe"),
+    (102, "LocalWrite"),
+    (103, "LocalWriteList"),
+    (104, "LocalDirect"),
+    (105, "LocalDirectDone"),
 ];
 
 const PINNED_ERROR_CODES: &[u32] = &[
@@ -994,6 +1000,28 @@ fn ping_like(op: Opcode) -> Request {
         Opcode::LocalityStatus => Request::LocalityStatus {},
         Opcode::DataServers => Request::DataServers {},
         Opcode::SetCompression => Request::SetCompression { codec: 0, level: 0 },
+        Opcode::LocalOpen => Request::LocalOpen { fid: ino },
+        Opcode::LocalPipe => Request::LocalPipe {},
+        Opcode::LocalWrite => Request::LocalWrite {
+            fid: ino,
+            unit: 0,
+            offset: 0,
+            len: 0,
+            crcs: vec![],
+        },
+        Opcode::LocalWriteList => Request::LocalWriteList {
+            fid: ino,
+            unit: 0,
+            extents: vec![],
+            crcs: vec![],
+        },
+        Opcode::LocalDirect => Request::LocalDirect {
+            fid: ino,
+            unit: 0,
+            offset: 0,
+            len: 0,
+        },
+        Opcode::LocalDirectDone => Request::LocalDirectDone { crcs: None },
         Opcode::ReadList => Request::ReadList {
             fid: ino,
             unit: 0,
@@ -1217,6 +1245,7 @@ fn the_operation_table_is_consistent() {
             Route::MetaWriteOp(o) => (Group::MetaWriteOp, o.opcode(), Request::from(o)),
             Route::MetaOp(o) => (Group::MetaOp, o.opcode(), Request::from(o)),
             Route::DataOp(o) => (Group::DataOp, o.opcode(), Request::from(o)),
+            Route::SameHostOp(o) => (Group::SameHostOp, o.opcode(), Request::from(o)),
         };
         assert_eq!(routed, (op.group(), op, req), "{}", op.name());
     }

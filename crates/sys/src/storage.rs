@@ -1,6 +1,6 @@
 //! Where object bytes live: a small trait over object files, so that the server core runs
 //! unchanged on the real file system and on the in-memory, fault-injecting
-//! [`crate::MemStore`] used by tests.
+//! [`crate::memstore::MemStore`] used by tests.
 
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -77,12 +77,12 @@ fn read_direct(f: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<usi
     if offset % ALIGN as u64 != 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let d = stripefs_rpc::local::open_direct_reader(f)?;
+    let d = crate::fileio::open_direct_reader(f)?;
     let want = buf.len().div_ceil(ALIGN) * ALIGN;
     let mut space = vec![0u8; want + ALIGN];
     let at = space.as_ptr().align_offset(ALIGN);
     let tmp = &mut space[at..at + want];
-    let n = stripefs_rpc::local::pread_direct(&d, tmp, offset)?.min(buf.len());
+    let n = crate::fileio::pread_direct(&d, tmp, offset)?.min(buf.len());
     buf[..n].copy_from_slice(&tmp[..n]);
     Ok(n)
 }
@@ -118,18 +118,17 @@ pub trait Storage: Send + Sync + 'static {
     }
     /// Names of the regular files in directory `dir` (empty if it is missing).
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
-    /// Opens the file at `path` read-only as a real descriptor, to hand to a
-    /// short-circuit client; `None` if it is absent. Stores without real files (in
-    /// memory) answer `Unsupported`.
-    fn open_read_only(&self, _path: &Path) -> io::Result<Option<std::fs::File>> {
+    /// Opens the file at `path` read-only, to hand to a same-host client; `None` if it is
+    /// absent. Stores whose files cannot be shared answer `Unsupported`.
+    fn open_read_only(&self, _path: &Path) -> io::Result<Option<Arc<dyn ObjectFile>>> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "this store has no files to hand out",
         ))
     }
     /// The fence of direct writes in `root` (`fence.rs`), after every grant an earlier run
-    /// handed out there is over; `None` for stores that hand out no descriptors.
-    fn grant_fence(&self, _root: &Path) -> io::Result<Option<crate::fence::GrantFence>> {
+    /// handed out there is over; `None` for stores that take no direct writes.
+    fn grant_fence(&self, _root: &Path) -> io::Result<Option<Arc<dyn crate::fence::Fence>>> {
         Ok(None)
     }
     /// Opens the file at `path` for [`ObjectFile::append`], creating it if absent.
@@ -143,7 +142,15 @@ pub trait Storage: Send + Sync + 'static {
 #[derive(Debug, Default)]
 pub struct FsStore;
 
-struct FsFile(std::fs::File);
+/// A file of the real file system as an [`ObjectFile`] (also a descriptor a same-host
+/// client received).
+pub struct FsFile(std::fs::File);
+
+impl From<std::fs::File> for FsFile {
+    fn from(f: std::fs::File) -> FsFile {
+        FsFile(f)
+    }
+}
 
 impl ObjectFile for FsFile {
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -168,7 +175,7 @@ impl ObjectFile for FsFile {
         // Pages not yet written back are not on the disk: a direct read would first
         // write them back and wait (on the scrubber's time, under its range lock); the
         // cached copy is what the disk will get, so it is checked instead.
-        let stat = stripefs_rpc::local::cachestat(&self.0, offset, buf.len() as u64);
+        let stat = crate::fileio::cachestat(&self.0, offset, buf.len() as u64);
         if !stat.is_some_and(|c| c.unwritten == 0) {
             return self.read_at(buf, offset);
         }
@@ -285,13 +292,13 @@ impl ObjectFile for FsFile {
 }
 
 impl Storage for FsStore {
-    fn grant_fence(&self, root: &Path) -> io::Result<Option<crate::fence::GrantFence>> {
-        crate::fence::GrantFence::open(root).map(Some)
+    fn grant_fence(&self, root: &Path) -> io::Result<Option<Arc<dyn crate::fence::Fence>>> {
+        Ok(Some(Arc::new(crate::fence::GrantFence::open(root)?)))
     }
 
-    fn open_read_only(&self, path: &Path) -> io::Result<Option<std::fs::File>> {
+    fn open_read_only(&self, path: &Path) -> io::Result<Option<Arc<dyn ObjectFile>>> {
         match std::fs::File::open(path) {
-            Ok(f) => Ok(Some(f)),
+            Ok(f) => Ok(Some(Arc::new(FsFile(f)))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }

@@ -8,7 +8,7 @@
 //! durable (after a crash the old tail is back), which only `sync_all` does.
 //! Simplification: removing a file is durable at once.
 
-use crate::store::{ObjectFile, Storage, Usage};
+use crate::storage::{ObjectFile, Storage, Usage};
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -444,6 +444,17 @@ impl Storage for MemStore {
         Ok(Some(f))
     }
 
+    /// The store's own file (a same-host client in the simulator shares it, as a real
+    /// one shares the inode through its descriptor), behind a read-only view.
+    fn open_read_only(&self, path: &Path) -> io::Result<Option<Arc<dyn ObjectFile>>> {
+        let f = lock(&self.files).get(path).cloned();
+        Ok(f.map(|f| Arc::new(ReadOnly(f)) as Arc<dyn ObjectFile>))
+    }
+
+    fn grant_fence(&self, _root: &Path) -> io::Result<Option<Arc<dyn crate::fence::Fence>>> {
+        Ok(Some(Arc::new(crate::fence::MemFence::default())))
+    }
+
     fn remove(&self, path: &Path) -> io::Result<()> {
         if let Some(f) = lock(&self.files).remove(path) {
             self.faults.give(lock(&f.state).alloc());
@@ -492,5 +503,40 @@ impl SplitMix {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+}
+
+/// A read-only view of a file (what a same-host client of a store in memory gets): every
+/// change fails with EBADF, as on a descriptor opened for reading.
+struct ReadOnly(Arc<MemFile>);
+
+fn read_only() -> io::Error {
+    io::Error::from_raw_os_error(libc::EBADF)
+}
+
+impl ObjectFile for ReadOnly {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+    fn size_bytes(&self) -> io::Result<u64> {
+        self.0.size_bytes()
+    }
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn punch(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+    fn allocate(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        self.0.allocated_bytes()
     }
 }

@@ -16,11 +16,14 @@
 //! - a server starting on these targets waits until it can lock every byte (no grant of
 //!   an earlier run is held any more; [`GrantFence::open`]) before it serves anything.
 
+use crate::storage::{FsFile, ObjectFile};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The fence file's name, in a target's root (beside the objects directory).
@@ -99,7 +102,7 @@ impl GrantFence {
 
     /// A descriptor for one grant, holding a read lock on its own byte, and that byte's
     /// number for [`GrantFence::wait`].
-    pub fn take(&self) -> io::Result<(File, u64)> {
+    pub fn take_file(&self) -> io::Result<(File, u64)> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let f = self.reopen(false)?;
         if !ofd_lock(&f, libc::F_RDLCK, n, 1)? {
@@ -114,7 +117,7 @@ impl GrantFence {
     }
 
     /// Waits until grant `n`'s descriptor is closed in every process.
-    pub fn wait(&self, n: u64) -> io::Result<()> {
+    pub fn wait_closed(&self, n: u64) -> io::Result<()> {
         self.wait_for(
             n,
             1,
@@ -147,6 +150,112 @@ impl GrantFence {
     }
 }
 
+/// The fence of a store's direct writes: a token per grant that the client holds as long
+/// as it may still write, and a wait for the token's last holder to let go.
+pub trait Fence: Send + Sync + std::fmt::Debug {
+    /// A token for a new grant (handed to the client beside its write descriptors) and
+    /// its number for [`Fence::wait`].
+    fn take(&self) -> io::Result<(Arc<dyn ObjectFile>, u64)>;
+    /// Waits until grant `n`'s token is let go by every holder.
+    fn wait(&self, n: u64) -> io::Result<()>;
+}
+
+impl Fence for GrantFence {
+    fn take(&self) -> io::Result<(Arc<dyn ObjectFile>, u64)> {
+        let (f, n) = self.take_file()?;
+        Ok((Arc::new(FsFile::from(f)), n))
+    }
+
+    fn wait(&self, n: u64) -> io::Result<()> {
+        self.wait_closed(n)
+    }
+}
+
+/// The fence of a store in memory (the simulator's): a grant's token is an object shared
+/// with the client in the same process, over once the fence holds the last reference.
+#[derive(Default)]
+pub struct MemFence {
+    tokens: Mutex<HashMap<u64, Arc<dyn ObjectFile>>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for MemFence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemFence").finish_non_exhaustive()
+    }
+}
+
+/// How long [`MemFence::wait`] waits for a token's holders before it gives up (the
+/// grant's blocks then stay locked, as for a real fence that cannot be waited on).
+const MEM_FENCE_PATIENCE: Duration = Duration::from_secs(30);
+
+impl Fence for MemFence {
+    fn take(&self) -> io::Result<(Arc<dyn ObjectFile>, u64)> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let token: Arc<dyn ObjectFile> = Arc::new(Token);
+        self.tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(n, token.clone());
+        Ok((token, n))
+    }
+
+    fn wait(&self, n: u64) -> io::Result<()> {
+        let token = self
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&n);
+        let Some(token) = token else {
+            return Ok(());
+        };
+        let began = Instant::now();
+        while Arc::strong_count(&token) > 1 {
+            if began.elapsed() > MEM_FENCE_PATIENCE {
+                return Err(io::Error::other(format!(
+                    "grant {n}'s token is still held after {MEM_FENCE_PATIENCE:?}"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+}
+
+/// A grant's token in memory: holds nothing, takes no I/O.
+struct Token;
+
+impl ObjectFile for Token {
+    fn read_at(&self, _buf: &mut [u8], _offset: u64) -> io::Result<usize> {
+        Err(not_a_file())
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> io::Result<()> {
+        Err(not_a_file())
+    }
+    fn size_bytes(&self) -> io::Result<u64> {
+        Ok(0)
+    }
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(not_a_file())
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn punch(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(not_a_file())
+    }
+    fn allocate(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(not_a_file())
+    }
+    fn allocated_bytes(&self) -> io::Result<u64> {
+        Ok(0)
+    }
+}
+
+fn not_a_file() -> io::Error {
+    io::Error::from_raw_os_error(libc::EBADF)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,17 +268,17 @@ mod tests {
     fn a_grant_is_over_only_when_every_copy_of_its_descriptor_is_closed() {
         let dir = tempfile::tempdir().unwrap();
         let fence = Arc::new(GrantFence::open(dir.path()).unwrap());
-        let (mine, n) = fence.take().unwrap();
-        let (other, m) = fence.take().unwrap();
+        let (mine, n) = fence.take_file().unwrap();
+        let (other, m) = fence.take_file().unwrap();
         assert_ne!(n, m);
         let client = mine.try_clone().unwrap();
         drop(mine);
         let f = fence.clone();
-        let waiter = std::thread::spawn(move || f.wait(n).unwrap());
+        let waiter = std::thread::spawn(move || f.wait_closed(n).unwrap());
         std::thread::sleep(Duration::from_millis(100));
         assert!(!waiter.is_finished(), "the client still holds the grant");
         // A grant of another byte is no obstacle.
-        let (_third, _) = fence.take().unwrap();
+        let (_third, _) = fence.take_file().unwrap();
         drop(client);
         waiter.join().unwrap();
 
@@ -184,7 +293,26 @@ mod tests {
         drop(other);
         drop(_third);
         let again = restart.join().unwrap();
-        let (_f, k) = again.take().unwrap();
+        let (_f, k) = again.take_file().unwrap();
         assert_eq!(k, 0);
+    }
+
+    /// In memory: a grant is over once every clone of its token is dropped, and a token
+    /// of another grant is no obstacle.
+    #[test]
+    fn a_memory_grant_is_over_when_the_last_token_is_dropped() {
+        let fence = Arc::new(MemFence::default());
+        let (token, n) = fence.take().unwrap();
+        let (_other, m) = fence.take().unwrap();
+        assert_ne!(n, m);
+        let f = fence.clone();
+        let waiter = std::thread::spawn(move || f.wait(n).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "the client still holds the token");
+        drop(token);
+        waiter.join().unwrap();
+        // Waiting again, or on a grant never made, returns at once.
+        fence.wait(n).unwrap();
+        fence.wait(999).unwrap();
     }
 }

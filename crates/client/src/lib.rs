@@ -281,6 +281,9 @@ impl Client {
                 if let (true, None, Some(sock), None) = (same_host, &via, &d.local_socket, &token) {
                     p = p.with_short_circuit(sock.clone(), short_circuit_default());
                 }
+                if let Some(dial) = via.as_ref().and_then(|v| v.same_host(id)) {
+                    p = p.on_same_host(true).with_same_host(dial, true);
+                }
                 Arc::new(p)
             })
             .collect::<Vec<_>>();

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use stripefs_layout::Stripe;
 use stripefs_rpc::local;
-use stripefs_rpc::samehost::{refuses_for_good, Attached, LocalDial, LocalLink, PipeOut};
+use stripefs_rpc::samehost::{refuses_for_good, Attached, Liveness, LocalDial, LocalLink, PipeOut};
 use stripefs_sys::storage::ObjectFile;
 use stripefs_wire::sidecar::{Entry, ENTRY_BYTES};
 use stripefs_wire::{
@@ -85,8 +85,10 @@ pub(crate) struct ShortCircuit {
     /// List writes that failed in a row; past [`MAX_LIST_FAILURES`] they go over TCP
     /// (a server that does not take them answers every one with a failure).
     list_failures: AtomicUsize,
-    /// Descriptors of objects that exist on every target, by file id.
-    cache: Mutex<HashMap<u64, Arc<ObjectFiles>>>,
+    /// Descriptors of objects that exist on every target, by file id, from the
+    /// connection whose liveness they keep (they are dropped once it has ended: a
+    /// restarted server may have lost or replaced the files they show).
+    cache: Mutex<Cached>,
     /// The client wants short-circuit reads (`Client::set_short_circuit`).
     pub enabled: AtomicBool,
     /// The server refused them for good.
@@ -115,6 +117,44 @@ pub(crate) struct ShortCircuit {
     pub fallbacks: AtomicU64,
 }
 
+/// The short-circuit cache of one server's object files.
+#[derive(Default)]
+struct Cached {
+    /// The connection the files came on.
+    live: Option<Arc<dyn Liveness>>,
+    files: HashMap<u64, Arc<ObjectFiles>>,
+}
+
+impl Cached {
+    /// `fid`'s files, if cached from a connection that is still up; the whole cache goes
+    /// once it has ended.
+    fn get(&mut self, fid: u64) -> Option<Arc<ObjectFiles>> {
+        let f = self.files.get(&fid)?.clone();
+        if self.live.as_ref().is_some_and(|l| l.alive()) {
+            return Some(f);
+        }
+        self.files.clear();
+        self.live = None;
+        None
+    }
+
+    /// Caches `fid`'s files, which came on the connection `live` says about; files of an
+    /// earlier connection go first.
+    fn insert(
+        &mut self,
+        fid: u64,
+        files: Arc<ObjectFiles>,
+        live: impl FnOnce() -> Arc<dyn Liveness>,
+    ) {
+        if !self.live.as_ref().is_some_and(|l| l.alive()) || self.files.len() >= MAX_CACHED_OBJECTS
+        {
+            self.files.clear();
+            self.live = Some(live());
+        }
+        self.files.insert(fid, files);
+    }
+}
+
 impl ShortCircuit {
     pub fn new(dial: Arc<dyn LocalDial>, enabled: bool) -> ShortCircuit {
         ShortCircuit {
@@ -123,7 +163,7 @@ impl ShortCircuit {
             writer: Mutex::new(None),
             direct_links: Mutex::new(Vec::new()),
             list_failures: AtomicUsize::new(0),
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(Cached::default()),
             enabled: AtomicBool::new(enabled),
             refused: AtomicBool::new(false),
             write_refused: AtomicBool::new(false),
@@ -145,8 +185,8 @@ impl ShortCircuit {
 
     /// Asks the server for `fid`'s files (one reconnect on a broken connection).
     fn open(&self, fid: u64) -> Option<Arc<ObjectFiles>> {
-        if let Some(f) = lock(&self.cache).get(&fid) {
-            return Some(f.clone());
+        if let Some(f) = lock(&self.cache).get(fid) {
+            return Some(f);
         }
         let mut conn = lock(&self.conn);
         for _ in 0..2 {
@@ -159,11 +199,7 @@ impl ShortCircuit {
                     let complete = files.iter().all(|(d, s)| d.is_some() && s.is_some());
                     let files = Arc::new(files);
                     if complete {
-                        let mut cache = lock(&self.cache);
-                        if cache.len() >= MAX_CACHED_OBJECTS {
-                            cache.clear();
-                        }
-                        cache.insert(fid, files.clone());
+                        lock(&self.cache).insert(fid, files.clone(), || c.liveness());
                     }
                     return Some(files);
                 }
@@ -396,7 +432,7 @@ impl ShortCircuit {
             self.fallbacks.fetch_add(1, Ordering::Relaxed);
             // The cached descriptors may be the cause (never, by the rules, but a
             // fresh answer costs one round trip).
-            lock(&self.cache).remove(&fid);
+            lock(&self.cache).files.remove(&fid);
         }
         ok
     }
@@ -892,6 +928,42 @@ fn check_grant(pieces: &[GrantPiece], files: usize, len: usize) -> std::io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Flag(Arc<AtomicBool>);
+    impl Liveness for Flag {
+        fn alive(&self) -> bool {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Cached files are served while the connection they came on is up; once it ended,
+    /// none is (the whole cache goes), and files of a new connection replace them.
+    #[test]
+    fn cached_files_live_as_long_as_their_connection() {
+        let (one, two) = (
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(true)),
+        );
+        let live = |f: &Arc<AtomicBool>| Arc::new(Flag(f.clone())) as Arc<dyn Liveness>;
+        let files = Arc::new(ObjectFiles::new());
+        let mut c = Cached::default();
+        c.insert(7, files.clone(), || live(&one));
+        c.insert(8, files.clone(), || live(&two));
+        assert!(
+            c.get(7).is_some() && c.get(8).is_some(),
+            "one live connection's files"
+        );
+        one.store(false, Ordering::Relaxed);
+        assert!(
+            c.get(7).is_none() && c.get(8).is_none(),
+            "served after the connection ended"
+        );
+        assert!(c.files.is_empty());
+        c.insert(9, files, || live(&two));
+        assert!(c.get(9).is_some());
+        two.store(false, Ordering::Relaxed);
+        assert!(c.get(9).is_none());
+    }
 
     fn ext(pages: usize, bytes: usize, crcs: usize) -> Extent {
         Extent { pages, bytes, crcs }

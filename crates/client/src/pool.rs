@@ -120,6 +120,13 @@ pub trait Transport: Send + Sync + 'static {
     fn renews_in_background(&self) -> bool {
         true
     }
+
+    /// The same-host endpoint of data server `server` when the client runs on its host
+    /// (the simulator's in-process one), so that short-circuit reads, pipe writes and
+    /// direct writes go the way they go on a real host.
+    fn same_host(&self, _server: ServerId) -> Option<Arc<dyn stripefs_rpc::samehost::LocalDial>> {
+        None
+    }
 }
 
 pub(crate) struct ServerPool {

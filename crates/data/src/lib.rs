@@ -56,6 +56,9 @@ pub enum Canary {
     /// A write stores its checksums before its data, and a failure part-way is not
     /// repaired.
     ChecksumBeforeData,
+    /// A same-host pipe write stores the client's checksums without checking the bytes
+    /// that came through the pipe.
+    PipeUnchecked,
 }
 
 use std::sync::atomic::AtomicBool;

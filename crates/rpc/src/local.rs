@@ -205,6 +205,19 @@ impl Seqpacket {
 
     /// Ends the connection both ways now (the peer's calls see its end), although the
     /// descriptor stays open until dropped.
+    /// Whether the peer closed the connection or has something unasked to say (for a
+    /// client: the server ended it), without waiting.
+    pub fn ended(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on a descriptor this socket owns; no waiting.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n != 0 && (n < 0 || p.revents != 0)
+    }
+
     pub fn shutdown(&self) {
         // SAFETY: shutdown of a socket we own; an error (already shut) changes nothing.
         unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
@@ -815,6 +828,20 @@ mod tests {
                 },
             )
         }
+    }
+
+    /// A connection has ended once the peer closed it (or sent something unasked), and
+    /// not before; asking does not wait.
+    #[test]
+    fn a_connection_knows_when_its_peer_ended_it() {
+        let (a, b) = socketpair();
+        assert!(!a.ended());
+        assert!(!b.ended());
+        b.send(b"unasked", &[]).unwrap();
+        assert!(a.ended(), "something to read: the server spoke unasked");
+        let (c, d) = socketpair();
+        drop(d);
+        assert!(c.ended(), "the peer closed");
     }
 
     #[test]

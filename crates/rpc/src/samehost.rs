@@ -97,6 +97,17 @@ pub trait LocalLink: Send {
 
     /// Ends the connection at once: a server waiting on it sees the end.
     fn shutdown(&self);
+
+    /// A probe of whether this connection is still up. Files handed out on it stay
+    /// valid only while it is: a server that restarted (its connections all ended) may
+    /// have lost or replaced them (a power cut before a name was synced, a new disk), and
+    /// a descriptor still shows the old file.
+    fn liveness(&self) -> Arc<dyn Liveness>;
+}
+
+/// See [`LocalLink::liveness`]. Cheap: asked before every use of cached files.
+pub trait Liveness: Send + Sync {
+    fn alive(&self) -> bool;
 }
 
 /// Makes connections to one data server's same-host endpoint.
@@ -118,7 +129,7 @@ impl LocalDial for SocketDial {
         let sock = Seqpacket::connect(&self.path, self.timeout)?;
         local::client_handshake(&sock, &self.secret)?;
         Ok(Box::new(SocketLink {
-            sock,
+            sock: Arc::new(sock),
             next_id: 3,
             timeout: self.timeout,
         }))
@@ -130,7 +141,7 @@ impl LocalDial for SocketDial {
 }
 
 struct SocketLink {
-    sock: Seqpacket,
+    sock: Arc<Seqpacket>,
     next_id: u64,
     timeout: Duration,
 }
@@ -190,6 +201,20 @@ impl LocalLink for SocketLink {
 
     fn shutdown(&self) {
         self.sock.shutdown();
+    }
+
+    fn liveness(&self) -> Arc<dyn Liveness> {
+        Arc::new(SocketLive(Arc::downgrade(&self.sock)))
+    }
+}
+
+/// A socket connection is up while its link exists and the server has not closed it
+/// (the server never speaks unasked, so anything to read, or a hang-up, is its end).
+struct SocketLive(std::sync::Weak<Seqpacket>);
+
+impl Liveness for SocketLive {
+    fn alive(&self) -> bool {
+        self.0.upgrade().is_some_and(|s| !s.ended())
     }
 }
 

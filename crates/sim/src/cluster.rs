@@ -201,6 +201,13 @@ impl Servers {
         }
     }
 
+    /// Data server `id`'s service now (its same-host endpoint's server).
+    pub fn data_service(&self, id: ServerId) -> Option<Arc<DataService>> {
+        self.data
+            .get(id.0 as usize)
+            .map(|n| lock_read(&n.svc).clone())
+    }
+
     pub fn data_servers(&self) -> usize {
         self.data.len()
     }
@@ -304,6 +311,7 @@ fn open_data(
         Some(crate::Canary::FsyncBeforeDurable) => Some(stripefs_data::Canary::FsyncBeforeDurable),
         Some(crate::Canary::SkipDirSync) => Some(stripefs_data::Canary::SkipDirSync),
         Some(crate::Canary::ChecksumBeforeData) => Some(stripefs_data::Canary::ChecksumBeforeData),
+        Some(crate::Canary::PipeUnchecked) => Some(stripefs_data::Canary::PipeUnchecked),
         _ => None,
     };
     DataService::build(

@@ -12,13 +12,18 @@
 //! Faults: metadata and data server process crashes, data server power cuts (writes not
 //! yet synced are kept, lost or torn), ENOSPC, partitions between a client and a
 //! server, and per message: dropped requests, dropped answers, duplicates, delays,
-//! reordering and disks too slow for the client's patience.
+//! reordering and disks too slow for the client's patience. Half the client and data
+//! server pairs share a host (chosen by the seed): their reads and writes take the
+//! same-host paths (short-circuit reads of the server's files, writes through a pipe),
+//! over the same server and client code as the real Unix socket (`samehost.rs`), where
+//! bytes in a pipe may also arrive damaged.
 
 mod cluster;
 mod model;
 mod net;
 mod rng;
 mod run;
+mod samehost;
 
 pub use run::{plan, Step, Violation, MAX_FILE_BYTES};
 
@@ -59,6 +64,9 @@ pub enum Canary {
     MetaSyncNoop,
     /// The metadata server's directory syncs do nothing.
     MetaDirSyncNoop,
+    /// Data servers store a same-host pipe write's checksums without checking the bytes
+    /// that came through the pipe against them.
+    PipeUnchecked,
 }
 
 impl Canary {
@@ -68,6 +76,7 @@ impl Canary {
         Canary::ChecksumBeforeData,
         Canary::MetaSyncNoop,
         Canary::MetaDirSyncNoop,
+        Canary::PipeUnchecked,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +86,7 @@ impl Canary {
             Canary::ChecksumBeforeData => "checksum-before-data",
             Canary::MetaSyncNoop => "meta-sync-noop",
             Canary::MetaDirSyncNoop => "meta-dir-sync-noop",
+            Canary::PipeUnchecked => "pipe-unchecked",
         }
     }
 
@@ -158,6 +168,8 @@ pub const FAULT_KINDS: &[&str] = &[
     "delay",
     "reorder",
     "slow_disk",
+    "pipe_damage",
+    "same_host",
 ];
 
 /// One violation, with what it takes to see it again.

@@ -79,7 +79,7 @@ pub struct Net {
     state: Mutex<State>,
     pub stats: Arc<Stats>,
     /// Print every request (STRIPEFS_SIM_TRACE).
-    trace: bool,
+    pub(crate) trace: bool,
     /// Message fault kinds not injected.
     without: Vec<String>,
 }
@@ -118,6 +118,21 @@ impl Net {
         lock(&self.state).partitions.clear();
     }
 
+    /// Whether `client` and `server` are cut apart now.
+    pub(crate) fn cut(&self, client: u8, server: Option<ServerId>) -> bool {
+        let st = lock(&self.state);
+        !st.clean && st.partitions.contains(&(client, server.map(|s| s.0)))
+    }
+
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Fault kind `kind` is injected now (not left out, and not a clean phase).
+    pub(crate) fn injects(&self, kind: &str) -> bool {
+        !lock(&self.state).clean && !self.without.iter().any(|w| w == kind)
+    }
+
     /// The transport of client `client`.
     pub fn endpoint(self: &Arc<Net>, client: u8) -> Arc<Endpoint> {
         Arc::new(Endpoint {
@@ -127,7 +142,7 @@ impl Net {
         })
     }
 
-    fn decide(
+    pub(crate) fn decide(
         &self,
         client: u8,
         server: Option<ServerId>,
@@ -273,6 +288,18 @@ impl Endpoint {
 }
 
 impl Transport for Endpoint {
+    fn same_host(&self, server: ServerId) -> Option<Arc<dyn stripefs_rpc::samehost::LocalDial>> {
+        let on = self.net.without.iter().all(|w| w != "same_host")
+            && crate::samehost::same_host(self.net.seed, self.client, server);
+        on.then(|| {
+            Arc::new(crate::samehost::SimDial {
+                net: self.net.clone(),
+                client: self.client,
+                server,
+            }) as Arc<dyn stripefs_rpc::samehost::LocalDial>
+        })
+    }
+
     fn renews_in_background(&self) -> bool {
         // Sessions outlive every run (30 s leases against well under a second of
         // simulated time); a renewal thread on real time would only add requests at

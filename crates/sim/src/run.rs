@@ -20,6 +20,8 @@ pub const MAX_FILE_BYTES: usize = 96 << 10;
 const MAX_WRITE_BYTES: u64 = 24 << 10;
 /// Most handles open at once (over all clients).
 const MAX_HANDLES: usize = 4;
+/// The block size of checksums and of whole-block writes.
+const BLOCK: u64 = stripefs_wire::BLOCK_BYTES as u64;
 /// Directories of the namespace; files are named `f0`..`f5` in each.
 const DIRS: [&str; 3] = ["/", "/d0", "/d1"];
 const NAMES: u32 = 6;
@@ -660,8 +662,14 @@ impl Sim<'_> {
             return Ok(());
         };
         let max = m.max_bytes();
-        let offset = u64::from(offset) % max;
-        let len = 1 + u64::from(len) % MAX_WRITE_BYTES.min(max - offset);
+        let mut offset = u64::from(offset) % max;
+        let mut len = 1 + u64::from(len) % MAX_WRITE_BYTES.min(max - offset);
+        // A quarter of the writes are of whole blocks, as most programs' are: a client
+        // on the server's host writes those through its pipe.
+        if pick >> 30 == 3 {
+            offset -= offset % BLOCK;
+            len = (len - len % BLOCK).max(BLOCK).min(max - offset);
+        }
         let data: Vec<u8> = (offset..offset + len)
             .map(|i| pattern(seed, m.key, g, i))
             .collect();

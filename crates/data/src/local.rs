@@ -159,6 +159,13 @@ impl LocalSession {
             let e = bad("a direct write's grant is followed by its end, nothing else");
             return (Err(e), Attached::None, After::Close);
         }
+        let no_pipe = || {
+            (
+                Err(bad("a write before its pipe")),
+                Attached::None,
+                After::Close,
+            )
+        };
         let boot = |r: Result<u64, LocalWriteError>, refused: &str| match r {
             Ok(boot_id) => (Ok(Response::Written { boot_id }), After::Go),
             Err(LocalWriteError::Broken(why)) => (
@@ -197,11 +204,7 @@ impl LocalSession {
                 crcs,
             } => {
                 let Some(pipe) = self.pipe.as_deref_mut() else {
-                    return (
-                        Err(bad("a write before its pipe")),
-                        Attached::None,
-                        After::Close,
-                    );
+                    return no_pipe();
                 };
                 let w = LocalWrite {
                     fid,
@@ -220,11 +223,7 @@ impl LocalSession {
                 crcs,
             } => {
                 let Some(pipe) = self.pipe.as_deref_mut() else {
-                    return (
-                        Err(bad("a write before its pipe")),
-                        Attached::None,
-                        After::Close,
-                    );
+                    return no_pipe();
                 };
                 let r = svc.local_write_list(fid, unit, &extents, &crcs, pipe, &mut self.buf);
                 let (r, after) = boot(r, THROTTLED);

@@ -61,15 +61,25 @@ pub trait PipeIn: Send {
         offset: u64,
         len: usize,
     ) -> Result<(), (usize, io::Error)> {
-        let mut buf = vec![0u8; len];
-        self.read_exact(&mut buf).map_err(|e| (0, e))?;
-        file.write_at(&buf, offset).map_err(|e| (len, e))
+        buffered_splice(self, file, offset, len)
     }
 
     /// The pipe's descriptor, for a transport that passes real descriptors.
     fn raw_fd(&self) -> Option<RawFd> {
         None
     }
+}
+
+/// [`PipeIn::splice_into`] through a buffer: `len` bytes read out, then written.
+fn buffered_splice<P: PipeIn + ?Sized>(
+    pipe: &mut P,
+    file: &dyn ObjectFile,
+    offset: u64,
+    len: usize,
+) -> Result<(), (usize, io::Error)> {
+    let mut buf = vec![0u8; len];
+    pipe.read_exact(&mut buf).map_err(|e| (0, e))?;
+    file.write_at(&buf, offset).map_err(|e| (len, e))
 }
 
 /// The client's end of a connection's pipe.
@@ -248,11 +258,7 @@ impl PipeIn for KernelPipeIn {
     ) -> Result<(), (usize, io::Error)> {
         match file.raw_fd() {
             Some(fd) => local::splice_into(&self.fd, fd, offset, len, self.timeout),
-            None => {
-                let mut buf = vec![0u8; len];
-                self.read_exact(&mut buf).map_err(|e| (0, e))?;
-                file.write_at(&buf, offset).map_err(|e| (len, e))
-            }
+            None => buffered_splice(self, file, offset, len),
         }
     }
 

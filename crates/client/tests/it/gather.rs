@@ -1,7 +1,7 @@
 //! Small writes are gathered per data server into list writes (WriteList): fewer
 //! requests, the same bytes, the same order where writes overlap.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, seed, Cluster};
 use rand::{Rng, SeedableRng};

@@ -3,7 +3,7 @@
 //! CRC against the decompressed bytes before storing it; small gathered writes (list
 //! writes), unaligned writes, list reads and random (incompressible) data included.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, seed, Cluster};
 use rand::{Rng, SeedableRng};

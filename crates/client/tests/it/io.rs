@@ -1,6 +1,6 @@
 //! Striped reads and writes against a real in-process cluster.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, seed, Cluster, SMALL_STRIPE};
 use rand::{Rng, SeedableRng};
@@ -313,7 +313,7 @@ fn size_of_open_file_and_truncate() {
 }
 
 /// Measures 1-client 256 MiB write+fsync and read with 4 servers x 2 targets:
-/// `cargo test --release -p stripefs-client --test io -- --ignored --nocapture throughput`
+/// `cargo test --release -p stripefs-client --test it -- --ignored --nocapture io::throughput`
 #[test]
 #[ignore]
 fn throughput() {

@@ -5,7 +5,7 @@
 //! a new session, with its files reopened and the ones purged meanwhile failing with a
 //! clear error.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -293,7 +293,8 @@ fn killed_client_with_an_unlinked_file_open_is_purged_after_the_lease() {
     let file = cluster.dir.path().join("child-cluster.toml");
     cluster.config.save(&file).unwrap();
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "killed_client_child", "--ignored", "--nocapture"])
+        .args(["--exact", "sessions::killed_client_child"])
+        .args(["--ignored", "--nocapture"])
         .args(["--test-threads", "1"])
         .env(CHILD_ENV, &file)
         .stdout(Stdio::piped())

@@ -1,6 +1,6 @@
 //! Namespace calls by path and by inode.
 
-mod common;
+use crate::common;
 
 use common::{hint, Cluster};
 use stripefs_client::{ErrorCode, FileType, InodeId, OpenOptions};

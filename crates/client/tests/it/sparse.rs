@@ -3,7 +3,7 @@
 //! model of the bytes, the size and the written blocks; SEEK_DATA/SEEK_HOLE answers and
 //! allocated bytes follow the model.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, seed, Cluster, SMALL_STRIPE};
 use rand::{Rng, SeedableRng};

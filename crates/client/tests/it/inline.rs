@@ -2,7 +2,7 @@
 //! the metadata server, and move to their data servers, keeping every byte, when they
 //! outgrow their threshold, also while another client reads them.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, seed, Cluster};
 use std::sync::atomic::{AtomicBool, Ordering};

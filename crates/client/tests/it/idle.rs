@@ -2,7 +2,7 @@
 //! client's pools must not let that reach the caller: every kind of call, idempotent or
 //! not, after the servers closed every pooled connection, succeeds.
 
-mod common;
+use crate::common;
 
 use common::Cluster;
 use std::time::Duration;

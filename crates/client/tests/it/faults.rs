@@ -1,6 +1,6 @@
 //! Faults the client must report clearly: corruption, dead servers, wrong secret.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, Cluster, SMALL_STRIPE};
 use std::time::{Duration, Instant};

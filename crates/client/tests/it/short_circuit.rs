@@ -3,7 +3,7 @@
 //! itself, falls back to the server on any mismatch (so damage is still reported, never
 //! passed on), and gets descriptors only for files it could open.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, seed, Cluster};
 use rand::{Rng, SeedableRng};

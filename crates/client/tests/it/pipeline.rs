@@ -3,7 +3,7 @@
 //! reads; a data server that stops during pipelined write-behind makes fsync fail,
 //! never acknowledge.
 
-mod common;
+use crate::common;
 
 use common::{hint, pattern, seed, Cluster};
 use stripefs_client::{Client, Cred, OpenOptions};

@@ -1,6 +1,6 @@
 //! Group commit under concurrency, durability across reopen, and a "crash" mid-storm.
 
-mod common;
+use crate::common;
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! Permission checks with non-root credentials.
 
-mod common;
+use crate::common;
 use common::*;
 use stripefs_wire::*;
 

@@ -3,7 +3,7 @@
 //! entries change), name and path length limits, and the rename corner cases. The clock
 //! is fixed, so every expected time is exact.
 
-mod common;
+use crate::common;
 use common::*;
 use stripefs_wire::*;
 

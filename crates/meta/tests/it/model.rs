@@ -1,7 +1,7 @@
 //! Random namespace operation sequences against a simple in-memory model. Each case
 //! prints its seed; STRIPEFS_SEED=<seed> replays one case.
 
-mod common;
+use crate::common;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

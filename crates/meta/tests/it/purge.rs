@@ -1,7 +1,7 @@
 //! The purge thread: unreachable data servers do not slow metadata operations and the
 //! queue persists; reachable ones receive Remove and the queue empties.
 
-mod common;
+use crate::common;
 use common::*;
 use std::collections::HashSet;
 use std::net::TcpListener;

@@ -2,7 +2,7 @@
 //! threshold holds, write-only opens get no bytes, and a flipped stored byte is a
 //! checksum error that nothing serves, moves or builds upon.
 
-mod common;
+use crate::common;
 
 use common::{cluster, Fs};
 use stripefs_rpc::Defaults;

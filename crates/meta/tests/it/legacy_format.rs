@@ -7,7 +7,7 @@
 //! records). The log files are cut to their first 4 KiB block, which holds every
 //! record.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! (the metadata log) and a restart (the store); create and replace modes; the
 //! namespaces and who may read, write and list them; size limits; ctime.
 
-mod common;
+use crate::common;
 
 use common::{code, user, Fs};
 use stripefs_wire::*;

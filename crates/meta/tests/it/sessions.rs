@@ -2,7 +2,7 @@
 //! counted per session; a session whose lease runs out without renewal is ended and its
 //! opens released, so an unlinked file a vanished client held open is purged.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

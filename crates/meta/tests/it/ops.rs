@@ -1,6 +1,6 @@
 //! Per-operation tests through `MetaService::handle`.
 
-mod common;
+use crate::common;
 use common::*;
 use stripefs_wire::*;
 

@@ -6,7 +6,7 @@
 //! plain server, or with another cluster's CA, fails naming TLS or the certificate; an
 //! idle TLS connection does not look closed by the server.
 
-mod common;
+use crate::common;
 
 use common::Echo;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! answer (matched by request id) while several requests are in flight; a connection
 //! that breaks fails every waiting caller instead of leaving one hanging.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

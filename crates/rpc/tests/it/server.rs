@@ -3,7 +3,7 @@
 //! after authentication, silent and stalling peers, and unreachable or mute servers.
 //! After each misbehaving peer a good client must still be served.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! Hosts, the emulated host network and placement (issue 14, items 1 and 2), on real
 //! clusters started with `cluster up --hosts`.
 
-mod common;
+use crate::common;
 
 use common::{text, Cluster};
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! `stripefs fsck` on a live and on a stopped cluster: a flipped stored byte and an
 //! orphan object are both reported with a non-zero exit; a clean cluster exits 0.
 
-mod common;
+use crate::common;
 
 use common::{random_bytes, text, Cluster};
 use std::path::{Path, PathBuf};

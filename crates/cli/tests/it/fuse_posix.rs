@@ -4,7 +4,7 @@
 //! and a cluster that goes away and comes back. Each test skips, saying why, where FUSE
 //! is unavailable.
 
-mod common;
+use crate::common;
 use common::*;
 use std::ffi::CString;
 use std::fs::{self, OpenOptions};

@@ -3,7 +3,7 @@
 //! data server directly for /b's objects; expired and revoked tokens are refused (also
 //! after a restart); a collaborator's client file holds no secret; each refusal says why.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::Duration;

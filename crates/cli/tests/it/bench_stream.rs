@@ -3,7 +3,7 @@
 //! positive figures, verifies its output, and refuses bad arguments with a clear error.
 //! The figures themselves are not checked: benchmarks are measured by hand.
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Targets per server and their rate, so that every ceiling is known: 4 x 2 x 200 MiB/s.

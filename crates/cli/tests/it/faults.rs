@@ -1,7 +1,7 @@
 //! Faults the design claims to survive, injected into real server processes: a metadata
 //! server killed with SIGKILL in the middle of a create storm, and a killed data server.
 
-mod common;
+use crate::common;
 use common::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 //! and that contradictory arguments are refused with a message naming the flag. The
 //! figures themselves are not checked: benchmarks are measured by hand.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! temporary directory, each at a small size: the JSON has the documented fields with
 //! positive figures, and the runs leave nothing behind.
 
-mod common;
+use crate::common;
 use common::*;
 
 fn json_of(path: &std::path::Path) -> serde_json::Value {

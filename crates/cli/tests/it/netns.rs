@@ -3,7 +3,7 @@
 //! client in a fifth namespace that round-trips data through them. Needs root and `ip`
 //! (CI runs as root); elsewhere it says why it skipped.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};

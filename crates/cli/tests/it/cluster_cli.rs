@@ -2,7 +2,7 @@
 //! striped file, balance over servers and targets, status JSON, getstripe, restart on
 //! existing data, and clear errors for bad input.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 

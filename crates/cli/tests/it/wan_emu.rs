@@ -1,7 +1,7 @@
 //! `stripefs wan-emu` as a user would run it: a relay process in front of a TCP server.
 //! One connection is held to about window / RTT; all connections together to the rate.
 
-mod common;
+use crate::common;
 
 use common::exe;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! arrays with the documented fields, PNG plots, the report directory, and no server left
 //! running afterwards (checked by scanning the process table for the clusters' paths).
 
-mod common;
+use crate::common;
 
 use common::{exe, text, Cluster};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 //! --client-file` carries the CA itself, no secret and no server key, and works from
 //! another directory.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::process::Command;

@@ -17,7 +17,7 @@
 //! sticky), with the expected outcome from a small model of Linux's permission checks
 //! ([`may`], [`may_delete`]).
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -392,7 +392,8 @@ impl Fs {
         };
         // STRIPEFS_POSIX_PRELOAD=LIB runs the cases with the interception library (by
         // hand: `STRIPEFS_POSIX_PRELOAD=$PWD/target/release/libstripefs_preload.so
-        // STRIPEFS_PRELOAD_AFTER=1 cargo test --release --test posix_matrix mount`).
+        // STRIPEFS_PRELOAD_AFTER=1 cargo test --release -p stripefs --test it posix_matrix::
+        // -- --skip tmpfs`, the mount cases).
         if let Some(lib) = std::env::var_os("STRIPEFS_POSIX_PRELOAD") {
             cmd.env("LD_PRELOAD", lib);
         }

@@ -3,7 +3,7 @@
 //! next open (close-to-open). Whether the cache was used is told by the data servers'
 //! read counters, not by timing.
 
-mod common;
+use crate::common;
 use common::*;
 use std::fs;
 use std::io::{Read, Write};

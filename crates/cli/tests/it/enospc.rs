@@ -1,7 +1,7 @@
 //! A write that fails for lack of space, through a real mount, damages nothing: the
 //! data server's only target is a small tmpfs this test mounts itself (as root).
 
-mod common;
+use crate::common;
 
 use common::{exe, fuse_unavailable, random_bytes, skip, Cluster, FuseMount};
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! servers, and `cp --sparse=always` / `tar -S` copy a 3 GB file with 3 MB of data
 //! without reading its holes. Each test skips, saying why, where FUSE is unavailable.
 
-mod common;
+use crate::common;
 use common::*;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};

@@ -19,7 +19,7 @@
 //! check the models themselves. The mount tests skip, saying why, where FUSE is
 //! unavailable.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use std::process::Command;

@@ -1252,7 +1252,7 @@ impl fuser::Filesystem for StripeFs {
         // only in its inode: the servers' extents would report data as holes, and `cp`
         // or `tar -S` would copy zeros. ENOSYS makes the kernel answer every later
         // SEEK_DATA and SEEK_HOLE on this mount itself (the whole file is data), which
-        // is always right (test `writeback_cache_mount` in tests/fuse_fsx.rs).
+        // is always right (test `writeback_cache_mount` in crates/cli/tests/it/fuse_fsx.rs).
         if self.shared.writeback() {
             return reply.error(libc::ENOSYS);
         }

@@ -514,7 +514,7 @@ mod tests {
     use stripefs_wire::{FileType, Layout, LayoutHint, ServerId};
 
     /// Payloads carry their format: postcard ones a tag, bincode 1 ones none (read by
-    /// `legacy.rs`, checked on real records by tests/legacy_format.rs); a tag of a
+    /// `legacy.rs`, checked on real records by tests/it/legacy_format.rs); a tag of a
     /// later format is refused naming it, not misread.
     #[test]
     fn payload_format_is_checked() {

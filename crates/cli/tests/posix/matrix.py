@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""POSIX conformance case runner for crates/cli/tests/posix_matrix.rs.
+"""POSIX conformance case runner for crates/cli/tests/it/posix_matrix.rs.
 
 Usage: matrix.py [--jobs N] [CASES.json]. Reads a JSON list of cases from the file (or
 from stdin), runs each case's steps with plain system calls as the CURRENT user (start it through

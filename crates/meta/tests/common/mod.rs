@@ -27,7 +27,7 @@ pub fn cluster(data_servers: usize) -> ClusterConfig {
             data_servers
         ],
         // Files here are recorded as data servers hold them (ExtendSize, SetAttr sizes of
-        // any length): not inline, which tests/inline.rs covers.
+        // any length): not inline, which tests/it/inline.rs covers.
         defaults: Defaults {
             inline_bytes: 0,
             ..Defaults::default()

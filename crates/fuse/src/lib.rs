@@ -29,6 +29,7 @@
 //! mount works again once the servers are back.
 
 mod behind;
+mod cache;
 mod control;
 mod cred;
 mod dir;
@@ -36,6 +37,7 @@ mod errno;
 mod fs;
 mod pool;
 mod readahead;
+mod setid;
 
 use std::io;
 use std::path::Path;

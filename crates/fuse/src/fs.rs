@@ -2,10 +2,12 @@
 //! calls on a worker thread, which replies.
 
 use crate::behind::Stream;
+use crate::cache::{CacheStamps, DirAttrs, Stamp};
 use crate::cred::CredCache;
 use crate::dir::{DirHandle, Fetch};
 use crate::errno::{errno, errno_ino, file_attr, time_ns};
 use crate::pool::Pool;
+use crate::setid::{kill_setid, SetIdFiles, FUSE_WRITE_KILL_SUIDGID};
 use crate::{ATTR_TTL, ENTRY_TTL, MAX_BACKGROUND, MAX_IO_BYTES, MAX_QUEUED_REQUESTS, WORKERS};
 use fuser::consts::{
     FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE, FUSE_ASYNC_DIO, FUSE_ATOMIC_O_TRUNC, FUSE_CACHE_SYMLINKS,
@@ -25,7 +27,6 @@ use std::time::{Duration, SystemTime};
 use stripefs_client::{
     Attr, Client, ErrorCode, File, FileType, InodeId, OpenOptions, SetAttrs, SetTime, WireError,
 };
-use stripefs_wire::{mode_after_write, S_ISGID, S_ISUID};
 
 /// Size of the unit `statfs` counts blocks in.
 const STATFS_FRSIZE: u32 = 4096;
@@ -51,90 +52,6 @@ impl FileHandle {
             stream: Mutex::new(Stream::default()),
         }
     }
-}
-
-/// Regular files whose attributes, as the metadata server last gave them to this mount,
-/// have set-ID bits: a write to one of them by a writer without CAP_FSETID clears them
-/// first (see [`kill_setid`]). Usually empty; kept up to date wherever attributes
-/// arrive (lookups, getattr, open, create, setattr), so that a chmod seen here counts
-/// from then on.
-#[derive(Default)]
-struct SetIdFiles {
-    /// Mode and group of each such file.
-    map: Mutex<HashMap<u64, (u32, u32)>>,
-    /// Whether `map` may hold anything: writes skip its lock while it is empty.
-    any: AtomicBool,
-}
-
-impl SetIdFiles {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u32, u32)>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn note(&self, a: &Attr) {
-        if a.ftype != FileType::File {
-            return;
-        }
-        if a.mode & SETID_BITS != 0 {
-            self.lock().insert(a.ino.0, (a.mode, a.gid));
-            self.any.store(true, Ordering::Release);
-        } else if self.any.load(Ordering::Acquire) {
-            let mut m = self.lock();
-            m.remove(&a.ino.0);
-            if m.is_empty() {
-                self.any.store(false, Ordering::Release);
-            }
-        }
-    }
-
-    /// Whether a write to `ino` by a writer of primary group `gid`, with these FUSE
-    /// write flags, may have set-ID bits to clear first: set-user-ID, or set-group-ID
-    /// with group execute or a writer whose primary group is not the file's (its
-    /// supplementary groups are looked at by [`kill_setid`]).
-    fn must_kill(&self, ino: u64, gid: u32, write_flags: u32) -> bool {
-        if write_flags & FUSE_WRITE_KILL_SUIDGID == 0 || !self.any.load(Ordering::Acquire) {
-            return false;
-        }
-        self.lock()
-            .get(&ino)
-            .is_some_and(|&(mode, file_gid)| mode_after_write(mode, file_gid, gid, &[]) != mode)
-    }
-}
-
-const SETID_BITS: u32 = S_ISUID | S_ISGID;
-
-/// Write flag (FUSE 7.31): the writer may not keep set-ID bits (it lacks CAP_FSETID).
-/// Sent with `FUSE_HANDLE_KILLPRIV_V2`, where clearing them is the daemon's work.
-const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
-
-/// Before a write by `cred` through handle `fh`, which lacks CAP_FSETID: clears the
-/// set-user-ID bit, and the set-group-ID bit when the group may execute or the writer is
-/// not in the file's group, as Linux does on a write (the kernel leaves it to us with
-/// `FUSE_HANDLE_KILLPRIV_V2`). The mode is read fresh, so that only those bits change;
-/// the metadata server lets whoever may write clear them.
-fn kill_setid(
-    sh: &Shared,
-    c: &Client,
-    cred: &stripefs_wire::Cred,
-    ino: u64,
-    fh: u64,
-) -> Result<(), WireError> {
-    let a = c.getattr(InodeId(ino))?;
-    let mode = a.mode & 0o7777;
-    let kept = mode_after_write(mode, a.gid, cred.gid, &cred.groups);
-    if kept == mode {
-        sh.seen(&a);
-        return Ok(());
-    }
-    let attrs = SetAttrs {
-        mode: Some(kept),
-        ..SetAttrs::default()
-    };
-    let a = setattr(sh, c, InodeId(ino), attrs, Some(fh))?;
-    sh.seen(&a);
-    // The kernel's cached mode still has the bits.
-    sh.forget_attrs(ino);
-    Ok(())
 }
 
 #[derive(Clone)]
@@ -173,117 +90,6 @@ pub struct Shared {
     setid: SetIdFiles,
     /// When streaming reads drop the kernel's pages behind them.
     drop_behind: crate::behind::Policy,
-}
-
-/// What the metadata server says of a file's state: every change of its data or
-/// attributes moves its ctime (a write, at the writer's flush, also mtime and maybe
-/// size), so equal stamps mean an unchanged file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
-    ctime_ns: i64,
-    mtime_ns: i64,
-    size: u64,
-}
-
-impl Stamp {
-    fn of(a: &Attr) -> Stamp {
-        Stamp {
-            ctime_ns: a.ctime_ns,
-            mtime_ns: a.mtime_ns,
-            size: a.size,
-        }
-    }
-}
-
-/// Most files whose stamps are remembered; past it all are forgotten (their next opens
-/// drop the cache, as without stamps).
-const MAX_STAMPS: usize = 1 << 18;
-
-/// The stamp each file had when the kernel's cached pages of it were read: an open that
-/// finds the same stamp keeps the cache (FOPEN_KEEP_CACHE), any other drops it.
-#[derive(Default)]
-struct CacheStamps(Mutex<HashMap<u64, Stamp>>);
-
-impl CacheStamps {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stamp>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether pages cached under the previous stamp of `ino` are still right at `now`;
-    /// remembers `now` for the pages read from here on.
-    fn keep(&self, ino: u64, now: Stamp) -> bool {
-        let mut m = self.lock();
-        if m.get(&ino) == Some(&now) {
-            return true;
-        }
-        if m.len() >= MAX_STAMPS {
-            m.clear();
-        }
-        m.insert(ino, now);
-        false
-    }
-
-    fn forget(&self, ino: u64) {
-        self.lock().remove(&ino);
-    }
-}
-
-/// Most directories whose attributes [`DirAttrs`] keeps; past it all are forgotten.
-const MAX_DIR_ATTRS: usize = 1 << 16;
-
-/// Directory attributes as the metadata server last gave them, for at most [`ATTR_TTL`]
-/// after it gave them, kept exact across this mount's own entry changes.
-///
-/// Why: with `default_permissions` the kernel checks a directory's mode before each
-/// create or unlink in it, and each entry change makes it forget the directory's
-/// attributes, so every create or unlink would cost a GETATTR round trip to the
-/// metadata server. Answered from here, it costs none. Staleness is what the kernel's
-/// own attribute cache allows (changes by other clients are seen within [`ATTR_TTL`]).
-#[derive(Default)]
-struct DirAttrs(Mutex<HashMap<u64, (std::time::Instant, Attr)>>);
-
-impl DirAttrs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (std::time::Instant, Attr)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The attributes of directory `ino`, if fetched less than [`ATTR_TTL`] ago.
-    fn fresh(&self, ino: u64) -> Option<Attr> {
-        let m = self.lock();
-        let (at, a) = m.get(&ino)?;
-        (at.elapsed() < ATTR_TTL).then(|| a.clone())
-    }
-
-    /// Attributes just given by the metadata server; only directories are kept.
-    fn store(&self, a: &Attr) {
-        if a.ftype != FileType::Dir {
-            return;
-        }
-        let mut m = self.lock();
-        if m.len() >= MAX_DIR_ATTRS {
-            m.clear();
-        }
-        m.insert(a.ino.0, (std::time::Instant::now(), a.clone()));
-    }
-
-    /// This mount added `child` to `parent`: the metadata server set the directory's
-    /// mtime and ctime to the new entry's ctime (one operation, one clock reading) and
-    /// counted a new subdirectory's `..` link. (A create that found an existing file,
-    /// made meanwhile by another client, gives that file's ctime: within the staleness
-    /// allowed across clients.)
-    fn entry_added(&self, parent: u64, child: &Attr) {
-        if let Some((_, a)) = self.lock().get_mut(&parent) {
-            a.mtime_ns = a.mtime_ns.max(child.ctime_ns);
-            a.ctime_ns = a.ctime_ns.max(child.ctime_ns);
-            if child.ftype == FileType::Dir {
-                a.nlink += 1;
-            }
-        }
-    }
-
-    fn forget(&self, ino: u64) {
-        self.lock().remove(&ino);
-    }
 }
 
 impl Shared {
@@ -337,7 +143,7 @@ impl Shared {
 
     /// Attributes the metadata server just gave: kept for directories (`DirAttrs`) and
     /// for files with set-ID bits (`SetIdFiles`).
-    fn seen(&self, a: &Attr) {
+    pub(crate) fn seen(&self, a: &Attr) {
         self.dirs.store(a);
         self.setid.note(a);
     }
@@ -434,7 +240,7 @@ impl Shared {
 
     /// Close-to-open: drops the kernel's cached attributes of `ino`, so that the size
     /// and times another client left are fetched again.
-    fn forget_attrs(&self, ino: u64) {
+    pub(crate) fn forget_attrs(&self, ino: u64) {
         if let Some(n) = self.notifier.get() {
             // Fails only if the kernel no longer knows the inode; nothing to drop then.
             let _ = n.inval_inode(ino, -1, 0);
@@ -1524,7 +1330,7 @@ impl fuser::Filesystem for StripeFs {
 /// clearing set-ID bits on a write), the change is judged by that handle's access; a size
 /// change through a handle goes through the handle, so that it is ordered after the
 /// handle's queued writes.
-fn setattr(
+pub(crate) fn setattr(
     sh: &Shared,
     c: &Client,
     ino: InodeId,

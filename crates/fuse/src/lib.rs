@@ -19,7 +19,7 @@
 //! [`ENTRY_TTL`]. Close-to-open between clients: each open invalidates the kernel's
 //! attributes, and keeps the file's cached pages only if the file is unchanged since
 //! they were cached (its change stamp, ctime, mtime and size from the metadata server,
-//! is the one seen when they were cached: see `CacheStamps` in `fs.rs`), so what another
+//! is the one seen when they were cached: see `CacheStamps` in `cache.rs`), so what another
 //! client closed is seen by the next open and an unchanged file is read again from
 //! memory; an open of an inode that another client replaced answers ESTALE, which makes
 //! the kernel look the name up again.
@@ -29,6 +29,7 @@
 //! mount works again once the servers are back.
 
 mod behind;
+mod cache;
 mod control;
 mod cred;
 mod dir;
@@ -36,6 +37,7 @@ mod errno;
 mod fs;
 mod pool;
 mod readahead;
+mod setid;
 
 use std::io;
 use std::path::Path;

@@ -19,7 +19,6 @@
 //! in-memory and virtual implementations for tests.
 
 mod cache;
-mod clock;
 mod hostnet;
 mod intent;
 mod local;
@@ -35,11 +34,11 @@ mod zeros;
 mod tests;
 
 pub use cache::MAX_OPEN_OBJECTS;
-pub use clock::{Clock, SystemClock, VirtualClock};
 pub use hostnet::HostNet;
 pub use local::{After, Handles, LocalServer, LocalSession, MAX_LOCAL_CONNECTIONS};
 pub use locks::LOCK_STRIPES;
 pub use service::{DataService, Options, DEFAULT_SCRUB_RATE_BYTES_S};
+pub use stripefs_sys::clock::{Clock, SystemClock, VirtualClock};
 pub use stripefs_sys::memstore::{MemStore, SECTOR_BYTES};
 pub use stripefs_sys::storage::{FsStore, ObjectFile, Storage, Usage};
 pub use throttle::{Throttle, THROTTLE_BURST_BYTES};
@@ -81,7 +80,10 @@ pub fn run(cfg: &stripefs_rpc::ServerConfig, shutdown: Arc<AtomicBool>) -> Resul
     )?;
     let host = cfg.host_id(Role::Data)?;
     service.set_host(host.clone());
-    service.set_token_checker(tokens::TokenChecker::new(cfg.cluster.clone()));
+    service.set_token_checker(tokens::TokenChecker::new(
+        cfg.cluster.clone(),
+        service.clock.clone(),
+    ));
     if let Some(rate) = cfg.host_net_bytes_s {
         service.set_host_net(host.clone(), rate)?;
     }

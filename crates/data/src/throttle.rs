@@ -7,7 +7,7 @@
 //! is [`THROTTLE_BURST_BYTES`] of credit an idle target may bank, so that small I/O is not
 //! charged a full round trip of waiting.
 
-use crate::clock::Clock;
+use crate::Clock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ impl Throttle {
     /// Reserves the target for `bytes` and returns when the reservation ends. The caller
     /// must sleep until then (see [`Throttle::wait`]) without holding any lock.
     pub fn reserve(&self, bytes: u64) -> Duration {
-        let now = self.clock.now();
+        let now = self.clock.monotonic();
         // A poisoned mutex only means another thread panicked between two plain stores;
         // the value is still a valid instant.
         let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());

@@ -5,10 +5,11 @@
 //! for [`ANSWER_TTL`], so a revoked token loses access here within that time.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use stripefs_rpc::token::Token;
 use stripefs_rpc::{ClusterConfig, Conn};
+use stripefs_sys::clock::Clock;
 use stripefs_wire::{Cred, ErrorCode, InodeId, Request, WireError};
 
 /// How long an answer of the metadata server is trusted.
@@ -23,16 +24,19 @@ pub struct TokenChecker {
     cluster: ClusterConfig,
     /// Idle connections to the metadata server (at most [`MAX_IDLE_CONNS`]).
     conns: Mutex<Vec<Conn>>,
-    /// (token id, fid, write) -> when the metadata server allowed it.
-    allowed: Mutex<HashMap<(u64, u64, bool), Instant>>,
+    /// (token id, fid, write) -> when the metadata server allowed it (the clock's
+    /// monotonic time).
+    allowed: Mutex<HashMap<(u64, u64, bool), Duration>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl TokenChecker {
-    pub fn new(cluster: ClusterConfig) -> TokenChecker {
+    pub fn new(cluster: ClusterConfig, clock: Arc<dyn Clock>) -> TokenChecker {
         TokenChecker {
             cluster,
             conns: Mutex::new(Vec::new()),
             allowed: Mutex::default(),
+            clock,
         }
     }
 
@@ -41,8 +45,9 @@ impl TokenChecker {
         let key = (t.id, fid.0, write);
         {
             let mut a = self.allowed.lock().unwrap_or_else(|p| p.into_inner());
+            let now = self.clock.monotonic();
             match a.get(&key) {
-                Some(at) if at.elapsed() < ANSWER_TTL => return Ok(()),
+                Some(&at) if now.saturating_sub(at) < ANSWER_TTL => return Ok(()),
                 Some(_) => {
                     a.remove(&key);
                 }
@@ -54,7 +59,7 @@ impl TokenChecker {
         if a.len() >= MAX_ANSWERS {
             a.clear();
         }
-        a.insert(key, Instant::now());
+        a.insert(key, self.clock.monotonic());
         Ok(())
     }
 

@@ -33,7 +33,6 @@
 //! (the writer also catches panics and fails only the batch). Data servers may be down:
 //! purging retries later.
 
-mod clock;
 mod disk;
 mod fsck;
 mod inline;
@@ -53,7 +52,6 @@ mod wal;
 mod writer;
 pub use writer::CARRY_WAIT;
 
-pub use clock::{Clock, FixedClock, SimClock, SystemClock};
 pub use disk::{FsDisk, LogFile, MetaDisk};
 pub use fsck::{check, check_on, inventory, Inventory, Report};
 pub use memdisk::{
@@ -61,6 +59,7 @@ pub use memdisk::{
 };
 pub use net::{Answers, DataNet, TcpNet};
 pub use purge::PURGE_BATCH;
+pub use stripefs_sys::clock::{Clock, FixedClock, SystemClock, VirtualClock};
 pub use writer::{
     CHECKPOINT_RETRY_MAX, CHECKPOINT_RETRY_MIN, FREEZE_AGE, FREEZE_BYTES, FREEZE_KEYS, MAX_BATCH,
     MAX_OVERLAY_KEYS, MAX_OVERLAY_LOG_BYTES,
@@ -73,7 +72,7 @@ use redb::Database;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use store::{need, Inode, Rd, Tables};
 use stripefs_rpc::{ClusterConfig, ConnInfo, Reply, Service};
 use stripefs_wire::{
@@ -657,7 +656,7 @@ impl MetaService {
                     .opens
                     .lock()
                     .sessions
-                    .get(session, Instant::now())?;
+                    .get(session, self.core.clock.monotonic())?;
                 let create = MetaWriteOp::Create {
                     parent,
                     name: name.clone(),
@@ -703,7 +702,7 @@ impl MetaService {
             }
             MetaOp::SessionOpen {} => {
                 let mut st = self.core.opens.lock();
-                let session = st.sessions.open(Instant::now())?;
+                let session = st.sessions.open(self.core.clock.monotonic())?;
                 let lease_ms = st.sessions.lease().as_millis() as u64;
                 drop(st);
                 tracing::debug!("session {session:#x} opened");
@@ -711,7 +710,7 @@ impl MetaService {
             }
             MetaOp::SessionRenew { session } => {
                 let mut st = self.core.opens.lock();
-                match st.sessions.renew(session, Instant::now()) {
+                match st.sessions.renew(session, self.core.clock.monotonic()) {
                     Ok(()) => Ok(Response::Session {
                         session,
                         lease_ms: st.sessions.lease().as_millis() as u64,
@@ -876,7 +875,10 @@ impl MetaService {
                 format!("{MAX_OPEN_INODES} inodes are open; cannot open inode {ino}"),
             ));
         }
-        st.sessions.get(session, Instant::now())?.inodes.insert(ino);
+        st.sessions
+            .get(session, self.core.clock.monotonic())?
+            .inodes
+            .insert(ino);
         let entry = st.open.entry(ino).or_default();
         *entry.sessions.entry(session).or_default() += 1;
         if reclaim {
@@ -895,7 +897,7 @@ impl MetaService {
         let reap = {
             let mut st = self.core.opens.lock();
             // A Close in an ended session finds its open released already.
-            st.sessions.get(session, Instant::now())?;
+            st.sessions.get(session, self.core.clock.monotonic())?;
             let not_open = || {
                 WireError::new(
                     ErrorCode::BadHandle,
@@ -915,7 +917,7 @@ impl MetaService {
                 st.open.remove(&ino);
             }
             if session_done {
-                if let Ok(s) = st.sessions.get(session, Instant::now()) {
+                if let Ok(s) = st.sessions.get(session, self.core.clock.monotonic()) {
                     s.inodes.remove(&ino);
                 }
             }
@@ -1129,7 +1131,7 @@ fn sweep_leases(core: &Core) {
 
 /// Ends every session whose lease ran out.
 fn sweep_overdue(core: &Core) {
-    let overdue = core.opens.lock().sessions.overdue(Instant::now());
+    let overdue = core.opens.lock().sessions.overdue(core.clock.monotonic());
     for id in overdue {
         end_session(core, id, "its lease ran out without a renewal");
     }

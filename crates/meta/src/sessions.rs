@@ -13,18 +13,19 @@
 //! counted only in a live session, and a session ends and releases its opens in one
 //! step, so no open can slip in between.
 //!
-//! Time is passed in (`now`), so that the table is tested without sleeping and a
-//! simulator can drive it.
+//! Time is passed in (`now`, the server clock's monotonic time), so that the table is
+//! tested without sleeping and a simulator can drive it.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use stripefs_rpc::limits::MAX_SESSIONS;
 use stripefs_wire::{ErrorCode, WireError};
 
 #[derive(Debug)]
 pub struct Session {
-    pub expires: Instant,
+    /// On the server clock's monotonic time.
+    pub expires: Duration,
     /// Inodes this session has open (their counts are in the open table).
     pub inodes: HashSet<u64>,
 }
@@ -68,7 +69,7 @@ impl Sessions {
     }
 
     /// Starts a session; its lease runs from `now`.
-    pub fn open(&mut self, now: Instant) -> Result<u64, WireError> {
+    pub fn open(&mut self, now: Duration) -> Result<u64, WireError> {
         if self.live.len() >= MAX_SESSIONS {
             return Err(WireError::new(
                 ErrorCode::Busy,
@@ -90,7 +91,7 @@ impl Sessions {
 
     /// The live session `id`, or `SessionExpired`. A session past its lease that the
     /// sweep has not ended yet counts as ended (the caller ends it with [`Sessions::end`]).
-    pub fn get(&mut self, id: u64, now: Instant) -> Result<&mut Session, WireError> {
+    pub fn get(&mut self, id: u64, now: Duration) -> Result<&mut Session, WireError> {
         match self.live.get_mut(&id) {
             Some(s) if s.expires > now => Ok(s),
             _ => Err(expired(id)),
@@ -98,7 +99,7 @@ impl Sessions {
     }
 
     /// Extends the lease of `id` to `now` + lease.
-    pub fn renew(&mut self, id: u64, now: Instant) -> Result<(), WireError> {
+    pub fn renew(&mut self, id: u64, now: Duration) -> Result<(), WireError> {
         let lease = self.lease;
         self.get(id, now)?.expires = now + lease;
         Ok(())
@@ -110,7 +111,7 @@ impl Sessions {
     }
 
     /// Ids of the sessions whose lease ran out by `now`.
-    pub fn overdue(&self, now: Instant) -> Vec<u64> {
+    pub fn overdue(&self, now: Duration) -> Vec<u64> {
         self.live
             .iter()
             .filter(|(_, s)| s.expires <= now)
@@ -135,7 +136,7 @@ mod tests {
 
     #[test]
     fn lease_runs_out_unless_renewed() {
-        let t0 = Instant::now();
+        let t0 = Duration::from_secs(7);
         let lease = Duration::from_millis(100);
         let mut s = Sessions::new(lease);
         let a = s.open(t0).unwrap();
@@ -156,7 +157,7 @@ mod tests {
 
     #[test]
     fn ids_differ_across_restarts() {
-        let now = Instant::now();
+        let now = Duration::from_secs(7);
         let a = Sessions::new(Duration::from_secs(1)).open(now).unwrap();
         let b = Sessions::new(Duration::from_secs(1)).open(now).unwrap();
         assert_ne!(

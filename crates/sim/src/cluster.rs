@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use stripefs_data::{DataService, MemStore, VirtualClock};
-use stripefs_meta::{Answers, DataNet, MemDisk, MetaService, SimClock, Tuning};
+use stripefs_meta::{Answers, DataNet, MemDisk, MetaService, Tuning};
 use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
 use stripefs_wire::{Cred, Envelope, Request, Response, ServerId, WireError};
 
@@ -69,8 +69,8 @@ pub struct Servers {
     meta_disk: Arc<MemDisk>,
     meta: RwLock<Option<Arc<MetaService>>>,
     data: Arc<Vec<DataNode>>,
-    meta_clock: Arc<SimClock>,
-    data_clock: Arc<VirtualClock>,
+    /// Every server's clock: the cluster's one virtual time.
+    clock: Arc<VirtualClock>,
     /// Simulated time since the start, shared by every server.
     now_ns: AtomicU64,
 }
@@ -122,12 +122,11 @@ impl Servers {
             has_secret: true,
             tls: Default::default(),
         };
-        let meta_clock = Arc::new(SimClock::new(EPOCH_NS));
-        let data_clock = Arc::new(VirtualClock::new());
+        let clock = Arc::new(VirtualClock::starting_at(EPOCH_NS));
         let mut data = Vec::with_capacity(data_servers);
         for i in 0..data_servers {
             let store = Arc::new(MemStore::new());
-            let svc = open_data(i, &store, &data_clock, seed, 0, canary)?;
+            let svc = open_data(i, &store, &clock, seed, 0, canary)?;
             data.push(DataNode {
                 store,
                 svc: RwLock::new(svc),
@@ -151,8 +150,7 @@ impl Servers {
             meta_disk,
             meta: RwLock::new(None),
             data: Arc::new(data),
-            meta_clock,
-            data_clock,
+            clock,
             now_ns: AtomicU64::new(0),
         };
         s.open_meta()?;
@@ -165,7 +163,7 @@ impl Servers {
             Arc::new(PurgeNet {
                 data: self.data.clone(),
             }),
-            self.meta_clock.clone(),
+            self.clock.clone(),
             std::path::Path::new(META_DB),
             &self.cluster,
             Tuning::deterministic(),
@@ -216,8 +214,7 @@ impl Servers {
     pub fn advance(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.now_ns.fetch_add(ns, Ordering::SeqCst);
-        self.data_clock.advance(d);
-        self.meta_clock.advance(d);
+        self.clock.advance(d);
     }
 
     /// The metadata server process dies and restarts: what it acknowledged is in its
@@ -249,7 +246,7 @@ impl Servers {
     pub fn crash_data(&self, i: usize) -> Result<(), String> {
         let n = &self.data[i];
         let boot = n.boots.fetch_add(1, Ordering::SeqCst);
-        let svc = open_data(i, &n.store, &self.data_clock, self.seed, boot, self.canary)?;
+        let svc = open_data(i, &n.store, &self.clock, self.seed, boot, self.canary)?;
         *lock_write(&n.svc) = svc;
         Ok(())
     }

@@ -5,6 +5,7 @@
 //! client's same-host path and the simulator alike. Each interface comes with its real
 //! implementation and its simulated twin.
 
+pub mod clock;
 pub mod fence;
 pub mod fileio;
 pub mod memstore;

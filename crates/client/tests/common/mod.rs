@@ -332,7 +332,7 @@ impl Drop for Cluster {
 }
 
 fn mem_data(i: usize, t: &[PathBuf], store: Arc<MemStore>) -> Result<Arc<DataService>, String> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     DataService::with_store(stripefs_client::ServerId(i as u32), t, None, store, clock)
 }
 

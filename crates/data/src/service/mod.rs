@@ -20,12 +20,12 @@
 //!   background.
 
 use crate::cache::{Key, Object, ObjectCache};
-use crate::clock::{Clock, SystemClock};
 use crate::intent::IntentLog;
 use crate::locks::RangeLocks;
 use crate::object::{self, Ctx, BLOCK};
 use crate::throttle::Throttle;
 use crate::Canary;
+use crate::{Clock, SystemClock};
 use std::collections::{BTreeSet, HashSet};
 use std::io;
 use std::path::PathBuf;
@@ -205,7 +205,7 @@ impl DataService {
             }
             canonical.push(c);
         }
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         DataService::build(id, targets, Arc::new(FsStore), clock, opts)
     }
 

@@ -165,9 +165,9 @@ impl DataService {
 
     /// Sleeps `d` in short steps, returning early once `stop` says so.
     fn rest(&self, d: Duration, stop: &dyn Fn() -> bool) {
-        let end = self.clock.now() + d;
-        while !stop() && self.clock.now() < end {
-            let step = (end - self.clock.now()).min(Duration::from_millis(200));
+        let end = self.clock.monotonic() + d;
+        while !stop() && self.clock.monotonic() < end {
+            let step = (end - self.clock.monotonic()).min(Duration::from_millis(200));
             self.clock.sleep(step);
         }
     }
@@ -175,12 +175,12 @@ impl DataService {
     /// Yields to clients: waits until no request came for `SCRUB_QUIET`, at most
     /// `SCRUB_MAX_YIELD`, so that a busy server scrubs slowly, never not at all.
     fn wait_for_quiet(&self, stop: &dyn Fn() -> bool) {
-        let give_up = self.clock.now() + SCRUB_MAX_YIELD;
+        let give_up = self.clock.monotonic() + SCRUB_MAX_YIELD;
         loop {
             let before = self.stats.activity();
             self.clock.sleep(SCRUB_QUIET);
             let quiet = self.stats.activity() == before;
-            if quiet || stop() || self.clock.now() >= give_up {
+            if quiet || stop() || self.clock.monotonic() >= give_up {
                 return;
             }
         }
@@ -204,7 +204,9 @@ impl DataService {
                         let (bytes, next, _) = self.scrub(*fid, t, offset, SCRUB_STEP_BYTES)?;
                         total += bytes;
                         self.rest(
-                            throttle.reserve(bytes).saturating_sub(self.clock.now()),
+                            throttle
+                                .reserve(bytes)
+                                .saturating_sub(self.clock.monotonic()),
                             stop,
                         );
                         at = next;

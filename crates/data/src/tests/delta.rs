@@ -12,7 +12,7 @@ const FID: u64 = 21;
 
 fn server(store: &Arc<MemStore>) -> Arc<DataService> {
     let paths = vec![PathBuf::from("/mem/t0")];
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     DataService::build(
         ServerId(3),
         &paths,

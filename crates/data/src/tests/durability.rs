@@ -15,7 +15,7 @@ const NEW_LEN: usize = 4 << 20;
 
 fn mem_server_with(store: Arc<MemStore>, opts: Options) -> Arc<DataService> {
     let paths = vec![PathBuf::from("/mem/t0")];
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     DataService::build(ServerId(3), &paths, store, clock, opts).unwrap()
 }
 

@@ -108,7 +108,7 @@ fn fsync_after_eviction_makes_the_new_object_durable() {
     store.crash(seed("fsync_after_eviction_makes_the_new_object_durable"));
     drop(svc);
     let paths = vec![PathBuf::from("/mem/t0")];
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let svc = DataService::with_store(ServerId(3), &paths, None, store.clone(), clock).unwrap();
     assert!(
         read(&svc, 1, UNIT, 0, data.len()) == data,
@@ -123,7 +123,7 @@ fn fsync_after_eviction_makes_the_new_object_durable() {
 fn target_directories_made_at_start_survive_a_power_cut() {
     let store = Arc::new(MemStore::new());
     let paths = vec![PathBuf::from("/mem/new/deep/t0")];
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let svc =
         DataService::with_store(ServerId(1), &paths, None, store.clone(), clock.clone()).unwrap();
     let data = pattern(11, 2 * B);

@@ -55,7 +55,7 @@ pub fn mem_server(targets: usize) -> (Arc<MemStore>, Arc<DataService>) {
     let paths: Vec<PathBuf> = (0..targets)
         .map(|i| PathBuf::from(format!("/mem/t{i}")))
         .collect();
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let svc = DataService::with_store(ServerId(3), &paths, None, store.clone(), clock).unwrap();
     (store, svc)
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use stripefs_meta::logtool;
-use stripefs_meta::{Answers, DataNet, MemDisk, MetaDisk, MetaService, SimClock, Tuning};
+use stripefs_meta::{Answers, DataNet, MemDisk, MetaDisk, MetaService, Tuning, VirtualClock};
 use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
 use stripefs_wire::*;
 
@@ -46,7 +46,7 @@ fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
         tls: Default::default(),
     };
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
-    let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
+    let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
     MetaService::open_on(
         disk,
         Arc::new(NoNet),

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use stripefs_meta::{
-    Answers, Clock, DataNet, FixedClock, MemDisk, MetaDisk, MetaService, SimClock, Tuning,
+    Answers, Clock, DataNet, FixedClock, MemDisk, MetaDisk, MetaService, Tuning, VirtualClock,
     CHECKPOINT_RETRY_MAX,
 };
 use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
@@ -142,7 +142,7 @@ const BOUND_KEYS: usize = 300;
 #[test]
 fn failing_checkpoints_refuse_changes_past_the_bound_and_service_resumes() {
     let disk = MemDisk::with_seed(7);
-    let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
+    let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
     let tuning = Tuning {
         max_overlay_keys: BOUND_KEYS,
         ..Tuning::deterministic()
@@ -248,7 +248,7 @@ fn stopping_while_checkpoints_fail_does_not_spin_and_loses_nothing() {
 #[test]
 fn a_log_file_that_cannot_grow_refuses_the_batch_without_halting() {
     let disk = MemDisk::with_seed(9);
-    let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
+    let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
     let tuning = Tuning::deterministic();
     let svc = open(&disk, clock.clone(), tuning);
     disk.set_capacity(Some(disk.used_bytes()));

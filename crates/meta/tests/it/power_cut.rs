@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use stripefs_meta::{
-    Answers, BrokenRule, DataNet, DiskFault, DiskOp, MemDisk, MetaDisk, MetaService, SimClock,
-    Tuning,
+    Answers, BrokenRule, DataNet, DiskFault, DiskOp, MemDisk, MetaDisk, MetaService, Tuning,
+    VirtualClock,
 };
 use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
 use stripefs_wire::*;
@@ -57,7 +57,7 @@ fn cluster() -> ClusterConfig {
     }
 }
 
-fn open(disk: Arc<dyn MetaDisk>, clock: &Arc<SimClock>, tuning: Tuning) -> Arc<MetaService> {
+fn open(disk: Arc<dyn MetaDisk>, clock: &Arc<VirtualClock>, tuning: Tuning) -> Arc<MetaService> {
     MetaService::open_on(
         disk,
         Arc::new(NoNet),
@@ -197,7 +197,7 @@ fn run_seed(seed: u64, make_disk: &dyn Fn(&MemDisk) -> Arc<dyn MetaDisk>) -> Res
     let mut rng = StdRng::seed_from_u64(seed);
     let mem = MemDisk::with_seed(seed);
     let disk = make_disk(&mem);
-    let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
+    let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
     let tuning = Tuning::deterministic();
     let mut svc = open(disk.clone(), &clock, tuning);
     let mut model = Tree::new();
@@ -374,7 +374,7 @@ fn unsynced_inline_bytes_are_durable_with_the_next_commit_or_soon_after() {
     println!("seed {seed} (STRIPEFS_SEED={seed} replays)");
     let mem = MemDisk::with_seed(seed);
     let disk: Arc<dyn MetaDisk> = Arc::new(mem.clone());
-    let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
+    let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
     // Background threads: the sync thread is what bounds an unwritten close's life.
     let tuning = Tuning::default();
     let mut svc = open(disk.clone(), &clock, tuning);

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use stripefs_meta::{Answers, DataNet, MemDisk, MetaDisk, MetaService, SimClock, Tuning};
+use stripefs_meta::{Answers, DataNet, MemDisk, MetaDisk, MetaService, Tuning, VirtualClock};
 use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
 use stripefs_wire::*;
 
@@ -43,7 +43,7 @@ fn call(svc: &MetaService, req: Request) -> Result<Response, WireError> {
 fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
     let disk: Arc<dyn MetaDisk> = Arc::new(MemDisk::new());
     let net = Arc::new(Recorder::default());
-    let clock = Arc::new(SimClock::new(1_700_000_000_000_000_000));
+    let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
     let cluster = ClusterConfig {
         secret: Secret::generate(),
         timeout_ms: 1000,

@@ -5,12 +5,12 @@
 //! server's code and gain a prefix naming the operation and the path or inode.
 
 use crate::file::{File, OpenOptions};
-use crate::io::{context, unexpected};
+use crate::io::context;
 use crate::path::{child, components, normalize, split_parent};
 use crate::{Client, READDIR_PAGE};
 use stripefs_wire::{
-    validate_name, Attr, Counters, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint,
-    Request, Response, ServerId, SetAttrs, SetTime, TargetSpace, TargetStatus, WireError,
+    op, validate_name, Attr, Counters, DirEntry, ErrorCode, FileType, InodeId, Layout, LayoutHint,
+    Operation, ServerId, SetAttrs, SetTime, TargetSpace, TargetStatus, WireError,
 };
 
 /// Attempts of an exchange whose names another client changes between its lookups and
@@ -58,28 +58,15 @@ fn name_ok(name: &str) -> Result<(), WireError> {
 }
 
 impl Client {
-    fn meta(&self, req: Request) -> Result<Response, WireError> {
-        self.inner.meta_call(&self.cred, req)
+    /// One metadata operation, answered with its row's reply type.
+    fn meta<O: Operation>(&self, op: O) -> Result<O::Reply, WireError> {
+        self.inner.meta_op(&self.cred, op)
     }
 
-    fn attr_of(&self, req: Request) -> Result<Attr, WireError> {
-        let attr = self.inner.meta_attr(&self.cred, req)?;
+    /// An operation answered with attributes, which show this client's unflushed writes.
+    fn attr_of<O: Operation<Reply = Attr>>(&self, op: O) -> Result<Attr, WireError> {
+        let attr = self.meta(op)?;
         Ok(self.with_local_size(attr))
-    }
-
-    /// A request that answers `Done` or the attributes of the directory it changed.
-    fn done_dir(&self, req: Request) -> Result<Option<Attr>, WireError> {
-        let op = req.opcode().name();
-        match self.meta(req)? {
-            Response::Done => Ok(None),
-            Response::Attr(a) => Ok(Some(a)),
-            other => Err(unexpected(&self.inner.meta, op, &other)),
-        }
-    }
-
-    /// A request that answers `Done` (or attributes, which are not needed here).
-    fn done(&self, req: Request) -> Result<(), WireError> {
-        self.done_dir(req).map(|_| ())
     }
 
     /// Shows writes made in this client that the metadata server has not seen yet: their
@@ -99,7 +86,7 @@ impl Client {
     pub fn lookup(&self, parent: InodeId, name: &str) -> Result<Attr, WireError> {
         name_ok(name)?;
         ctx(
-            self.attr_of(Request::Lookup {
+            self.attr_of(op::Lookup {
                 parent,
                 name: name.into(),
             }),
@@ -109,7 +96,7 @@ impl Client {
 
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: InodeId) -> Result<Attr, WireError> {
-        ctx(self.attr_of(Request::GetAttr { ino }), || {
+        ctx(self.attr_of(op::GetAttr { ino }), || {
             format!("getattr {ino}")
         })
     }
@@ -131,7 +118,7 @@ impl Client {
     pub fn mkdir_at(&self, parent: InodeId, name: &str, mode: u32) -> Result<Attr, WireError> {
         name_ok(name)?;
         ctx(
-            self.attr_of(Request::Mkdir {
+            self.attr_of(op::Mkdir {
                 parent,
                 name: name.into(),
                 mode,
@@ -151,7 +138,7 @@ impl Client {
         rdev: u32,
     ) -> Result<Attr, WireError> {
         name_ok(name)?;
-        let req = Request::Mknod {
+        let req = op::Mknod {
             parent,
             name: name.into(),
             mode,
@@ -186,7 +173,7 @@ impl Client {
         };
         // One round trip and one commit: the metadata server creates (or, without
         // `exclusive`, finds) the file and counts our open.
-        let make = |session| Request::CreateOpen {
+        let make = |session| op::CreateOpen {
             parent,
             name: name.into(),
             mode: opts.mode,
@@ -205,7 +192,7 @@ impl Client {
     /// the attributes (refusing anything but a regular file).
     pub fn open_ino(&self, ino: InodeId, opts: &OpenOptions) -> Result<File, WireError> {
         opts.validate()?;
-        let make = |session| Request::Open {
+        let make = |session| op::Open {
             ino,
             session,
             read: opts.read,
@@ -269,7 +256,7 @@ impl Client {
     pub fn unlink_at(&self, parent: InodeId, name: &str) -> Result<Option<Attr>, WireError> {
         name_ok(name)?;
         ctx(
-            self.done_dir(Request::Unlink {
+            self.meta(op::Unlink {
                 parent,
                 name: name.into(),
             }),
@@ -282,7 +269,7 @@ impl Client {
     pub fn rmdir_at(&self, parent: InodeId, name: &str) -> Result<Option<Attr>, WireError> {
         name_ok(name)?;
         ctx(
-            self.done_dir(Request::Rmdir {
+            self.meta(op::Rmdir {
                 parent,
                 name: name.into(),
             }),
@@ -301,14 +288,14 @@ impl Client {
     ) -> Result<(), WireError> {
         name_ok(src_name)?;
         name_ok(dst_name)?;
-        let req = Request::Rename {
+        let req = op::Rename {
             src_parent,
             src_name: src_name.into(),
             dst_parent,
             dst_name: dst_name.into(),
             noreplace,
         };
-        ctx(self.done(req), || {
+        ctx(self.meta(req), || {
             format!("rename {src_name:?} in {src_parent} to {dst_name:?} in {dst_parent}")
         })
     }
@@ -332,7 +319,7 @@ impl Client {
         loop {
             let a_ino = ctx(self.lookup(a_parent, a_name), what)?.ino;
             let b_ino = ctx(self.lookup(b_parent, b_name), what)?.ino;
-            let req = Request::Exchange {
+            let req = op::Exchange {
                 a_parent,
                 a_name: a_name.into(),
                 a_ino,
@@ -341,7 +328,7 @@ impl Client {
                 b_ino,
             };
             tries += 1;
-            match self.done(req) {
+            match self.meta(req) {
                 Err(e) if e.code == ErrorCode::StaleHandle && tries < EXCHANGE_TRIES => {}
                 r => return ctx(r, what),
             }
@@ -352,7 +339,7 @@ impl Client {
     pub fn link_at(&self, ino: InodeId, parent: InodeId, name: &str) -> Result<Attr, WireError> {
         name_ok(name)?;
         ctx(
-            self.attr_of(Request::Link {
+            self.attr_of(op::Link {
                 ino,
                 parent,
                 name: name.into(),
@@ -364,7 +351,7 @@ impl Client {
     /// Makes symlink `name` in `parent` pointing to `target`.
     pub fn symlink_at(&self, parent: InodeId, name: &str, target: &str) -> Result<Attr, WireError> {
         name_ok(name)?;
-        let req = Request::Symlink {
+        let req = op::Symlink {
             parent,
             name: name.into(),
             target: target.into(),
@@ -376,12 +363,9 @@ impl Client {
 
     /// The target of symlink `ino`.
     pub fn readlink_ino(&self, ino: InodeId) -> Result<String, WireError> {
-        match ctx(self.meta(Request::Readlink { ino }), || {
+        ctx(self.meta(op::Readlink { ino }), || {
             format!("readlink {ino}")
-        })? {
-            Response::Target(t) => Ok(t),
-            other => Err(unexpected(&self.inner.meta, "Readlink", &other)),
-        }
+        })
     }
 
     /// One page of directory `ino`: up to `limit` entries after name `after` (`""` for
@@ -392,15 +376,13 @@ impl Client {
         after: &str,
         limit: u32,
     ) -> Result<(Vec<DirEntry>, bool), WireError> {
-        let req = Request::ReadDir {
+        let req = op::ReadDir {
             ino,
             after: after.into(),
             limit,
         };
-        match ctx(self.meta(req), || format!("readdir {ino}"))? {
-            Response::Entries { entries, done } => Ok((entries, done)),
-            other => Err(unexpected(&self.inner.meta, "ReadDir", &other)),
-        }
+        let page = ctx(self.meta(req), || format!("readdir {ino}"))?;
+        Ok((page.entries, page.done))
     }
 
     /// Up to `limit` entries of directory `ino` after the name `after`, each with its
@@ -414,23 +396,21 @@ impl Client {
     ) -> Result<(Vec<(String, Attr)>, bool), WireError> {
         // A server that predates ReadDirPlus did not announce it (its row's feature).
         if self.inner.meta.serves(stripefs_wire::Opcode::ReadDirPlus)? {
-            let req = Request::ReadDirPlus {
+            let req = op::ReadDirPlus {
                 ino,
                 after: after.into(),
                 limit,
             };
-            return match self.meta(req) {
-                Ok(Response::EntriesPlus { entries, done }) => {
-                    // As a lookup's: writes of this client the server has not seen yet.
-                    let entries = entries
-                        .into_iter()
-                        .map(|(name, a)| (name, self.with_local_size(a)))
-                        .collect();
-                    Ok((entries, done))
-                }
-                Ok(other) => Err(unexpected(&self.inner.meta, "ReadDirPlus", &other)),
-                Err(e) => ctx(Err(e), || format!("readdir (with attributes) {ino}")),
-            };
+            let page = ctx(self.meta(req), || {
+                format!("readdir (with attributes) {ino}")
+            })?;
+            // As a lookup's: writes of this client the server has not seen yet.
+            let entries = page
+                .entries
+                .into_iter()
+                .map(|(name, a)| (name, self.with_local_size(a)))
+                .collect();
+            return Ok((entries, page.done));
         }
         // The same answer from ReadDir and a Lookup per entry. The search permission
         // ReadDirPlus needs is the Lookups'.
@@ -498,7 +478,7 @@ impl Client {
             }
         }
         let touched = rest.mtime.is_some();
-        let a = ctx(self.attr_of(Request::SetAttr { ino, attrs: rest }), what)?;
+        let a = ctx(self.attr_of(op::SetAttr { ino, attrs: rest }), what)?;
         if touched {
             // A new mtime set from outside says the file changed elsewhere (the
             // interception library sets it after writing natively): this client's open
@@ -513,14 +493,14 @@ impl Client {
     /// Sets the layout of an empty file, or the default layout of a directory.
     pub fn set_layout_ino(&self, ino: InodeId, hint: LayoutHint) -> Result<Attr, WireError> {
         stripefs_wire::validate_hint(&hint)?;
-        ctx(self.attr_of(Request::SetLayout { ino, hint }), || {
+        ctx(self.attr_of(op::SetLayout { ino, hint }), || {
             format!("set layout of {ino}")
         })
     }
 
     /// Checks access: `mask` of R_OK (4), W_OK (2), X_OK (1), or 0 for existence.
     pub fn access_ino(&self, ino: InodeId, mask: u32) -> Result<(), WireError> {
-        ctx(self.done(Request::Access { ino, mask }), || {
+        ctx(self.meta(op::Access { ino, mask }), || {
             format!("access {ino}")
         })
     }
@@ -530,7 +510,7 @@ impl Client {
     /// Attributes of `path`, following a final symlink if `follow`.
     pub fn resolve(&self, path: &str, follow: bool) -> Result<Attr, WireError> {
         let p = normalize(path)?;
-        ctx(self.attr_of(Request::Resolve { path: p, follow }), || {
+        ctx(self.attr_of(op::Resolve { path: p, follow }), || {
             path.to_string()
         })
     }
@@ -549,13 +529,10 @@ impl Client {
     fn parent_of(&self, path: &str) -> Result<(InodeId, String), WireError> {
         let (parent, name) = split_parent(path)?;
         let dir = ctx(
-            self.inner.meta_attr(
-                &self.cred,
-                Request::Resolve {
-                    path: parent.clone(),
-                    follow: true,
-                },
-            ),
+            self.meta(op::Resolve {
+                path: parent.clone(),
+                follow: true,
+            }),
             || format!("{path}: parent"),
         )?;
         if dir.ftype != FileType::Dir {
@@ -570,7 +547,7 @@ impl Client {
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<Attr, WireError> {
         let (dir, name) = self.parent_of(path)?;
         ctx(
-            self.attr_of(Request::Mkdir {
+            self.attr_of(op::Mkdir {
                 parent: dir,
                 name,
                 mode,
@@ -593,7 +570,7 @@ impl Client {
             return self.create_named(dir, &name, opts, Some(&canon));
         }
         // One round trip: the metadata server resolves the path and counts the open.
-        let make = |session| Request::OpenPath {
+        let make = |session| op::OpenPath {
             path: canon.clone(),
             session,
             read: opts.read,
@@ -735,24 +712,20 @@ impl Client {
     /// The value of extended attribute `name` (with its namespace: `user.x`) of `ino`;
     /// `NoAttr` (ENODATA) if it has none.
     pub fn get_xattr_ino(&self, ino: InodeId, name: &str) -> Result<Vec<u8>, WireError> {
-        let req = Request::GetXattr {
+        let req = op::GetXattr {
             ino,
             name: name.to_string(),
         };
-        match ctx(self.meta(req), || format!("getxattr {name:?} of {ino}"))? {
-            Response::Xattr { value } => Ok(value),
-            other => Err(unexpected(&self.inner.meta, "GetXattr", &other)),
-        }
+        let x = ctx(self.meta(req), || format!("getxattr {name:?} of {ino}"))?;
+        Ok(x.value)
     }
 
     /// The names of the extended attributes of `ino` the caller may see, sorted.
     pub fn list_xattr_ino(&self, ino: InodeId) -> Result<Vec<String>, WireError> {
-        match ctx(self.meta(Request::ListXattr { ino }), || {
+        let x = ctx(self.meta(op::ListXattr { ino }), || {
             format!("listxattr of {ino}")
-        })? {
-            Response::XattrNames { names } => Ok(names),
-            other => Err(unexpected(&self.inner.meta, "ListXattr", &other)),
-        }
+        })?;
+        Ok(x.names)
     }
 
     /// Sets extended attribute `name` of `ino`; `mode` is `XATTR_SET_ANY`,
@@ -765,7 +738,7 @@ impl Client {
         value: &[u8],
         mode: u8,
     ) -> Result<Attr, WireError> {
-        let req = Request::SetXattr {
+        let req = op::SetXattr {
             ino,
             name: name.to_string(),
             value: value.to_vec(),
@@ -776,7 +749,7 @@ impl Client {
 
     /// Removes extended attribute `name` of `ino`.
     pub fn remove_xattr_ino(&self, ino: InodeId, name: &str) -> Result<Attr, WireError> {
-        let req = Request::RemoveXattr {
+        let req = op::RemoveXattr {
             ino,
             name: name.to_string(),
         };
@@ -873,25 +846,16 @@ impl Client {
 
     /// The metadata server's counters.
     pub fn meta_status(&self) -> Result<MetaStatus, WireError> {
-        match self.meta(Request::MetaStatus {})? {
-            Response::MetaStatus {
-                inodes,
-                files,
-                dirs,
-                open_files,
-                db_bytes,
-                counters,
-            } => Ok(MetaStatus {
-                addr: self.inner.meta.addr.clone(),
-                inodes,
-                files,
-                dirs,
-                open_files,
-                db_bytes,
-                counters,
-            }),
-            other => Err(unexpected(&self.inner.meta, "MetaStatus", &other)),
-        }
+        let s = self.meta(op::MetaStatus {})?;
+        Ok(MetaStatus {
+            addr: self.inner.meta.addr.clone(),
+            inodes: s.inodes,
+            files: s.files,
+            dirs: s.dirs,
+            open_files: s.open_files,
+            db_bytes: s.db_bytes,
+            counters: s.counters,
+        })
     }
 
     /// Inodes in use in the namespace: `Statfs`, or from the status of a metadata server
@@ -900,10 +864,7 @@ impl Client {
         if !self.inner.meta.serves(stripefs_wire::Opcode::Statfs)? {
             return self.meta_status().map(|s| s.inodes);
         }
-        match self.meta(Request::Statfs {})? {
-            Response::Statfs { inodes, .. } => Ok(inodes),
-            other => Err(unexpected(&self.inner.meta, "Statfs", &other)),
-        }
+        Ok(self.meta(op::Statfs {})?.inodes)
     }
 
     /// One data server's targets and counters.
@@ -914,28 +875,23 @@ impl Client {
                 format!("no data server {} in the cluster file", server.0),
             )
         })?;
-        let (resp, _) = pool.call(&self.cred, Request::DataStatus {}, &[], &mut [])?;
-        match resp {
-            Response::DataStatus {
-                server_id,
-                targets,
-                counters,
-            } => {
-                if server_id != server {
-                    return Err(WireError::new(
-                        ErrorCode::UnexpectedMessage,
-                        format!("{} says it is data server {}: the cluster file and the servers disagree", pool.name(), server_id.0),
-                    ));
-                }
-                Ok(DataStatus {
-                    server_id,
-                    addr: pool.addr.clone(),
-                    targets,
-                    counters,
-                })
-            }
-            other => Err(unexpected(pool, "DataStatus", &other)),
+        let s = pool.op(&self.cred, op::DataStatus {})?;
+        if s.server_id != server {
+            return Err(WireError::new(
+                ErrorCode::UnexpectedMessage,
+                format!(
+                    "{} says it is data server {}: the cluster file and the servers disagree",
+                    pool.name(),
+                    s.server_id.0
+                ),
+            ));
         }
+        Ok(DataStatus {
+            server_id: s.server_id,
+            addr: pool.addr.clone(),
+            targets: s.targets,
+            counters: s.counters,
+        })
     }
 
     /// The size and free bytes of one data server's targets (`Space`: one statvfs
@@ -959,11 +915,7 @@ impl Client {
         if !pool.serves(stripefs_wire::Opcode::Space)? {
             return self.data_status(server).map(from_status);
         }
-        match pool.call(&self.cred, Request::Space {}, &[], &mut []) {
-            Ok((Response::Space { targets }, _)) => Ok(targets),
-            Ok((other, _)) => Err(unexpected(pool, "Space", &other)),
-            Err(e) => Err(e),
-        }
+        Ok(pool.op(&self.cred, op::Space {})?.targets)
     }
 
     /// Space over all data servers, asked in parallel; fails naming any server that

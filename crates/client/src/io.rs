@@ -1661,9 +1661,9 @@ impl InodeIo {
                     via_write_handle,
                     ..SetAttrs::default()
                 };
-                self.inner.meta_attr(
+                self.inner.meta_op(
                     cred,
-                    Request::SetAttr {
+                    stripefs_wire::op::SetAttr {
                         ino: self.ino,
                         attrs,
                     },

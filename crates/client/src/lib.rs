@@ -65,7 +65,7 @@ use pool::ServerPool;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use stripefs_wire::{Request, Response, MAX_DATA_BYTES, MAX_READDIR_ENTRIES};
+use stripefs_wire::{op, Operation, Reply, Request, Response, MAX_DATA_BYTES, MAX_READDIR_ENTRIES};
 
 /// Threads in the client-wide I/O worker pool.
 pub const IO_WORKERS: usize = 32;
@@ -140,17 +140,21 @@ impl Inner {
         self.meta.call(cred, req, &[], &mut []).map(|(r, _)| r)
     }
 
-    /// One metadata request answered with attributes.
-    pub fn meta_attr(&self, cred: &Cred, req: Request) -> Result<Attr, WireError> {
-        let op = req.opcode().name();
-        match self.meta_call(cred, req)? {
-            Response::Attr(a) => Ok(a),
-            other => Err(io::unexpected(&self.meta, op, &other)),
-        }
+    /// One metadata operation, answered with its row's reply type.
+    pub fn meta_op<O: Operation>(&self, cred: &Cred, op: O) -> Result<O::Reply, WireError> {
+        self.meta.op(cred, op)
+    }
+
+    /// One metadata request chosen at run time (one of several operations with the same
+    /// reply type), its answer as `R`; the pool checks it against the request's row.
+    pub fn meta_req<R: Reply>(&self, cred: &Cred, req: Request) -> Result<R, WireError> {
+        let op = req.opcode();
+        let resp = self.meta_call(cred, req)?;
+        R::from_response(resp).map_err(|kind| self.meta.unexpected(op, kind))
     }
 
     pub fn getattr(&self, cred: &Cred, ino: InodeId) -> Result<Attr, WireError> {
-        self.meta_attr(cred, Request::GetAttr { ino })
+        self.meta_op(cred, op::GetAttr { ino })
     }
 
     /// The shared I/O state of a file, created on first use.
@@ -479,20 +483,20 @@ impl Traffic {
 
 /// The data servers as the metadata server tells them (DataServers), by id.
 fn data_servers_of(meta: &ServerPool) -> Result<Vec<stripefs_rpc::DataServerEntry>, WireError> {
-    match meta.call(&Cred::root(), Request::DataServers {}, &[], &mut [])? {
-        (Response::DataServers { servers }, _) if !servers.is_empty() => Ok(servers
-            .into_iter()
-            .map(|(addr, host)| stripefs_rpc::DataServerEntry {
-                host,
-                ..stripefs_rpc::DataServerEntry::new(addr)
-            })
-            .collect()),
-        (Response::DataServers { .. }, _) => Err(WireError::new(
+    let servers = meta.op(&Cred::root(), op::DataServers {})?.servers;
+    if servers.is_empty() {
+        return Err(WireError::new(
             stripefs_wire::ErrorCode::InvalidArgument,
             "the metadata server knows no data servers",
-        )),
-        (other, _) => Err(io::unexpected(meta, "DataServers", &other)),
+        ));
     }
+    Ok(servers
+        .into_iter()
+        .map(|(addr, host)| stripefs_rpc::DataServerEntry {
+            host,
+            ..stripefs_rpc::DataServerEntry::new(addr)
+        })
+        .collect())
 }
 
 /// Whether new clients read short-circuit where they can: yes, unless the environment

@@ -38,8 +38,8 @@ use stripefs_rpc::tls::TlsClient;
 use stripefs_rpc::token::TokenCred;
 use stripefs_rpc::{Conn, Pipe, Secret};
 use stripefs_wire::{
-    encode_request_flags, Cred, Envelope, ErrorCode, Features, Opcode, Request, Response, ServerId,
-    WireError, FLAG_NO_REPLY,
+    encode_request_flags, Cred, Envelope, ErrorCode, Features, Opcode, Operation, Reply, ReplyKind,
+    Request, Response, ServerId, WireError, FLAG_NO_REPLY,
 };
 
 /// A pooled connection idle for less than this is used without first asking the kernel
@@ -387,6 +387,21 @@ impl ServerPool {
             Some(id) => format!("data server {} ({})", id.0, self.addr),
             None => format!("metadata server {}", self.addr),
         }
+    }
+
+    /// One operation without bulk data, answered with the reply type of its row of the
+    /// operation table.
+    pub fn op<O: Operation>(&self, cred: &Cred, op: O) -> Result<O::Reply, WireError> {
+        let (resp, _) = self.call(cred, op.into(), &[], &mut [])?;
+        O::Reply::from_response(resp).map_err(|kind| self.unexpected(O::OPCODE, kind))
+    }
+
+    /// The error for an answer of the wrong kind to `op`.
+    pub fn unexpected(&self, op: Opcode, kind: ReplyKind) -> WireError {
+        WireError::new(
+            ErrorCode::UnexpectedMessage,
+            format!("{} answered {} with {kind:?}", self.name(), op.name()),
+        )
     }
 
     /// One request and its response; see [`Conn::call`].

@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use stripefs_rpc::limits::LEASE_RENEWALS;
-use stripefs_wire::{Attr, Cred, ErrorCode, InodeId, Request, Response, WireError};
+use stripefs_wire::{op, Attr, Cred, ErrorCode, InodeId, Operation, WireError};
 
 /// Attempts of one reclaiming Open that fails in transport.
 const RECLAIM_TRIES: u32 = 3;
@@ -59,10 +59,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Starts a session on the metadata server: its id and lease.
 fn session_open(inner_meta: &crate::pool::ServerPool) -> Result<(u64, u64), WireError> {
-    match inner_meta.call(&Cred::root(), Request::SessionOpen {}, &[], &mut [])? {
-        (Response::Session { session, lease_ms }, _) => Ok((session, lease_ms.max(1))),
-        (other, _) => Err(crate::io::unexpected(inner_meta, "SessionOpen", &other)),
-    }
+    let s = inner_meta.op(&Cred::root(), op::SessionOpen {})?;
+    Ok((s.session, s.lease_ms.max(1)))
 }
 
 impl Session {
@@ -111,7 +109,7 @@ impl Session {
         *lock(&self.stop.0) = true;
         self.stop.1.notify_all();
         let session = self.id();
-        if let Err(e) = meta.send_deferred(&Cred::root(), Request::SessionEnd { session }) {
+        if let Err(e) = meta.send_deferred(&Cred::root(), op::SessionEnd { session }.into()) {
             tracing::info!("ending session {session:#x}: {e}; its lease will end it");
         }
     }
@@ -153,15 +151,13 @@ impl Inner {
     /// One renewal; re-establishes the session if the server ended it.
     fn renew_session(&self) -> Result<(), WireError> {
         let session = self.session.id();
-        let req = Request::SessionRenew { session };
-        match self.meta.call(&Cred::root(), req, &[], &mut []) {
-            Ok((Response::Session { lease_ms, .. }, _)) => {
+        match self.meta_op(&Cred::root(), op::SessionRenew { session }) {
+            Ok(s) => {
                 self.session
                     .lease_ms
-                    .store(lease_ms.max(1), Ordering::Relaxed);
+                    .store(s.lease_ms.max(1), Ordering::Relaxed);
                 Ok(())
             }
-            Ok((other, _)) => Err(crate::io::unexpected(&self.meta, "SessionRenew", &other)),
             Err(e) if e.code == ErrorCode::SessionExpired => self.reestablish(session),
             Err(e) => Err(e),
         }
@@ -169,10 +165,10 @@ impl Inner {
 
     /// One reclaiming Open, tried again after a transient failure (a lost answer, a
     /// timeout): a reclaim is not lost for a dropped message.
-    fn reclaim(&self, req: Request) -> Result<(), WireError> {
+    fn reclaim(&self, req: op::Open) -> Result<(), WireError> {
         let mut tries = 0;
         loop {
-            match self.meta_call(&Cred::root(), req.clone()) {
+            match self.meta_op(&Cred::root(), req.clone()) {
                 Err(e) if transient(&e) && tries < RECLAIM_TRIES => tries += 1,
                 r => return r.map(|_| ()),
             }
@@ -194,7 +190,7 @@ impl Inner {
         for (&ino, &n) in opens.iter() {
             for _ in 0..n {
                 // Root and no access asked: the handles were checked when opened.
-                let req = Request::Open {
+                let req = op::Open {
                     ino,
                     session: new,
                     read: false,
@@ -244,14 +240,14 @@ impl Inner {
 
     /// Sends the open made by `make(session)` and counts it; if the server ended the
     /// session meanwhile, re-establishes it and tries once more.
-    pub fn open_counted(
+    pub fn open_counted<O: Operation<Reply = Attr>>(
         &self,
         cred: &Cred,
-        make: impl Fn(u64) -> Request,
+        make: impl Fn(u64) -> O,
     ) -> Result<Attr, WireError> {
         for attempt in 0..2 {
             let id = self.session.id.read().unwrap_or_else(|p| p.into_inner());
-            match self.meta_attr(cred, make(*id)) {
+            match self.meta_op(cred, make(*id)) {
                 Ok(attr) => {
                     *lock(&self.session.opens).entry(attr.ino).or_default() += 1;
                     return Ok(attr);
@@ -283,6 +279,6 @@ impl Inner {
             }
         }
         self.meta
-            .send_deferred(cred, Request::Close { ino, session: *id })
+            .send_deferred(cred, op::Close { ino, session: *id }.into())
     }
 }

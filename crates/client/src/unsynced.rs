@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use stripefs_wire::{Cred, InodeId, Layout, Request};
+use stripefs_wire::{Cred, InodeId, Layout};
 
 /// Files whose data servers' boot identities are kept after their last handle closed.
 pub(crate) const MAX_KEPT_BOOTS: usize = 65_536;
@@ -182,7 +182,10 @@ impl crate::Inner {
         let current = self.session.id();
         if self.unsynced.any_of(current) {
             let upto = self.unsynced.now(current);
-            match self.meta_call(&Cred::root(), Request::SyncMeta { session: current }) {
+            match self.meta_op(
+                &Cred::root(),
+                stripefs_wire::op::SyncMeta { session: current },
+            ) {
                 Ok(_) => self.unsynced.confirmed(upto),
                 Err(e) => tracing::debug!("confirming changes answered unsynced: {e}"),
             }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use stripefs_rpc::{ClusterConfig, Defaults, Secret};
+use stripefs_rpc::{ClusterConfig, Defaults};
 use stripefs_wire::{Cred, Request, Response};
 
 /// How long `up` waits for all servers to serve.
@@ -387,30 +387,20 @@ fn create(dir: &Path, opts: &UpOptions, pick: PortPicker) -> Result<Shape> {
     };
     let ports = pick(&opts.host, opts.servers as usize + 1)?;
     let addr = |p: u16| format!("{}:{p}", opts.host);
+    let data = ports[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| stripefs_rpc::DataServerEntry {
+            addr: addr(p),
+            host: host_of(i as u32),
+            local_socket: local_socket(dir, i),
+            advertise: None,
+        })
+        .collect();
     let mut cluster = ClusterConfig {
-        secret: Secret::generate(),
-        timeout_ms: stripefs_rpc::DEFAULT_TIMEOUT_MS,
-        meta_addr: addr(ports[0]),
-        data: ports[1..]
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| stripefs_rpc::DataServerEntry {
-                addr: addr(p),
-                host: host_of(i as u32),
-                local_socket: local_socket(dir, i),
-                advertise: None,
-            })
-            .collect(),
         defaults: opts.defaults,
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
         meta_host: host_of(0),
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
+        ..ClusterConfig::new(addr(ports[0]), data)
     };
     for sub in ["logs", "run", "meta"] {
         std::fs::create_dir_all(dir.join(sub))?;

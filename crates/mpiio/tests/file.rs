@@ -9,7 +9,7 @@ use stripefs_client::{Client, Cred};
 use stripefs_mpiio::{
     testany, waitall, Communicator, Datatype, File, Hints, Mode, Order, ThreadComm,
 };
-use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults, Secret};
+use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults};
 
 /// One metadata and `n` data servers on 127.0.0.1, stopped on drop.
 struct Cluster {
@@ -25,28 +25,17 @@ impl Cluster {
         let bind = || TcpListener::bind("127.0.0.1:0").unwrap();
         let meta_l = bind();
         let data_l: Vec<_> = (0..n).map(|_| bind()).collect();
+        let data_addrs = data_l
+            .iter()
+            .map(|l| DataServerEntry::new(l.local_addr().unwrap().to_string()))
+            .collect();
         let config = ClusterConfig {
-            secret: Secret::generate(),
             timeout_ms: 10_000,
-            meta_addr: meta_l.local_addr().unwrap().to_string(),
-            data: data_l
-                .iter()
-                .map(|l| DataServerEntry::new(l.local_addr().unwrap().to_string()))
-                .collect(),
             defaults: Defaults {
                 stripe_size_bytes: 64 << 10,
-                stripe_count: 0,
-                inline_bytes: stripefs_rpc::DEFAULT_INLINE_BYTES,
+                ..Defaults::default()
             },
-            lease_ms: stripefs_rpc::limits::LEASE_MS,
-            host: None,
-            meta_host: None,
-            streams: None,
-            pipeline: None,
-            compress: None,
-            token: None,
-            has_secret: true,
-            tls: Default::default(),
+            ..ClusterConfig::new(meta_l.local_addr().unwrap().to_string(), data_addrs)
         };
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();

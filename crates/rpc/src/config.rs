@@ -220,6 +220,28 @@ fn check_addr(addr: &str, what: &str) -> Result<(), String> {
 }
 
 impl ClusterConfig {
+    /// A cluster of the metadata server at `meta_addr` and the data servers `data`, with a
+    /// fresh secret and every other setting as a cluster file that names nothing else
+    /// gives it. What `cluster up`, the simulator and tests start from.
+    pub fn new(meta_addr: String, data: Vec<DataServerEntry>) -> ClusterConfig {
+        ClusterConfig {
+            secret: Secret::generate(),
+            timeout_ms: crate::DEFAULT_TIMEOUT_MS,
+            meta_addr,
+            data,
+            defaults: Defaults::default(),
+            lease_ms: crate::limits::LEASE_MS,
+            host: None,
+            meta_host: None,
+            streams: None,
+            pipeline: None,
+            compress: None,
+            token: None,
+            has_secret: true,
+            tls: crate::tls::TlsSettings::default(),
+        }
+    }
+
     /// Connects to the server at `addr` with the cluster secret, over TLS when the file
     /// has `tls_ca` (administrative tools and servers talking to servers).
     pub fn connect(

@@ -406,6 +406,14 @@ macro_rules! responses {
                 }
             }
         }
+
+        /// One type per [`Response`] variant: what a typed call's success gives
+        /// ([`Operation::Reply`](crate::Operation::Reply)). A variant with one field is
+        /// that field's type; one with none is a unit type.
+        pub mod reply {
+            use super::*;
+            $( crate::ops::reply_item! { $(#[$vattr])* $variant $(( $($tuple)* ))? $({ $($fields)* })? } )*
+        }
     };
 }
 
@@ -422,7 +430,8 @@ responses! {
         server_id: Option<ServerId>,
         version: String,
     },
-    Attr(Attr),
+    // `crate::` because the variant's type in `reply` has the same name.
+    Attr(crate::Attr),
     Target(String),
     Entries {
         entries: Vec<DirEntry>,

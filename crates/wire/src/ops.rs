@@ -33,7 +33,8 @@ use crate::check;
 use crate::msg::crc_list;
 use crate::{
     check_path, validate_hint, validate_host, validate_inline_pieces, validate_name as name_ok,
-    xattr_name_ok, FileType, InlinePiece, InodeId, LayoutHint, ReplyKind, SetAttrs, WireError,
+    xattr_name_ok, FileType, InlinePiece, InodeId, LayoutHint, ReplyKind, Response, SetAttrs,
+    WireError,
 };
 use crate::{check_range, check_unit};
 use serde::{Deserialize, Serialize};
@@ -295,6 +296,13 @@ macro_rules! operations {
         }
     };
 
+    // An operation's reply type from its row's replies: `()` for `Done`, the variant's
+    // type from `reply` for one variant, `Option` of it for `Variant | Done`. Any other
+    // combination matches no rule and does not compile.
+    (@reply_ty Done) => { () };
+    (@reply_ty $r:ident) => { crate::reply::$r };
+    (@reply_ty $r:ident | Done) => { Option<crate::reply::$r> };
+
     (@feature) => { None };
     (@feature $f:ident) => { Some(Features::$f) };
 
@@ -303,6 +311,28 @@ macro_rules! operations {
         -> $($reply:ident)|+ [$($flag:ident),*] $(feature($feat:ident))?
         scope($($sf:ident),*) => $scope:expr,
         check($($cf:ident),* $(; $dl:ident)?) => $check:expr $(,)?) )*) => {
+        /// One request type per operation, with its reply type ([`Operation`]):
+        /// `op::Lookup { parent, name }` is answered with a `reply::Attr`.
+        pub mod op {
+            use super::*;
+            $(
+                #[derive(Clone, Debug, PartialEq)]
+                pub struct $name { $(pub $field: $ty),* }
+
+                impl From<$name> for Request {
+                    fn from(op: $name) -> Request {
+                        let $name { $($field),* } = op;
+                        Request::$name { $($field),* }
+                    }
+                }
+
+                impl Operation for $name {
+                    const OPCODE: Opcode = Opcode::$name;
+                    type Reply = operations!(@reply_ty $($reply)|+);
+                }
+            )*
+        }
+
         /// A request. The variant determines the opcode.
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
         pub enum Request {
@@ -402,6 +432,87 @@ macro_rules! operations {
         }
     };
 }
+
+/// What a success answer converts into: the types of [`reply`](crate::reply), `()` for
+/// `Done`, and `Option<T>` for an operation answered `T | Done`.
+pub trait Reply: Sized {
+    /// The answer as this type, or the kind of answer it was when it is another variant.
+    fn from_response(r: Response) -> Result<Self, ReplyKind>;
+}
+
+impl Reply for () {
+    fn from_response(r: Response) -> Result<(), ReplyKind> {
+        match r {
+            Response::Done => Ok(()),
+            other => Err(other.kind()),
+        }
+    }
+}
+
+/// `T | Done`: `None` for `Done`.
+impl<T: Reply> Reply for Option<T> {
+    fn from_response(r: Response) -> Result<Option<T>, ReplyKind> {
+        match r {
+            Response::Done => Ok(None),
+            other => T::from_response(other).map(Some),
+        }
+    }
+}
+
+/// One operation's request (the types of [`op`]) with the type its success answers, both
+/// from its row of the table.
+pub trait Operation: Into<Request> {
+    const OPCODE: Opcode;
+    type Reply: Reply;
+}
+
+/// The type of one [`Response`] variant in [`reply`](crate::reply) (used by `responses!`).
+macro_rules! reply_item {
+    ($(#[$vattr:meta])* $variant:ident) => {
+        $(#[$vattr])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $variant;
+
+        impl $crate::Reply for $variant {
+            fn from_response(r: Response) -> Result<$variant, ReplyKind> {
+                match r {
+                    Response::$variant => Ok($variant),
+                    other => Err(other.kind()),
+                }
+            }
+        }
+    };
+    ($(#[$vattr:meta])* $variant:ident ( $t:ty )) => {
+        $(#[$vattr])*
+        pub type $variant = $t;
+
+        impl $crate::Reply for $t {
+            fn from_response(r: Response) -> Result<$t, ReplyKind> {
+                match r {
+                    Response::$variant(v) => Ok(v),
+                    other => Err(other.kind()),
+                }
+            }
+        }
+    };
+    ($(#[$vattr:meta])* $variant:ident { $( $(#[$fattr:meta])* $field:ident : $ty:ty ),* $(,)? }) => {
+        $(#[$vattr])*
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct $variant {
+            $( $(#[$fattr])* pub $field: $ty, )*
+        }
+
+        impl $crate::Reply for $variant {
+            fn from_response(r: Response) -> Result<$variant, ReplyKind> {
+                match r {
+                    Response::$variant { $($field),* } => Ok($variant { $($field),* }),
+                    other => Err(other.kind()),
+                }
+            }
+        }
+    };
+}
+pub(crate) use reply_item;
 
 const fn flag_in(flags: &[Flag], f: Flag) -> bool {
     let mut i = 0;
@@ -599,7 +710,7 @@ operations! {
     (MetaReadOp 35 => ReadInline { ino: InodeId } -> Attr [] scope(ino) => reads(Ino(*ino)), check() => ok())
     // Moves an inline file's bytes to its data servers (write access), durably, before
     // answering with its `Attr`; a file not inline is answered at once.
-    (MetaOp 36 => Uninline { ino: InodeId } -> Attr | Done [] scope(ino) => writes(Ino(*ino)), check() => ok())
+    (MetaOp 36 => Uninline { ino: InodeId } -> Attr [] scope(ino) => writes(Ino(*ino)), check() => ok())
     // Extended attributes (docs/protocol.md, "Extended attributes"). The value of
     // attribute `name`, or `NoAttr`.
     (MetaReadOp 37 => GetXattr { ino: InodeId, name: String } -> Xattr []
@@ -659,7 +770,7 @@ operations! {
     // The features the sender has (a client's, then the server's in its answer); sent
     // right after the handshake. A server that predates it refuses it (BadFrame) and has
     // no features.
-    (ConnectionOp 6 => Features { features: Features } -> Features [Idempotent] scope() => ANY, check() => ok())
+    (ConnectionOp 6 => Features { features: crate::Features } -> Features [Idempotent] scope() => ANY, check() => ok())
     // Metadata: the namespace's inodes in use, what `df -i` shows (statfs's f_files and
     // f_ffree).
     (MetaReadOp 47 => Statfs {} -> Statfs [Idempotent] feature(STATFS) scope() => ANY, check() => ok())
@@ -723,5 +834,93 @@ impl Valid {
 
     pub fn into_env(self) -> crate::Envelope {
         self.env
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{reply, Attr};
+
+    fn attr() -> Attr {
+        Attr {
+            ino: InodeId(5),
+            ftype: FileType::File,
+            mode: 0o644,
+            nlink: 1,
+            uid: 1,
+            gid: 2,
+            size: 3,
+            atime_ns: 4,
+            mtime_ns: 5,
+            ctime_ns: 6,
+            rdev: 0,
+            layout: None,
+            dir_layout: LayoutHint::default(),
+            inline: None,
+        }
+    }
+
+    #[test]
+    fn a_typed_request_is_its_rows_request() {
+        let r: Request = op::Lookup {
+            parent: InodeId(1),
+            name: "a".into(),
+        }
+        .into();
+        assert_eq!(r.opcode(), <op::Lookup as Operation>::OPCODE);
+        assert_eq!(
+            r,
+            Request::Lookup {
+                parent: InodeId(1),
+                name: "a".into()
+            }
+        );
+        let r: Request = op::Statfs {}.into();
+        assert_eq!(r.opcode(), Opcode::Statfs);
+    }
+
+    #[test]
+    fn a_reply_converts_only_from_its_variant() {
+        let a = attr();
+        // `-> Attr`: the attributes; anything else is given back.
+        let got = <op::GetAttr as Operation>::Reply::from_response(Response::Attr(a.clone()));
+        assert_eq!(got, Ok(a.clone()));
+        let got = <op::GetAttr as Operation>::Reply::from_response(Response::Done);
+        assert_eq!(got, Err(ReplyKind::Done));
+        // `-> Attr | Done`: `Some` of the attributes, or `None`.
+        type UnlinkReply = <op::Unlink as Operation>::Reply;
+        assert_eq!(UnlinkReply::from_response(Response::Done), Ok(None));
+        assert_eq!(
+            UnlinkReply::from_response(Response::Attr(a.clone())),
+            Ok(Some(a))
+        );
+        let pong = Response::Pong {
+            role: crate::Role::Meta,
+            server_id: None,
+            version: "x".into(),
+        };
+        assert_eq!(
+            UnlinkReply::from_response(pong.clone()),
+            Err(ReplyKind::Pong)
+        );
+        // `-> Done`: the unit type.
+        type RenameReply = <op::Rename as Operation>::Reply;
+        assert_eq!(RenameReply::from_response(Response::Done), Ok(()));
+        assert_eq!(RenameReply::from_response(pong), Err(ReplyKind::Pong));
+        // A struct variant: its fields.
+        let s = <op::Statfs as Operation>::Reply::from_response(Response::Statfs {
+            inodes: 3,
+            files: 2,
+            dirs: 1,
+        });
+        assert_eq!(
+            s,
+            Ok(reply::Statfs {
+                inodes: 3,
+                files: 2,
+                dirs: 1
+            })
+        );
     }
 }

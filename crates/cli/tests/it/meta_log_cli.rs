@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 use stripefs_meta::{FixedClock, MetaService};
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Service};
 use stripefs_wire::*;
 
 fn bin() -> &'static str {
@@ -15,25 +15,11 @@ fn bin() -> &'static str {
 
 fn cluster() -> ClusterConfig {
     ClusterConfig {
-        secret: Secret::generate(),
         timeout_ms: 1000,
-        meta_addr: "127.0.0.1:1".into(),
-        data: vec![DataServerEntry {
-            addr: "127.0.0.1:1".into(),
-            host: None,
-            local_socket: None,
-            advertise: None,
-        }],
-        defaults: Defaults::default(),
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
-        meta_host: None,
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
+        ..ClusterConfig::new(
+            "127.0.0.1:1".into(),
+            vec![DataServerEntry::new("127.0.0.1:1".into())],
+        )
     }
 }
 

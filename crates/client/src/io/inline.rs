@@ -171,7 +171,7 @@ impl InodeIo {
         let (ino, mtime_ns) = (self.ino, lock_state(&self.state).unflushed_mtime_ns);
         let session = self.inner.session.id();
         let req = Request::write_inline(ino, pieces, mtime_ns, durable);
-        let attr = self.inner.meta_attr(cred, req).map_err(|e| {
+        let attr = self.inner.meta_req::<Attr>(cred, req).map_err(|e| {
             if is_not_inline(&e) {
                 e
             } else {
@@ -215,7 +215,7 @@ impl InodeIo {
         };
         let attr = match self
             .inner
-            .meta_attr(cred, Request::Uninline { ino: self.ino })
+            .meta_op(cred, stripefs_wire::op::Uninline { ino: self.ino })
         {
             Ok(a) => a,
             Err(e) => {
@@ -291,7 +291,7 @@ impl InodeIo {
             }
             let attr = self
                 .inner
-                .meta_attr(cred, Request::ReadInline { ino: self.ino })?;
+                .meta_op(cred, stripefs_wire::op::ReadInline { ino: self.ino })?;
             lock_state(&self.state).meta_size = attr.size;
             match &attr.inline {
                 None => {
@@ -324,7 +324,7 @@ impl InodeIo {
         let sent = self.send_dirty(cred, st, false);
         let fits = size <= st.max as u64;
         let answer = match sent {
-            Ok(()) if fits => Some(self.inner.meta_attr(cred, req)),
+            Ok(()) if fits => Some(self.inner.meta_req::<Attr>(cred, req)),
             Ok(()) => None,
             Err(e) if is_not_inline(&e) => None,
             Err(e) => return Err(e),

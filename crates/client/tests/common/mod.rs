@@ -209,33 +209,18 @@ impl Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let meta_l = bind();
         let data_l: Vec<TcpListener> = (0..n_data).map(|_| bind()).collect();
+        let data_addrs = data_l
+            .iter()
+            .map(|l| DataServerEntry::new(l.local_addr().unwrap().to_string()))
+            .collect();
         let config = ClusterConfig {
-            secret: Secret::generate(),
             timeout_ms: 10_000,
-            meta_addr: meta_l.local_addr().unwrap().to_string(),
-            data: data_l
-                .iter()
-                .map(|l| DataServerEntry {
-                    addr: l.local_addr().unwrap().to_string(),
-                    host: None,
-                    local_socket: None,
-                    advertise: None,
-                })
-                .collect(),
             defaults: Defaults {
                 stripe_size_bytes: stripe,
-                stripe_count: 0,
-                inline_bytes: stripefs_rpc::DEFAULT_INLINE_BYTES,
+                ..Defaults::default()
             },
             lease_ms,
-            host: None,
-            meta_host: None,
-            streams: None,
-            pipeline: None,
-            compress: None,
-            token: None,
-            has_secret: true,
-            tls: Default::default(),
+            ..ClusterConfig::new(meta_l.local_addr().unwrap().to_string(), data_addrs)
         };
         let mut data = Vec::new();
         let mut targets = Vec::new();

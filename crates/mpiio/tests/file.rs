@@ -2,81 +2,14 @@
 //! I/O against each other, asynchronous requests, hints.
 
 use proptest::prelude::*;
-use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use stripefs_client::{Client, Cred};
 use stripefs_mpiio::{
     testany, waitall, Communicator, Datatype, File, Hints, Mode, Order, ThreadComm,
 };
-use stripefs_rpc::{ClusterConfig, DataServerEntry, Defaults};
+use stripefs_testkit::cluster::Cluster;
 
-/// One metadata and `n` data servers on 127.0.0.1, stopped on drop.
-struct Cluster {
-    config: ClusterConfig,
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn start(n: usize) -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let bind = || TcpListener::bind("127.0.0.1:0").unwrap();
-        let meta_l = bind();
-        let data_l: Vec<_> = (0..n).map(|_| bind()).collect();
-        let data_addrs = data_l
-            .iter()
-            .map(|l| DataServerEntry::new(l.local_addr().unwrap().to_string()))
-            .collect();
-        let config = ClusterConfig {
-            timeout_ms: 10_000,
-            defaults: Defaults {
-                stripe_size_bytes: 64 << 10,
-                ..Defaults::default()
-            },
-            ..ClusterConfig::new(meta_l.local_addr().unwrap().to_string(), data_addrs)
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        for (i, l) in data_l.into_iter().enumerate() {
-            let t = dir.path().join(format!("d{i}"));
-            let svc =
-                stripefs_data::DataService::open(stripefs_client::ServerId(i as u32), &[t], None)
-                    .unwrap();
-            let (s, st) = (config.secret.clone(), stop.clone());
-            threads.push(std::thread::spawn(move || {
-                stripefs_rpc::serve(l, s, svc, st).unwrap();
-            }));
-        }
-        let meta =
-            stripefs_meta::MetaService::open(&dir.path().join("meta.redb"), &config).unwrap();
-        let (s, st) = (config.secret.clone(), stop.clone());
-        threads.push(std::thread::spawn(move || {
-            stripefs_rpc::serve(meta_l, s, meta, st).unwrap();
-        }));
-        Cluster {
-            config,
-            stop,
-            threads,
-            _dir: dir,
-        }
-    }
-
-    fn client(&self) -> Client {
-        Client::connect(&self.config)
-            .unwrap()
-            .with_cred(Cred::root())
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
+/// One metadata and `n` data servers (one target each, 64 KiB stripes) in this process.
+fn cluster(n: usize) -> Cluster {
+    Cluster::with(n, 1, 64 << 10)
 }
 
 const RW_CREATE: Mode = Mode {
@@ -104,7 +37,7 @@ fn block_view(n: u64, p: u64, r: u64) -> Datatype {
 
 #[test]
 fn collective_and_independent_writes_through_subarray_views_agree() {
-    let cl = Cluster::start(3);
+    let cl = cluster(3);
     let (n, p) = (64u64, 2u64);
     let ranks = (p * p) as usize;
     let block = ((n / p) * (n / p) * 8) as usize;
@@ -156,7 +89,7 @@ fn collective_and_independent_writes_through_subarray_views_agree() {
 
 #[test]
 fn asynchronous_requests_complete_in_order_and_report_at_wait() {
-    let cl = Cluster::start(2);
+    let cl = cluster(2);
     let c = cl.client();
     let mut f = File::open(&c, "/async", RW_CREATE, &Hints::default()).unwrap();
     let mut reqs = Vec::new();
@@ -185,7 +118,7 @@ fn asynchronous_requests_complete_in_order_and_report_at_wait() {
 
 #[test]
 fn striping_hints_apply_at_create_and_bad_hints_are_refused() {
-    let cl = Cluster::start(3);
+    let cl = cluster(3);
     let c = cl.client();
     let hints = Hints::default()
         .set("striping_unit", "131072")
@@ -202,7 +135,7 @@ fn striping_hints_apply_at_create_and_bad_hints_are_refused() {
 
 #[test]
 fn collective_open_creates_once_and_collective_resize_is_seen_by_all() {
-    let cl = Cluster::start(2);
+    let cl = cluster(2);
     let hints = Hints::default().set("striping_factor", "1");
     let comms = ThreadComm::group(4);
     let threads: Vec<_> = comms
@@ -265,7 +198,7 @@ proptest! {
     fn collective_equals_independent_for_random_vector_views(
         blocklen in 1u64..40, gap in 0u64..40, count in 1u64..20, cb_nodes in 1u64..5,
     ) {
-        let cl = Cluster::start(2);
+        let cl = cluster(2);
         let ranks = 4usize;
         let stride = (blocklen + gap) * ranks as u64;
         let len = (count * blocklen) as usize;
@@ -294,7 +227,7 @@ proptest! {
 
 #[test]
 fn a_collective_resize_cuts_what_every_rank_wrote_before_it() {
-    let cl = Cluster::start(2);
+    let cl = cluster(2);
     let comms = ThreadComm::group(3);
     let threads: Vec<_> = comms
         .into_iter()

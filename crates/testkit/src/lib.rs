@@ -10,8 +10,13 @@
 //!   where it fails: CI's machine has every environment, and `.ci/run` counts the lines
 //!   this prints.
 //!
-//! The in-process and process clusters stay in each crate's `tests/common` (they need
-//! the crates under test, which depend on nothing test-only).
+//! - [`cluster`] (feature `cluster`): an in-process cluster of the real services, for the
+//!   tests of the client and the layers above it. The process clusters (the `stripefs`
+//!   binary started as servers, and its mounts) are in crates/cli/tests/common: they need
+//!   the binary Cargo builds for that crate's tests only.
+
+#[cfg(feature = "cluster")]
+pub mod cluster;
 
 /// The variable that replays a randomised test.
 pub const SEED_VAR: &str = "STRIPEFS_SEED";

@@ -14,7 +14,7 @@ use super::{call_servers, lock, now_ns, overlaps, unexpected, InodeIo, Pending};
 use crate::exec::promise;
 use crate::pool::ServerPool;
 use crate::{Inner, MAX_FILE_BYTES};
-use stripefs_wire::{Attr, Cred, ErrorCode, FileType, Request, Response, WireError};
+use stripefs_wire::{op, Attr, Cred, ErrorCode, FileType, Request, Response, WireError};
 
 fn done(pool: &ServerPool, resp: Response) -> Result<(), WireError> {
     match resp {
@@ -123,14 +123,14 @@ impl InodeIo {
 
     /// Records on the metadata server a size of at least `size` and a new mtime.
     fn record_change(&self, cred: &Cred, size: u64) -> Result<(), WireError> {
-        let req = Request::ExtendSize {
+        let req = op::ExtendSize {
             ino: self.ino,
             size,
             mtime_ns: now_ns(),
         };
-        match self.inner.meta_call(cred, req)? {
-            Response::Attr(a) => self.note_meta_size(a.size),
-            _ => {
+        match self.inner.meta_op(cred, req)? {
+            Some(a) => self.note_meta_size(a.size),
+            None => {
                 let mut st = lock(&self.state);
                 st.meta_size = st.meta_size.max(size);
             }

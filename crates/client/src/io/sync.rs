@@ -2,6 +2,7 @@
 //! servers' fsyncs with their boot identities, and a new size on every server.
 
 use super::*;
+use stripefs_wire::op;
 
 impl InodeIo {
     /// Waits for pending writes, optionally makes them durable on every server of the
@@ -51,9 +52,10 @@ impl InodeIo {
                 mtime_ns,
             }
         };
-        match self.inner.meta_call(cred, req) {
-            Ok(resp) => {
-                if let Response::Attr(a) = resp {
+        // Both rows answer `Attr | Done`.
+        match self.inner.meta_req::<Option<Attr>>(cred, req) {
+            Ok(attr) => {
+                if let Some(a) = attr {
                     self.note_meta_size(a.size);
                 } else {
                     let mut st = lock(&self.state);
@@ -85,7 +87,7 @@ impl InodeIo {
     pub(super) fn sync_meta(&self, cred: &Cred) -> Result<(), WireError> {
         let mark = self.inner.unsynced.mark(self.ino);
         let session = mark.map_or(0, |m| m.session);
-        let r = self.inner.meta_call(cred, Request::SyncMeta { session });
+        let r = self.inner.meta_op(cred, op::SyncMeta { session });
         if let Some(m) = mark {
             // Confirmed, or its loss reported now: once.
             if r.is_ok()
@@ -183,9 +185,9 @@ impl InodeIo {
             ));
         }
         if !via_write_handle {
-            self.inner.meta_call(
+            self.inner.meta_op(
                 cred,
-                Request::Access {
+                op::Access {
                     ino: self.ino,
                     mask: 2,
                 },

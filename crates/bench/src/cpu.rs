@@ -28,13 +28,7 @@ pub fn pid_cpu_s(pid: u32) -> Option<f64> {
 }
 
 fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no memory effects.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
+    rustix::param::clock_ticks_per_second() as f64
 }
 
 /// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line, in clock ticks. The

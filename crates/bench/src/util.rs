@@ -243,16 +243,6 @@ fn stop_cluster(dir: &Path) {
     }
 }
 
-/// Write end of the pipe the signal handler writes to (-1 before installation).
-static SIGNAL_PIPE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    let fd = SIGNAL_PIPE_FD.load(std::sync::atomic::Ordering::Relaxed);
-    let b = 1u8;
-    // SAFETY: write(2) is async-signal-safe; the buffer is a live local byte.
-    unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
-}
-
 /// On SIGINT, SIGTERM or SIGHUP, stops every cluster a `ClusterGuard` holds, then exits
 /// with status 130. Servers run in their own process group, so a Ctrl-C at the terminal
 /// does not reach them: without this they would outlive an interrupted benchmark. A
@@ -260,31 +250,17 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 pub fn interrupt_stops_clusters() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe(2) fills the two-element array we own.
-        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-            eprintln!(
-                "warning: no interrupt handler: {}",
-                std::io::Error::last_os_error()
-            );
-            return;
-        }
-        SIGNAL_PIPE_FD.store(fds[1], std::sync::atomic::Ordering::Relaxed);
-        let read_fd = fds[0];
-        std::thread::spawn(move || {
-            let mut b = 0u8;
-            // SAFETY: blocking read of one byte into a live local from our own pipe.
-            while unsafe { libc::read(read_fd, &mut b as *mut u8 as *mut libc::c_void, 1) } != 1 {}
-            eprintln!("\ninterrupted: stopping the benchmark clusters");
+        use stripefs_sys::signals::{self, SIGHUP, SIGINT, SIGTERM};
+        let installed = signals::on_signals(&[SIGINT, SIGTERM, SIGHUP], "interrupt", |sig| {
+            eprintln!("\n{}: stopping the benchmark clusters", signals::name(sig));
             let dirs = lock_live().clone();
             for d in dirs {
                 stop_cluster(&d);
             }
             std::process::exit(130);
         });
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: installs a handler that only calls write(2) on a valid descriptor.
-            unsafe { libc::signal(sig, on_interrupt as *const () as libc::sighandler_t) };
+        if let Err(e) = installed {
+            eprintln!("warning: no interrupt handler: {e}");
         }
     });
 }

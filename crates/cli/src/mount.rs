@@ -166,8 +166,9 @@ fn report(ready_fd: Option<i32>, r: &Result<()>) {
 /// Mounts and serves in this process until unmounted.
 fn serve(a: MountArgs) -> Result<()> {
     let ready_fd = a.ready_fd;
-    let signals = block_signals();
-    if let Err(e) = crate::serve::init_logging(a.log.as_deref(), a.foreground) {
+    let started = crate::serve::init_logging(a.log.as_deref(), a.foreground)
+        .and_then(|()| unmount_on_signals(a.mountpoint.clone()));
+    if let Err(e) = started {
         let r = Err(e);
         report(ready_fd, &r);
         return r;
@@ -176,7 +177,16 @@ fn serve(a: MountArgs) -> Result<()> {
     let r = mounted.as_ref().map(|_| ()).map_err(|e| anyhow!("{e:#}"));
     report(ready_fd, &r);
     let mounted = mounted?;
-    unmount_on_signals(signals, a.mountpoint.clone());
+    // A stop signal that came while mounting found nothing to unmount yet.
+    if STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+        tracing::info!(
+            "stopped while mounting: unmounting {}",
+            a.mountpoint.display()
+        );
+        if let Err(e) = stripefs_fuse::unmount(&a.mountpoint, true) {
+            tracing::debug!("unmounting after a stop while mounting: {e}");
+        }
+    }
     tracing::info!("serving {}", a.mountpoint.display());
     mounted.run().context("serving FUSE requests")?;
     tracing::info!("unmounted {}", a.mountpoint.display());
@@ -217,33 +227,22 @@ fn connect_and_mount(a: &MountArgs) -> Result<stripefs_fuse::Mounted> {
     Ok(stripefs_fuse::mount(client, &a.mountpoint, &opts)?)
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and so in every thread started
-/// after it; [`unmount_on_signals`] takes them with sigwait.
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-set manipulation on a local sigset_t.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, s);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
+/// Set by the first stop signal, for one that arrives before the mount exists.
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The signals in `set` unmount (lazily, so that open files do not keep a stopping
-/// daemon's mount busy); the request loop then ends and the process exits.
-fn unmount_on_signals(set: libc::sigset_t, mountpoint: PathBuf) {
-    std::thread::spawn(move || loop {
-        let mut sig = 0;
-        // SAFETY: `set` is an initialised signal set; sigwait writes the signal number.
-        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-            continue;
-        }
-        tracing::info!("signal {sig}: unmounting {}", mountpoint.display());
+/// SIGINT, SIGTERM and SIGHUP unmount (lazily, so that open files do not keep a
+/// stopping daemon's mount busy); the request loop then ends and the process exits.
+/// Installed before mounting, so that no stop signal can leave a mount without its
+/// daemon.
+fn unmount_on_signals(mountpoint: PathBuf) -> Result<()> {
+    use stripefs_sys::signals::{self, SIGHUP, SIGINT, SIGTERM};
+    signals::on_signals(&[SIGINT, SIGTERM, SIGHUP], "unmount-signal", move |sig| {
+        STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
+        let sig = signals::name(sig);
+        tracing::info!("{sig}: unmounting {}", mountpoint.display());
         if let Err(e) = stripefs_fuse::unmount(&mountpoint, true) {
-            tracing::warn!("unmounting after signal {sig}: {e}");
+            tracing::warn!("unmounting after {sig}: {e}");
         }
-    });
+    })
+    .context("installing the unmount-signal handler")
 }

@@ -1,6 +1,6 @@
 //! `stripefs serve meta|data --config FILE`: one server in the foreground.
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,12 +32,6 @@ pub struct ServeArgs {
     no_zero_copy: bool,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
 pub fn run(a: ServeArgs) -> Result<()> {
     init_logging(a.log.as_deref(), true)?;
     let mut cfg = stripefs_rpc::ServerConfig::load(&a.config).map_err(|e| anyhow!(e))?;
@@ -48,20 +42,17 @@ pub fn run(a: ServeArgs) -> Result<()> {
         cfg.zero_copy = false;
     }
     let shutdown = Arc::new(AtomicBool::new(false));
-    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-    }
     let flag = shutdown.clone();
-    std::thread::spawn(move || loop {
-        if STOP.load(Ordering::SeqCst) {
-            tracing::info!("signal received, shutting down");
+    use stripefs_sys::signals;
+    signals::on_signals(
+        &[signals::SIGTERM, signals::SIGINT],
+        "stop-signal",
+        move |sig| {
+            tracing::info!("{} received, shutting down", signals::name(sig));
             flag.store(true, Ordering::SeqCst);
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    });
+        },
+    )
+    .context("installing the stop-signal handler")?;
     let r = match a.role {
         Role::Meta => stripefs_meta::run(&cfg, shutdown),
         Role::Data => stripefs_data::run(&cfg, shutdown),

@@ -724,7 +724,7 @@ fn direct_read_fits(f: &dyn ObjectFile, off: u64, out: &[u8]) -> bool {
         && out.as_ptr() as usize % PAGE == 0
         && out.len() % PAGE == 0
         && off % PAGE as u64 == 0
-        && f.raw_fd()
+        && f.borrowed_fd()
             .and_then(|fd| local::cachestat(&fd, off, out.len() as u64))
             .is_some_and(|c| c.cached == 0)
 }
@@ -800,7 +800,7 @@ fn read_full(f: &Arc<dyn ObjectFile>, buf: &mut [u8], off: u64) -> std::io::Resu
 /// file again, and where it has none the caller reads through the page cache instead).
 /// Bytes past the file's end are zeros.
 fn read_direct(f: &Arc<dyn ObjectFile>, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-    let fd = f.raw_fd().ok_or_else(|| {
+    let fd = f.borrowed_fd().ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::Unsupported,
             "a file without a descriptor",

@@ -445,7 +445,7 @@ fn serve_conn(
         let (answer, out, after) = session.call(op, attached);
         // The files stay open until the message that passes their descriptors is sent.
         let files = out.files();
-        let fds: Vec<_> = files.iter().filter_map(|f| f.raw_fd()).collect();
+        let fds: Vec<_> = files.iter().filter_map(|f| f.borrowed_fd()).collect();
         if fds.len() != files.len() {
             let e = WireError::new(ErrorCode::Internal, "a file without a descriptor");
             let _ = local::send_answer(c, r.id, r.opcode, &Err(e), &[]);

@@ -699,8 +699,9 @@ pub fn store_written(c: &Ctx, obj: &Object, off: u64, crcs: &[u32]) -> Result<()
 /// simulator's store), the file itself, shared as a descriptor shares the inode.
 /// `Unsupported` for a file system that does not take `O_DIRECT` (tmpfs).
 pub fn direct_writer(obj: &Object) -> io::Result<Arc<dyn ObjectFile>> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
-    let Some(fd) = obj.data.raw_fd() else {
+    let Some(fd) = obj.data.borrowed_fd() else {
         return Ok(obj.data.clone());
     };
     // A new open of the same file (not a dup): O_DIRECT belongs to the open, and the
@@ -708,7 +709,7 @@ pub fn direct_writer(obj: &Object) -> io::Result<Arc<dyn ObjectFile>> {
     std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
-        .open(format!("/proc/self/fd/{fd}"))
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map(|f| Arc::new(stripefs_sys::storage::FsFile::from(f)) as Arc<dyn ObjectFile>)
         .map_err(|e| match e.raw_os_error() {
             Some(libc::EINVAL) => io::Error::new(
@@ -723,8 +724,9 @@ pub fn direct_writer(obj: &Object) -> io::Result<Arc<dyn ObjectFile>> {
 /// read-only mapping of its descriptor (no copy of the bytes), or by `read_at` for a file
 /// without one (in memory).
 fn stored_crcs(file: &dyn ObjectFile, off: u64, len: u64) -> io::Result<Vec<u32>> {
-    if let Some(fd) = file.raw_fd() {
-        return mapped_crcs(fd, off, len);
+    use std::os::fd::AsRawFd;
+    if let Some(fd) = file.borrowed_fd() {
+        return mapped_crcs(fd.as_raw_fd(), off, len);
     }
     let mut bytes = vec![0u8; len as usize];
     let n = file.read_at(&mut bytes, off)?;
@@ -1023,7 +1025,11 @@ pub fn read_parts(
     zero_crc: u32,
 ) -> Result<Option<Vec<Part>>, WireError> {
     assert!(off % BLOCK == 0);
-    let Some(fd) = obj.data.raw_fd() else {
+    let Some(fd) = obj
+        .data
+        .borrowed_fd()
+        .map(|f| std::os::fd::AsRawFd::as_raw_fd(&f))
+    else {
         return Ok(None);
     };
     let first = off / BLOCK;

@@ -18,6 +18,7 @@
 //! that each pid still belongs to a stripefs server of this directory.
 
 use anyhow::{anyhow, bail, Context, Result};
+use rustix::process::{Pid, Signal};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -660,8 +661,7 @@ fn stop_started(started: &[(ServerProc, u32)]) {
 
 /// SIGTERM, wait, then SIGKILL. Returns whether the process had to be killed.
 fn stop_pid(pid: u32, grace: Duration) -> bool {
-    // SAFETY: kill(2) with a pid we started and checked; no memory is touched.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    signal(pid, Signal::TERM);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         reap(pid);
@@ -670,8 +670,7 @@ fn stop_pid(pid: u32, grace: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    // SAFETY: as above.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    signal(pid, Signal::KILL);
     reap(pid);
     true
 }
@@ -679,9 +678,21 @@ fn stop_pid(pid: u32, grace: Duration) -> bool {
 /// Collects the exit status of our own child, if it is one, so that it does not linger
 /// as a zombie while the launcher lives on (tests, benchmarks).
 fn reap(pid: u32) {
-    let mut status = 0;
-    // SAFETY: waitpid on a specific pid with WNOHANG; fails harmlessly if not our child.
-    unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    use rustix::process::{waitpid, WaitOptions};
+    // Fails harmlessly if it is not our child.
+    let _ = waitpid(to_pid(pid), WaitOptions::NOHANG);
+}
+
+fn to_pid(pid: u32) -> Option<Pid> {
+    i32::try_from(pid).ok().and_then(Pid::from_raw)
+}
+
+/// Sends `sig` to `pid` (one this launcher started and checked); a process already gone
+/// is no error.
+fn signal(pid: u32, sig: Signal) {
+    if let Some(p) = to_pid(pid) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
 }
 
 /// What `down` did.
@@ -738,8 +749,8 @@ pub fn kill9(dir: &Path, name: &str) -> Result<u32> {
         .find(|(s, _)| s.name == name)
         .ok_or_else(|| anyhow!("no server {name} in {}", dir.display()))?;
     let pid = pid.ok_or_else(|| anyhow!("{name} is not running"))?;
-    // SAFETY: a pid verified to be this cluster's server.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    // A pid verified to be this cluster's server.
+    signal(pid, Signal::KILL);
     let deadline = Instant::now() + STOP_TIMEOUT;
     while alive(pid) && Instant::now() < deadline {
         reap(pid);

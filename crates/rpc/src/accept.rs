@@ -28,7 +28,7 @@ use rustls::ServerConnection;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,8 +118,9 @@ impl Acceptor {
         listener.set_nonblocking(true)?;
         // A deeper queue than std's 128: bursts wait for the acceptor instead of having
         // their SYNs dropped (a client then waits a second to retry).
-        // SAFETY: listen on a valid listening socket only changes its backlog.
-        unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) };
+        // Listening again on a listening socket only changes its backlog; a refusal
+        // keeps std's.
+        let _ = rustix::net::listen(&listener, LISTEN_BACKLOG);
         let mut listener = TcpListener::from_std(listener);
         let poll = Poll::new()?;
         poll.registry()
@@ -355,8 +356,7 @@ impl Acceptor {
             }
             Step::Authenticated(auth_id, token) => {
                 if let Some(p) = self.take(id) {
-                    // SAFETY: the descriptor moves from the mio stream to the std one.
-                    let std = unsafe { std::net::TcpStream::from_raw_fd(p.stream.into_raw_fd()) };
+                    let std = std::net::TcpStream::from(p.stream);
                     let stream = match p.link {
                         Link::Tls(conn) => {
                             Stream::Server(Box::new(rustls::StreamOwned::new(*conn, std)))

@@ -375,18 +375,19 @@ impl Conn {
     /// asked for, such as its `ConnectionClosed` notice): then it must not be used. Asks
     /// the kernel without waiting.
     pub fn closed_by_peer(&mut self) -> bool {
-        use std::os::fd::AsRawFd;
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
         if self.stream.buffered() {
             return true;
         }
-        let mut pfd = libc::pollfd {
-            fd: self.stream.as_raw_fd(),
-            events: libc::POLLIN | libc::POLLRDHUP,
-            revents: 0,
+        let mut pfd = [PollFd::new(
+            self.stream.tcp(),
+            PollFlags::IN | PollFlags::RDHUP,
+        )];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
         };
-        // SAFETY: one valid pollfd on the stack for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-        n != 0
+        !matches!(poll(&mut pfd, Some(&now)), Ok(0))
     }
 
     /// Writes the deferred requests.

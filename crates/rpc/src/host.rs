@@ -13,14 +13,10 @@ pub const HOST_ENV: &str = "STRIPEFS_HOST";
 /// The machine's hostname as a host id: the part before the first dot, with characters a
 /// host id does not allow replaced by `-`; `localhost` if it cannot be read.
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name: String = String::from_utf8_lossy(&buf[..end])
+    let uname = rustix::system::uname();
+    let name: String = uname
+        .nodename()
+        .to_string_lossy()
         .split('.')
         .next()
         .unwrap_or("")

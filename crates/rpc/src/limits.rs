@@ -123,26 +123,20 @@ impl Limits {
 /// Raises this process's limit of open files to its hard limit (once), so that a server
 /// can hold its connection budgets; returns the limit now in force.
 pub fn raise_nofile_limit() -> u64 {
-    // SAFETY: getrlimit and setrlimit with a valid struct on the stack.
-    unsafe {
-        let mut r = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    // `None` is unlimited.
+    let r = getrlimit(Resource::Nofile);
+    let (cur, max) = (r.current.unwrap_or(u64::MAX), r.maximum.unwrap_or(u64::MAX));
+    if cur < max {
+        let want = Rlimit {
+            current: r.maximum,
+            maximum: r.maximum,
         };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-            return 0;
+        if setrlimit(Resource::Nofile, want).is_ok() {
+            return max;
         }
-        if r.rlim_cur < r.rlim_max {
-            let want = libc::rlimit {
-                rlim_cur: r.rlim_max,
-                rlim_max: r.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                return want.rlim_cur;
-            }
-        }
-        r.rlim_cur
     }
+    cur
 }
 
 // Client sessions (item 10 of issue 12).

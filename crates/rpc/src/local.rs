@@ -18,8 +18,15 @@
 //! place).
 
 use crate::auth::{random_nonce, Secret};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::net::{
+    self, sockopt, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 use stripefs_wire::{
@@ -44,38 +51,53 @@ pub struct Seqpacket {
     fd: OwnedFd,
 }
 
-fn sockaddr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+fn sockaddr(path: &Path) -> io::Result<net::SocketAddrUnix> {
     use std::os::unix::ffi::OsStrExt;
-    let bytes = path.as_os_str().as_bytes();
-    // SAFETY: sockaddr_un is plain data; all zeros is a valid value.
-    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    if bytes.len() >= a.sun_path.len() {
+    /// `sizeof(sockaddr_un.sun_path)` on Linux, including the terminating zero.
+    const SUN_PATH: usize = 108;
+    let len = path.as_os_str().as_bytes().len();
+    if len >= SUN_PATH {
         return Err(err(
             io::ErrorKind::InvalidInput,
             format!(
-                "socket path {} is {} bytes; Unix sockets allow at most {}",
+                "socket path {} is {len} bytes; Unix sockets allow at most {}",
                 path.display(),
-                bytes.len(),
-                a.sun_path.len() - 1
+                SUN_PATH - 1
             ),
         ));
     }
-    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (d, s) in a.sun_path.iter_mut().zip(bytes) {
-        *d = *s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    Ok((a, len as libc::socklen_t))
+    Ok(net::SocketAddrUnix::new(path)?)
 }
 
 fn new_socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain socket call; the descriptor is owned at once.
-    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    let fd = net::socket_with(
+        net::AddressFamily::UNIX,
+        net::SocketType::SEQPACKET,
+        net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    Ok(crate::fdplace::place(fd))
+}
+
+/// Waits up to `timeout` (`None`: no wait) for `events` on `fd`: whether they came.
+/// An interrupted wait counts as not yet.
+fn poll_one(fd: BorrowedFd<'_>, events: PollFlags, timeout: Option<Duration>) -> io::Result<bool> {
+    let ts = timeout.map(|t| Timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: t.subsec_nanos() as _,
+    });
+    let mut p = [PollFd::from_borrowed_fd(fd, events)];
+    match poll(
+        &mut p,
+        Some(&ts.unwrap_or(Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        })),
+    ) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    // SAFETY: a fresh descriptor nobody else owns.
-    Ok(crate::fdplace::place(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// A listening short-circuit socket.
@@ -88,7 +110,7 @@ impl Listener {
     /// user may connect, and must then prove it knows the cluster secret.
     pub fn bind(path: &Path) -> io::Result<Listener> {
         use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-        let (a, len) = sockaddr(path)?;
+        let a = sockaddr(path)?;
         if let Ok(m) = std::fs::symlink_metadata(path) {
             if !m.file_type().is_socket() {
                 return Err(err(
@@ -106,162 +128,73 @@ impl Listener {
             std::fs::remove_file(path)?;
         }
         let fd = new_socket()?;
-        // SAFETY: a valid address of `len` bytes on the stack.
-        let rc =
-            unsafe { libc::bind(fd.as_raw_fd(), &a as *const _ as *const libc::sockaddr, len) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: listen on our bound socket.
-        if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        net::bind(&fd, &a)?;
+        net::listen(&fd, 128)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
         Ok(Listener { fd })
     }
 
     /// Waits up to `wait` for a connection; `None` when none came.
     pub fn accept_timeout(&self, wait: Duration) -> io::Result<Option<Seqpacket>> {
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
-        if n == 0 {
+        if !poll_one(self.fd.as_fd(), PollFlags::IN, Some(wait))? {
             return Ok(None);
         }
-        // SAFETY: accept on our listening socket; the new descriptor is owned at once.
-        let fd = unsafe {
-            libc::accept4(
-                self.fd.as_raw_fd(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                libc::SOCK_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EINTR | libc::ECONNABORTED) => Ok(None),
-                _ => Err(e),
-            };
+        match net::accept_with(&self.fd, net::SocketFlags::CLOEXEC) {
+            Ok(fd) => Ok(Some(Seqpacket { fd })),
+            Err(Errno::AGAIN | Errno::INTR | Errno::CONNABORTED) => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        // SAFETY: a fresh descriptor nobody else owns.
-        Ok(Some(Seqpacket {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        }))
     }
 }
 
 impl Seqpacket {
     pub fn connect(path: &Path, timeout: Duration) -> io::Result<Seqpacket> {
-        let (a, len) = sockaddr(path)?;
+        let a = sockaddr(path)?;
         let fd = new_socket()?;
-        // SAFETY: a valid address of `len` bytes on the stack.
-        let rc =
-            unsafe { libc::connect(fd.as_raw_fd(), &a as *const _ as *const libc::sockaddr, len) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        net::connect(&fd, &a)?;
         let s = Seqpacket { fd };
         s.set_timeout(timeout)?;
         Ok(s)
     }
 
-    /// Send and receive timeouts (a peer that stops answering fails the call).
+    /// Send and receive timeouts (a peer that stops answering fails the call); zero
+    /// means none.
     pub fn set_timeout(&self, t: Duration) -> io::Result<()> {
-        let tv = libc::timeval {
-            tv_sec: t.as_secs() as libc::time_t,
-            tv_usec: t.subsec_micros() as libc::suseconds_t,
-        };
-        for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
-            // SAFETY: setsockopt with a timeval of the right size.
-            let rc = unsafe {
-                libc::setsockopt(
-                    self.fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    &tv as *const _ as *const libc::c_void,
-                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-                )
-            };
-            if rc != 0 {
-                return Err(io::Error::last_os_error());
-            }
+        let t = (!t.is_zero()).then_some(t);
+        for kind in [sockopt::Timeout::Recv, sockopt::Timeout::Send] {
+            sockopt::set_socket_timeout(&self.fd, kind, t)?;
         }
         Ok(())
     }
 
-    /// Ends the connection both ways now (the peer's calls see its end), although the
-    /// descriptor stays open until dropped.
     /// Whether the peer closed the connection or has something unasked to say (for a
     /// client: the server ended it), without waiting.
     pub fn ended(&self) -> bool {
-        let mut p = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd on a descriptor this socket owns; no waiting.
-        let n = unsafe { libc::poll(&mut p, 1, 0) };
-        n != 0 && (n < 0 || p.revents != 0)
+        poll_one(self.fd.as_fd(), PollFlags::IN, None).unwrap_or(true)
     }
 
+    /// Ends the connection both ways now (the peer's calls see its end), although the
+    /// descriptor stays open until dropped.
     pub fn shutdown(&self) {
-        // SAFETY: shutdown of a socket we own; an error (already shut) changes nothing.
-        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+        // An error (already shut) changes nothing.
+        let _ = net::shutdown(&self.fd, net::Shutdown::Both);
     }
 
     /// Sends one message with `fds` attached.
-    pub fn send(&self, msg: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    pub fn send(&self, msg: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         assert!(msg.len() <= MAX_MESSAGE && fds.len() <= MAX_FDS);
-        let mut iov = libc::iovec {
-            iov_base: msg.as_ptr() as *mut libc::c_void,
-            iov_len: msg.len(),
-        };
-        let space = cmsg_space(fds.len());
-        let mut control = vec![0u8; space];
-        // SAFETY: msghdr is plain data; the pointers set below stay valid for the call.
-        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-        hdr.msg_iov = &mut iov;
-        hdr.msg_iovlen = 1;
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() {
-            hdr.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-            hdr.msg_controllen = space as _;
-            // SAFETY: the control buffer is CMSG_SPACE(n fds) bytes, so the first header
-            // and its data fit.
-            unsafe {
-                let c = libc::CMSG_FIRSTHDR(&hdr);
-                (*c).cmsg_level = libc::SOL_SOCKET;
-                (*c).cmsg_type = libc::SCM_RIGHTS;
-                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
-                std::ptr::copy_nonoverlapping(
-                    fds.as_ptr() as *const u8,
-                    libc::CMSG_DATA(c),
-                    std::mem::size_of_val(fds),
-                );
-            }
+            let pushed = control.push(SendAncillaryMessage::ScmRights(fds));
+            assert!(pushed, "the control buffer holds MAX_FDS descriptors");
         }
+        let iov = [io::IoSlice::new(msg)];
         loop {
-            // SAFETY: a valid msghdr describing live buffers.
-            let n = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match net::sendmsg(&self.fd, &iov, &mut control, SendFlags::NOSIGNAL) {
+                Ok(_) => return Ok(()),
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -270,62 +203,34 @@ impl Seqpacket {
     /// `UnexpectedEof`; a message longer than [`MAX_MESSAGE`] is an error.
     pub fn recv(&self) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         let mut buf = vec![0u8; MAX_MESSAGE + 1];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        let space = cmsg_space(MAX_FDS);
-        let mut control = vec![0u8; space];
-        // SAFETY: as in `send`.
-        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-        hdr.msg_iov = &mut iov;
-        hdr.msg_iovlen = 1;
-        hdr.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-        hdr.msg_controllen = space as _;
-        let n = loop {
-            // SAFETY: a valid msghdr describing live buffers; received descriptors are
-            // close-on-exec.
-            let n = unsafe { libc::recvmsg(self.fd.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
-            if n >= 0 {
-                break n as usize;
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = loop {
+            let mut iov = [io::IoSliceMut::new(&mut buf)];
+            // Received descriptors are close-on-exec.
+            match net::recvmsg(&self.fd, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
+                Ok(got) => break got,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
         };
         let mut fds = Vec::new();
-        // SAFETY: walking the control messages the kernel wrote into `control`; each
-        // SCM_RIGHTS payload is an array of descriptors now owned by this process.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&hdr);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                    let data = libc::CMSG_DATA(c);
-                    let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                    for i in 0..bytes / std::mem::size_of::<RawFd>() {
-                        let mut fd: RawFd = 0;
-                        std::ptr::copy_nonoverlapping(
-                            data.add(i * std::mem::size_of::<RawFd>()),
-                            &mut fd as *mut RawFd as *mut u8,
-                            std::mem::size_of::<RawFd>(),
-                        );
-                        fds.push(crate::fdplace::place(OwnedFd::from_raw_fd(fd)));
-                    }
-                }
-                c = libc::CMSG_NXTHDR(&hdr, c);
+        for m in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(rights) = m {
+                fds.extend(rights.map(crate::fdplace::place));
             }
         }
-        if hdr.msg_flags & libc::MSG_CTRUNC != 0 {
+        if got.flags.contains(ReturnFlags::CTRUNC) {
             return Err(err(
                 io::ErrorKind::InvalidData,
                 "too many descriptors attached to a message".into(),
             ));
         }
+        let n = got.bytes;
         if n == 0 && fds.is_empty() {
             return Err(err(io::ErrorKind::UnexpectedEof, "peer closed".into()));
         }
-        if n > MAX_MESSAGE || hdr.msg_flags & libc::MSG_TRUNC != 0 {
+        if n > MAX_MESSAGE || got.flags.contains(ReturnFlags::TRUNC) {
             return Err(err(
                 io::ErrorKind::InvalidData,
                 format!("message longer than {MAX_MESSAGE} bytes"),
@@ -334,11 +239,6 @@ impl Seqpacket {
         buf.truncate(n);
         Ok((buf, fds))
     }
-}
-
-fn cmsg_space(fds: usize) -> usize {
-    // SAFETY: CMSG_SPACE is arithmetic.
-    unsafe { libc::CMSG_SPACE((fds.max(1) * std::mem::size_of::<RawFd>()) as u32) as usize }
 }
 
 fn bad(msg: &str) -> io::Error {
@@ -361,7 +261,12 @@ fn frame(m: &[u8]) -> io::Result<(Header, &[u8])> {
 }
 
 /// Sends request `req` (numbered `id`) with `fds` attached.
-pub fn send_request(s: &Seqpacket, id: u64, req: Request, fds: &[RawFd]) -> io::Result<()> {
+pub fn send_request(
+    s: &Seqpacket,
+    id: u64,
+    req: Request,
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
     let env = Envelope {
         cred: Cred::root(),
         req,
@@ -407,7 +312,7 @@ pub fn send_answer(
     id: u64,
     opcode: Opcode,
     result: &Result<Response, WireError>,
-    fds: &[RawFd],
+    fds: &[BorrowedFd<'_>],
 ) -> io::Result<()> {
     let mut m = encode_response(id, opcode, result, 0);
     if m.len() > MAX_MESSAGE {
@@ -523,57 +428,18 @@ pub fn server_handshake(s: &Seqpacket, secret: &Secret) -> io::Result<()> {
 /// ends close-on-exec and non-blocking, holding up to [`MAX_LOCAL_WRITE`] bytes where
 /// the system allows (else less: writes larger than the capacity go over TCP).
 pub fn write_pipe() -> io::Result<(OwnedFd, OwnedFd, usize)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 fills two descriptors on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors are new and ours alone.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    use rustix::pipe;
+    let (r, w) = pipe::pipe_with(pipe::PipeFlags::CLOEXEC | pipe::PipeFlags::NONBLOCK)?;
     let (r, w) = (crate::fdplace::place(r), crate::fdplace::place(w));
     // The largest size the system grants unprivileged pipes (`/proc/sys/fs/pipe-max-size`,
     // 1 MiB by default) or less; a refusal of every size keeps the default (64 KiB).
     for size in [MAX_LOCAL_WRITE, MAX_LOCAL_WRITE / 2, MAX_LOCAL_WRITE / 4] {
-        // SAFETY: fcntl on our own descriptor.
-        if unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, size as libc::c_int) } > 0 {
+        if pipe::fcntl_setpipe_size(&w, size).is_ok() {
             break;
         }
     }
-    // SAFETY: fcntl on our own descriptor.
-    let cap = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_GETPIPE_SZ) };
-    if cap <= 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((r, w, cap as usize))
-}
-
-/// Waits until `fd` is ready for `events`, at most `timeout`.
-fn wait_ready(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result<()> {
-    let mut p = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    loop {
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        match r {
-            0 => {
-                return Err(err(
-                    io::ErrorKind::TimedOut,
-                    "short-circuit pipe stalled".into(),
-                ))
-            }
-            r if r > 0 => return Ok(()),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
+    let cap = pipe::fcntl_getpipe_size(&w)?;
+    Ok((r, w, cap))
 }
 
 /// Moves `len` bytes through a non-blocking pipe end `fd`: `step(done)` makes one
@@ -581,31 +447,33 @@ fn wait_ready(fd: RawFd, events: libc::c_short, timeout: Duration) -> io::Result
 /// the pipe is full (or empty) it waits for `events`, at most `timeout` each time. On an
 /// error, also returns how many bytes had moved.
 fn pump(
-    fd: RawFd,
-    events: libc::c_short,
+    fd: BorrowedFd<'_>,
+    events: PollFlags,
     len: usize,
     timeout: Duration,
-    mut step: impl FnMut(usize) -> isize,
+    mut step: impl FnMut(usize) -> rustix::io::Result<usize>,
 ) -> Result<(), (usize, io::Error)> {
     let mut done = 0;
     while done < len {
-        let n = step(done);
-        if n > 0 {
-            done += n as usize;
-            continue;
-        }
-        if n == 0 {
-            let e = err(
-                io::ErrorKind::UnexpectedEof,
-                "short-circuit pipe closed".into(),
-            );
-            return Err((done, e));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => wait_ready(fd, events, timeout).map_err(|e| (done, e))?,
-            io::ErrorKind::Interrupted => {}
-            _ => return Err((done, e)),
+        match step(done) {
+            Ok(0) => {
+                let e = err(
+                    io::ErrorKind::UnexpectedEof,
+                    "short-circuit pipe closed".into(),
+                );
+                return Err((done, e));
+            }
+            Ok(n) => done += n,
+            Err(Errno::AGAIN) => match poll_one(fd, events, Some(timeout)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let e = err(io::ErrorKind::TimedOut, "short-circuit pipe stalled".into());
+                    return Err((done, e));
+                }
+                Err(e) => return Err((done, e)),
+            },
+            Err(Errno::INTR) => {}
+            Err(e) => return Err((done, e.into())),
         }
     }
     Ok(())
@@ -617,15 +485,20 @@ fn pump(
 /// it sends the write, so that the server finds them all there and moves them in one
 /// go (no ping-pong of wake-ups between the two); `data` must then fit in the pipe.
 pub fn vmsplice_all(pipe_w: &OwnedFd, data: &[u8], timeout: Duration) -> io::Result<()> {
-    let fd = pipe_w.as_raw_fd();
-    pump(fd, libc::POLLOUT, data.len(), timeout, |done| {
-        let iov = libc::iovec {
-            iov_base: data[done..].as_ptr() as *mut libc::c_void,
-            iov_len: data.len() - done,
-        };
-        // SAFETY: one iovec over live memory that outlives the transfer (see above).
-        unsafe { libc::vmsplice(fd, &iov, 1, libc::SPLICE_F_NONBLOCK) }
-    })
+    use rustix::pipe::{vmsplice, IoSliceRaw, SpliceFlags};
+    pump(
+        pipe_w.as_fd(),
+        PollFlags::OUT,
+        data.len(),
+        timeout,
+        |done| {
+            let iov = [IoSliceRaw::from_slice(&data[done..])];
+            // SAFETY: the slice lives across the call, and the caller keeps `data` unchanged
+            // until the reader has taken it out of the pipe (see above); without GIFT the
+            // pages stay the caller's.
+            unsafe { vmsplice(pipe_w, &iov, SpliceFlags::NONBLOCK) }
+        },
+    )
     .map_err(|(_, e)| e)
 }
 
@@ -634,26 +507,24 @@ pub fn vmsplice_all(pipe_w: &OwnedFd, data: &[u8], timeout: Duration) -> io::Res
 /// many bytes it took out of the pipe before it.
 pub fn splice_into(
     pipe_r: &OwnedFd,
-    file: RawFd,
+    file: BorrowedFd<'_>,
     offset: u64,
     len: usize,
     timeout: Duration,
 ) -> Result<(), (usize, io::Error)> {
-    let fd = pipe_r.as_raw_fd();
-    pump(fd, libc::POLLIN, len, timeout, |done| {
-        let mut off = (offset + done as u64) as libc::loff_t;
-        let flags = libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK;
-        // SAFETY: valid descriptors and offset pointer.
-        unsafe { libc::splice(fd, std::ptr::null_mut(), file, &mut off, len - done, flags) }
+    use rustix::pipe::{splice, SpliceFlags};
+    pump(pipe_r.as_fd(), PollFlags::IN, len, timeout, |done| {
+        let mut off = offset + done as u64;
+        let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+        splice(pipe_r, None, file, Some(&mut off), len - done, flags)
     })
 }
 
 /// Fills `buf` from the (non-blocking) pipe, waiting at most `timeout` for each part.
 pub fn read_pipe(pipe_r: &OwnedFd, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
-    let (fd, len) = (pipe_r.as_raw_fd(), buf.len());
-    pump(fd, libc::POLLIN, len, timeout, |done| {
-        // SAFETY: reading into our own buffer of `len - done` bytes.
-        unsafe { libc::read(fd, buf[done..].as_mut_ptr().cast(), len - done) }
+    let len = buf.len();
+    pump(pipe_r.as_fd(), PollFlags::IN, len, timeout, |done| {
+        rustix::io::read(pipe_r, &mut buf[done..])
     })
     .map_err(|(_, e)| e)
 }
@@ -706,7 +577,7 @@ mod tests {
             let answer = Ok(Response::LocalFiles {
                 flags: vec![HAS_DATA, 0],
             });
-            send_answer(&c, r.id, r.opcode, &answer, &[f.as_raw_fd()]).unwrap();
+            send_answer(&c, r.id, r.opcode, &answer, &[f.as_fd()]).unwrap();
         });
         let c = Seqpacket::connect(&path, Duration::from_secs(5)).unwrap();
         client_handshake(&c, &secret).unwrap();
@@ -806,28 +677,14 @@ mod tests {
     }
 
     fn socketpair() -> (Seqpacket, Seqpacket) {
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: socketpair fills two descriptors on success.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0);
-        // SAFETY: both descriptors are new and ours alone.
-        unsafe {
-            (
-                Seqpacket {
-                    fd: OwnedFd::from_raw_fd(fds[0]),
-                },
-                Seqpacket {
-                    fd: OwnedFd::from_raw_fd(fds[1]),
-                },
-            )
-        }
+        let (a, b) = net::socketpair(
+            net::AddressFamily::UNIX,
+            net::SocketType::SEQPACKET,
+            net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        (Seqpacket { fd: a }, Seqpacket { fd: b })
     }
 
     /// A connection has ended once the peer closed it (or sent something unasked), and

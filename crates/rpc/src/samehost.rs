@@ -8,7 +8,7 @@
 use crate::local::{self, Seqpacket};
 use crate::Secret;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,7 +65,7 @@ pub trait PipeIn: Send {
     }
 
     /// The pipe's descriptor, for a transport that passes real descriptors.
-    fn raw_fd(&self) -> Option<RawFd> {
+    fn borrowed_fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
 }
@@ -162,16 +162,16 @@ impl LocalLink for SocketLink {
         req: Request,
         attach: Attached,
     ) -> io::Result<(Result<Response, WireError>, Attached)> {
-        let fds: Vec<RawFd> = match &attach {
+        let fds: Vec<BorrowedFd<'_>> = match &attach {
             Attached::None => Vec::new(),
             Attached::Files(f) => f
                 .iter()
-                .map(|f| f.raw_fd())
+                .map(|f| f.borrowed_fd())
                 .collect::<Option<_>>()
                 .ok_or_else(|| {
                     io::Error::new(io::ErrorKind::Unsupported, "a file without a descriptor")
                 })?,
-            Attached::Pipe(p) => vec![p.raw_fd().ok_or_else(|| {
+            Attached::Pipe(p) => vec![p.borrowed_fd().ok_or_else(|| {
                 io::Error::new(io::ErrorKind::Unsupported, "a pipe without a descriptor")
             })?],
         };
@@ -256,14 +256,14 @@ impl PipeIn for KernelPipeIn {
         offset: u64,
         len: usize,
     ) -> Result<(), (usize, io::Error)> {
-        match file.raw_fd() {
+        match file.borrowed_fd() {
             Some(fd) => local::splice_into(&self.fd, fd, offset, len, self.timeout),
             None => buffered_splice(self, file, offset, len),
         }
     }
 
-    fn raw_fd(&self) -> Option<RawFd> {
-        Some(self.fd.as_raw_fd())
+    fn borrowed_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
     }
 }
 

@@ -9,4 +9,5 @@ pub mod clock;
 pub mod fence;
 pub mod fileio;
 pub mod memstore;
+pub mod signals;
 pub mod storage;

@@ -58,7 +58,7 @@ pub trait ObjectFile: Send + Sync {
     }
     /// The file's descriptor, for replies sent from it with `sendfile(2)`; `None` for
     /// stores without one (in memory), whose reads are copied.
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+    fn borrowed_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
     /// Writes all of `buf` at the file's end, atomically with respect to other appends
@@ -153,9 +153,9 @@ impl From<std::fs::File> for FsFile {
 }
 
 impl ObjectFile for FsFile {
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        Some(self.0.as_raw_fd())
+    fn borrowed_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.0.as_fd())
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -217,20 +217,20 @@ impl ObjectFile for FsFile {
     }
 
     fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
-        match fallocate(&self.0, libc::FALLOC_FL_KEEP_SIZE, offset, len) {
+        match fallocate(&self.0, rustix::fs::FallocateFlags::KEEP_SIZE, offset, len) {
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
             r => r,
         }
     }
 
     fn drop_cache(&self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a hint on our own open descriptor; no memory is touched.
-        unsafe { libc::posix_fadvise(self.0.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        // Only a hint: a refusal changes nothing.
+        let _ = rustix::fs::fadvise(&self.0, 0, None, rustix::fs::Advice::DontNeed);
     }
 
     fn punch(&self, offset: u64, len: u64) -> io::Result<()> {
-        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        use rustix::fs::FallocateFlags;
+        let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
         match fallocate(&self.0, mode, offset, len) {
             // Without hole punching, zeros keep the promise (but not the space).
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
@@ -249,7 +249,7 @@ impl ObjectFile for FsFile {
     }
 
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
-        fallocate(&self.0, 0, offset, len)
+        fallocate(&self.0, rustix::fs::FallocateFlags::empty(), offset, len)
     }
 
     fn allocated_bytes(&self) -> io::Result<u64> {
@@ -257,22 +257,18 @@ impl ObjectFile for FsFile {
     }
 
     fn seek_data(&self, offset: u64) -> io::Result<Option<u64>> {
-        use std::os::fd::AsRawFd;
-        let Ok(off) = libc::off64_t::try_from(offset) else {
+        use rustix::{fs::SeekFrom, io::Errno};
+        if i64::try_from(offset).is_err() {
             return Ok(None);
-        };
-        // SAFETY: lseek on our own open descriptor; it touches no memory. The handle's
-        // position is never used (all I/O is positional), so moving it is harmless.
-        let r = unsafe { libc::lseek64(self.0.as_raw_fd(), off, libc::SEEK_DATA) };
-        if r >= 0 {
-            return Ok(Some(r as u64));
         }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ENXIO) => Ok(None),
+        // The handle's position is never used (all I/O is positional), so moving it is
+        // harmless.
+        match rustix::fs::seek(&self.0, SeekFrom::Data(offset)) {
+            Ok(at) => Ok(Some(at)),
+            Err(Errno::NXIO) => Ok(None),
             // A file system without SEEK_DATA: everything before the end is data.
-            Some(libc::EINVAL) => Ok((offset < self.size_bytes()?).then_some(offset)),
-            _ => Err(e),
+            Err(Errno::INVAL) => Ok((offset < self.size_bytes()?).then_some(offset)),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -372,19 +368,19 @@ impl Storage for FsStore {
     }
 }
 
-fn fallocate(f: &std::fs::File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let too_big = || io::Error::from_raw_os_error(libc::EFBIG);
-    let off = libc::off64_t::try_from(offset).map_err(|_| too_big())?;
-    let len = libc::off64_t::try_from(len).map_err(|_| too_big())?;
+fn fallocate(
+    f: &std::fs::File,
+    mode: rustix::fs::FallocateFlags,
+    offset: u64,
+    len: u64,
+) -> io::Result<()> {
+    if i64::try_from(offset).is_err() || i64::try_from(len).is_err() {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    }
     loop {
-        // SAFETY: fallocate on our own open descriptor; it touches no memory.
-        if unsafe { libc::fallocate64(f.as_raw_fd(), mode, off, len) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match rustix::fs::fallocate(f, mode, offset, len) {
+            Err(rustix::io::Errno::INTR) => {}
+            r => return r.map_err(Into::into),
         }
     }
 }
@@ -405,18 +401,6 @@ fn allocated_under(dir: &Path) -> io::Result<u64> {
 }
 
 fn statvfs(path: &Path) -> io::Result<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    // SAFETY: `c` is a valid NUL-terminated string and `st` a properly sized out-parameter
-    // that statvfs fully initialises when it returns 0.
-    let st = unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        st
-    };
-    let frsize = st.f_frsize as u64;
-    Ok((st.f_blocks as u64 * frsize, st.f_bavail as u64 * frsize))
+    let st = rustix::fs::statvfs(path)?;
+    Ok((st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize))
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use stripefs_data::{DataService, MemStore, VirtualClock};
 use stripefs_meta::{Answers, DataNet, MemDisk, MetaService, Tuning};
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Service};
 use stripefs_wire::{Cred, Envelope, Request, Response, ServerId, WireError};
 
 /// Storage targets per data server.
@@ -95,32 +95,16 @@ impl Servers {
         seed: u64,
         canary: Option<crate::Canary>,
     ) -> Result<Servers, String> {
+        let data = (0..data_servers)
+            .map(|i| DataServerEntry::new(format!("sim-data-{i}:1")))
+            .collect();
         let cluster = ClusterConfig {
-            secret: Secret::generate(),
-            timeout_ms: 10_000,
-            meta_addr: "sim-meta:1".into(),
-            data: (0..data_servers)
-                .map(|i| DataServerEntry {
-                    addr: format!("sim-data-{i}:1"),
-                    host: None,
-                    local_socket: None,
-                    advertise: None,
-                })
-                .collect(),
             defaults: Defaults {
                 stripe_size_bytes: STRIPE_BYTES,
                 stripe_count: 0,
                 inline_bytes: stripefs_rpc::DEFAULT_INLINE_BYTES,
             },
-            lease_ms: stripefs_rpc::limits::LEASE_MS,
-            host: None,
-            meta_host: None,
-            streams: None,
-            pipeline: None,
-            compress: None,
-            token: None,
-            has_secret: true,
-            tls: Default::default(),
+            ..ClusterConfig::new("sim-meta:1".into(), data)
         };
         let clock = Arc::new(VirtualClock::starting_at(EPOCH_NS));
         let mut data = Vec::with_capacity(data_servers);

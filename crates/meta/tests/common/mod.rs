@@ -6,42 +6,32 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use stripefs_meta::{FixedClock, MetaService, Tuning};
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Service};
 use stripefs_wire::*;
 
 pub const T0: i64 = 1_700_000_000_000_000_000;
 
-/// A cluster whose data servers listen nowhere (port 1 refuses connections).
-pub fn cluster(data_servers: usize) -> ClusterConfig {
+/// A cluster of `data_servers` data servers that listen nowhere (port 1 refuses
+/// connections), with `defaults`: for tests that drive the metadata server alone.
+pub fn unreachable_cluster(data_servers: usize, defaults: Defaults) -> ClusterConfig {
     ClusterConfig {
-        secret: Secret::generate(),
         timeout_ms: 1000,
-        meta_addr: "127.0.0.1:1".into(),
-        data: vec![
-            DataServerEntry {
-                addr: "127.0.0.1:1".into(),
-                host: None,
-                local_socket: None,
-                advertise: None,
-            };
-            data_servers
-        ],
-        // Files here are recorded as data servers hold them (ExtendSize, SetAttr sizes of
-        // any length): not inline, which tests/it/inline.rs covers.
-        defaults: Defaults {
-            inline_bytes: 0,
-            ..Defaults::default()
-        },
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
-        meta_host: None,
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
+        defaults,
+        ..ClusterConfig::new(
+            "127.0.0.1:1".into(),
+            vec![DataServerEntry::new("127.0.0.1:1".into()); data_servers],
+        )
     }
+}
+
+/// Files here are recorded as data servers hold them (ExtendSize, SetAttr sizes of any
+/// length): not inline, which tests/it/inline.rs covers.
+pub fn cluster(data_servers: usize) -> ClusterConfig {
+    let defaults = Defaults {
+        inline_bytes: 0,
+        ..Defaults::default()
+    };
+    unreachable_cluster(data_servers, defaults)
 }
 
 pub struct Fs {

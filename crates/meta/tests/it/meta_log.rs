@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use stripefs_meta::logtool;
 use stripefs_meta::{Answers, DataNet, MemDisk, MetaDisk, MetaService, Tuning, VirtualClock};
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ConnInfo, Defaults, Service};
 use stripefs_wire::*;
 
 const DB: &str = "/h-meta-log/meta.redb";
@@ -24,27 +24,7 @@ impl DataNet for NoNet {
 }
 
 fn open(disk: &MemDisk) -> Result<Arc<MetaService>, String> {
-    let cluster = ClusterConfig {
-        secret: Secret::generate(),
-        timeout_ms: 1000,
-        meta_addr: "127.0.0.1:1".into(),
-        data: vec![DataServerEntry {
-            addr: "127.0.0.1:1".into(),
-            host: None,
-            local_socket: None,
-            advertise: None,
-        }],
-        defaults: Defaults::default(),
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
-        meta_host: None,
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
-    };
+    let cluster = crate::common::unreachable_cluster(1, Defaults::default());
     let disk: Arc<dyn MetaDisk> = Arc::new(disk.clone());
     let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
     MetaService::open_on(

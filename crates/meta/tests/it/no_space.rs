@@ -11,7 +11,7 @@ use stripefs_meta::{
     Answers, Clock, DataNet, FixedClock, MemDisk, MetaDisk, MetaService, Tuning, VirtualClock,
     CHECKPOINT_RETRY_MAX,
 };
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ClusterConfig, ConnInfo, Defaults, Service};
 use stripefs_wire::*;
 
 const DB: &str = "/h-meta-nospace/meta.redb";
@@ -25,27 +25,7 @@ impl DataNet for NoNet {
 }
 
 fn cluster() -> ClusterConfig {
-    ClusterConfig {
-        secret: Secret::generate(),
-        timeout_ms: 1000,
-        meta_addr: "127.0.0.1:1".into(),
-        data: vec![DataServerEntry {
-            addr: "127.0.0.1:1".into(),
-            host: None,
-            local_socket: None,
-            advertise: None,
-        }],
-        defaults: Defaults::default(),
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
-        meta_host: None,
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
-    }
+    crate::common::unreachable_cluster(1, Defaults::default())
 }
 
 fn open(disk: &MemDisk, clock: Arc<dyn Clock>, tuning: Tuning) -> Arc<MetaService> {

@@ -13,7 +13,7 @@ use stripefs_meta::{
     Answers, BrokenRule, DataNet, DiskFault, DiskOp, MemDisk, MetaDisk, MetaService, Tuning,
     VirtualClock,
 };
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ClusterConfig, ConnInfo, Defaults, Service};
 use stripefs_wire::*;
 
 const DB: &str = "/h-meta/meta.redb";
@@ -31,30 +31,7 @@ impl DataNet for NoNet {
 }
 
 fn cluster() -> ClusterConfig {
-    ClusterConfig {
-        secret: Secret::generate(),
-        timeout_ms: 1000,
-        meta_addr: "127.0.0.1:1".into(),
-        data: vec![
-            DataServerEntry {
-                addr: "127.0.0.1:1".into(),
-                host: None,
-                local_socket: None,
-                advertise: None,
-            };
-            2
-        ],
-        defaults: Defaults::default(),
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
-        meta_host: None,
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
-    }
+    crate::common::unreachable_cluster(2, Defaults::default())
 }
 
 fn open(disk: Arc<dyn MetaDisk>, clock: &Arc<VirtualClock>, tuning: Tuning) -> Arc<MetaService> {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stripefs_meta::{Answers, DataNet, MemDisk, MetaDisk, MetaService, Tuning, VirtualClock};
-use stripefs_rpc::{ClusterConfig, ConnInfo, DataServerEntry, Defaults, Secret, Service};
+use stripefs_rpc::{ConnInfo, Service};
 use stripefs_wire::*;
 
 /// Records every call; answers them or fails them all, as told.
@@ -44,33 +44,7 @@ fn purging_and_checkpoints_run_only_when_asked_and_through_the_given_network() {
     let disk: Arc<dyn MetaDisk> = Arc::new(MemDisk::new());
     let net = Arc::new(Recorder::default());
     let clock = Arc::new(VirtualClock::starting_at(1_700_000_000_000_000_000));
-    let cluster = ClusterConfig {
-        secret: Secret::generate(),
-        timeout_ms: 1000,
-        meta_addr: "127.0.0.1:1".into(),
-        data: vec![
-            DataServerEntry {
-                addr: "127.0.0.1:1".into(),
-                host: None,
-                local_socket: None,
-                advertise: None,
-            };
-            2
-        ],
-        defaults: Defaults {
-            inline_bytes: 0,
-            ..Defaults::default()
-        },
-        lease_ms: stripefs_rpc::limits::LEASE_MS,
-        host: None,
-        meta_host: None,
-        streams: None,
-        pipeline: None,
-        compress: None,
-        token: None,
-        has_secret: true,
-        tls: Default::default(),
-    };
+    let cluster = crate::common::cluster(2);
     let svc = MetaService::open_on(
         disk,
         net.clone(),

@@ -438,7 +438,7 @@ impl MetaService {
             moving: inline::Moving::default(),
             net: net.clone(),
         });
-        let scopes = scope::Scopes::new(path)?;
+        let scopes = scope::Scopes::new(core.disk.clone(), path)?;
         Writer::start(&core, wal)?;
         let purger = purge::Purger::new(core.clone(), net);
         if !tuning.background {

@@ -10,12 +10,14 @@
 //! (`TokenAllows`) before serving a token's request for a file.
 //!
 //! Revoked token ids are kept in `<db>.revoked` beside the database, one hex id a line,
-//! written and synced before the revocation is acknowledged.
+//! written and synced (with its directory when the file is new) through the server's
+//! `MetaDisk` before the revocation is acknowledged, so that the simulated disk's power
+//! cuts reach it too.
 
+use crate::disk::MetaDisk;
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use stripefs_rpc::token::Token;
 use stripefs_wire::{ErrorCode, Reach, Request, Response, Scope, WireError};
 
@@ -37,6 +39,28 @@ pub struct Scopes {
     state: Mutex<State>,
     revoked: Mutex<HashSet<u64>>,
     revoked_file: PathBuf,
+    disk: Arc<dyn MetaDisk>,
+    /// Whether the revocation file's name is known durable (it was there at start, or a
+    /// directory sync after creating it succeeded). Until then every revocation syncs the
+    /// directory, so a failed sync is retried, not forgotten. Guarded by `revoked`'s lock.
+    name_durable: std::sync::atomic::AtomicBool,
+}
+
+/// The token ids of a revocation file. A last line without its newline is a write a
+/// power cut tore, never acknowledged: ignored. Any other line that is not a hex id is
+/// returned as the error.
+fn parse_revoked(text: &[u8]) -> Result<HashSet<u64>, String> {
+    let text = String::from_utf8_lossy(text);
+    let complete = match text.rfind('\n') {
+        Some(i) => &text[..i],
+        None => "",
+    };
+    let mut ids = HashSet::new();
+    for line in complete.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let id = u64::from_str_radix(line, 16).map_err(|_| line.to_string())?;
+        ids.insert(id);
+    }
+    Ok(ids)
 }
 
 pub fn denied(t: &Token, why: impl std::fmt::Display) -> WireError {
@@ -57,25 +81,22 @@ pub trait Namespace {
 }
 
 impl Scopes {
-    pub fn new(db: &std::path::Path) -> Result<Scopes, String> {
+    /// The scopes of the server whose database is `db` on `disk`, with the revocations
+    /// recorded there.
+    pub fn new(disk: Arc<dyn MetaDisk>, db: &std::path::Path) -> Result<Scopes, String> {
         let revoked_file = db.with_extension("revoked");
-        let mut revoked = HashSet::new();
-        match std::fs::read_to_string(&revoked_file) {
-            Ok(text) => {
-                for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-                    let id = u64::from_str_radix(line, 16).map_err(|_| {
-                        format!("{}: {line:?} is not a token id", revoked_file.display())
-                    })?;
-                    revoked.insert(id);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("cannot read {}: {e}", revoked_file.display())),
-        }
+        let text = crate::disk::read_all(&*disk, &revoked_file)
+            .map_err(|e| format!("cannot read {}: {e}", revoked_file.display()))?;
+        let name_durable = text.is_some().into();
+        let text = text.unwrap_or_default();
+        let revoked = parse_revoked(&text)
+            .map_err(|line| format!("{}: {line:?} is not a token id", revoked_file.display()))?;
         Ok(Scopes {
             state: Mutex::default(),
             revoked: Mutex::new(revoked),
             revoked_file,
+            disk,
+            name_durable,
         })
     }
 
@@ -110,17 +131,25 @@ impl Scopes {
                 ),
             )
         };
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.revoked_file)
+        let f = match self.disk.open(&self.revoked_file, false).map_err(io)? {
+            Some(f) => f,
+            None => self
+                .disk
+                .open(&self.revoked_file, true)
+                .map_err(io)?
+                .ok_or_else(|| io(std::io::ErrorKind::NotFound.into()))?,
+        };
+        let end = f.size_bytes().map_err(io)?;
+        f.write_at(format!("{id:016x}\n").as_bytes(), end)
             .map_err(io)?;
-        writeln!(f, "{id:016x}").map_err(io)?;
         f.sync_all().map_err(io)?;
-        if let Some(dir) = self.revoked_file.parent() {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.name_durable.load(Relaxed) {
+            // The file's name is as durable as its contents only once its directory is.
+            self.disk
+                .sync_dir(crate::disk::dir_of(&self.revoked_file))
+                .map_err(io)?;
+            self.name_durable.store(true, Relaxed);
         }
         set.insert(id);
         self.state().known.remove(&id);
@@ -329,5 +358,56 @@ impl Scopes {
         } else {
             Err(denied(t, format!("file {fid} is outside its tree")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DiskFault, DiskOp, MemDisk};
+    use std::path::Path;
+
+    #[test]
+    fn revocation_file_lines() {
+        let ids = parse_revoked(b"00000000000000ff\n\n  10 \n").unwrap();
+        assert_eq!(ids, HashSet::from([0xff, 0x10]));
+        // A torn last line (no newline) was never acknowledged: ignored.
+        let ids = parse_revoked(b"0000000000000001\n00000000000").unwrap();
+        assert_eq!(ids, HashSet::from([1]));
+        assert!(parse_revoked(b"").unwrap().is_empty());
+        assert!(parse_revoked(b"0000").unwrap().is_empty());
+        assert_eq!(parse_revoked(b"1\nnot-hex\n2\n").unwrap_err(), "not-hex");
+    }
+
+    #[test]
+    fn acknowledged_revocations_survive_a_power_cut() {
+        let disk = Arc::new(MemDisk::with_seed(7));
+        let db = Path::new("/srv/meta/meta.redb");
+        let scopes = Scopes::new(disk.clone(), db).unwrap();
+        scopes.revoke(0xabc).unwrap();
+        scopes.revoke(0xdef).unwrap();
+        scopes.revoke(0xabc).unwrap(); // twice is once
+        for seed in 0..20 {
+            disk.power_cut(seed);
+            let again = Scopes::new(disk.clone(), db).unwrap();
+            let set = again.revoked.lock().unwrap().clone();
+            assert_eq!(set, HashSet::from([0xabc, 0xdef]), "power cut seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_failed_directory_sync_fails_the_revocation() {
+        let disk = Arc::new(MemDisk::with_seed(3));
+        let db = Path::new("/srv/meta/meta.redb");
+        let scopes = Scopes::new(disk.clone(), db).unwrap();
+        disk.fail_next(DiskOp::SyncDir, "", 1, DiskFault::Io);
+        let err = scopes.revoke(5).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Io, "{err:?}");
+        assert!(!scopes.revoked.lock().unwrap().contains(&5));
+        // Tried again once the disk works, it is recorded and survives a cut.
+        scopes.revoke(5).unwrap();
+        disk.power_cut(1);
+        let again = Scopes::new(disk.clone(), db).unwrap();
+        assert!(again.revoked.lock().unwrap().contains(&5));
     }
 }

@@ -33,12 +33,10 @@
 //! (the writer also catches panics and fails only the batch). Data servers may be down:
 //! purging retries later.
 
-mod disk;
 mod fsck;
 mod inline;
 mod legacy;
 pub mod logtool;
-mod memdisk;
 mod net;
 mod opens;
 mod ops;
@@ -54,12 +52,14 @@ pub use writer::CARRY_WAIT;
 
 pub use disk::{FsDisk, LogFile, MetaDisk};
 pub use fsck::{check, check_on, inventory, Inventory, Report};
-pub use memdisk::{
-    BrokenRule, DiskCall, DiskFault, DiskFaultCounts, DiskOp, MemDisk, SECTOR_BYTES,
-};
 pub use net::{Answers, DataNet, TcpNet};
 pub use purge::PURGE_BATCH;
 pub use stripefs_sys::clock::{Clock, FixedClock, SystemClock, VirtualClock};
+pub use stripefs_sys::memdisk::{
+    BrokenRule, DiskCall, DiskFault, DiskFaultCounts, DiskOp, MemDisk, SECTOR_BYTES,
+};
+/// The metadata server's disk interface lives in the system-interface crate.
+pub use stripefs_sys::metadisk as disk;
 pub use writer::{
     CHECKPOINT_RETRY_MAX, CHECKPOINT_RETRY_MIN, FREEZE_AGE, FREEZE_BYTES, FREEZE_KEYS, MAX_BATCH,
     MAX_OVERLAY_KEYS, MAX_OVERLAY_LOG_BYTES,

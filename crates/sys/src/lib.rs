@@ -8,6 +8,9 @@
 pub mod clock;
 pub mod fence;
 pub mod fileio;
+pub mod memdisk;
 pub mod memstore;
+pub mod metadisk;
+pub mod powercut;
 pub mod signals;
 pub mod storage;

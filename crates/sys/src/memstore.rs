@@ -1,13 +1,13 @@
 //! An in-memory [`Storage`] for tests, with the faults the data server claims to survive:
 //! a disk of limited capacity (writes past it are cut short with ENOSPC; `reserve`
 //! takes space ahead), chosen writes failing with ENOSPC or EIO (whole or cut short),
-//! and a crash that loses or tears, at 512-byte sector granularity, every write not yet
-//! made durable by `sync_data`, and forgets every file and directory created since its
-//! parent directory was last synced (with all below it). `sync_data` is the weak
-//! fdatasync some file systems give: it does not make a length cut by `set_len`
-//! durable (after a crash the old tail is back), which only `sync_all` does.
+//! and a crash (a power cut) that treats each file's unsynced changes by the shared
+//! model of [`crate::powercut`] (kept, lost or torn at 512-byte sectors; `sync_data` the
+//! weak fdatasync that does not make a length cut durable), and forgets every file and
+//! directory created since its parent directory was last synced (with all below it).
 //! Simplification: removing a file is durable at once.
 
+use crate::powercut::{CutCounts, CutFile, SplitMix};
 use crate::storage::{ObjectFile, Storage, Usage};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Granularity at which a crash tears an unsynced write.
-pub const SECTOR_BYTES: usize = 512;
+pub use crate::powercut::SECTOR_BYTES;
 /// Capacity the in-memory store has unless told otherwise.
 const MEM_CAPACITY_BYTES: u64 = 1 << 40;
 
@@ -105,24 +104,16 @@ impl Faults {
     }
 }
 
-enum Op {
-    Write { offset: u64, bytes: Vec<u8> },
-    SetLen(u64),
-}
-
 #[derive(Default)]
 struct MemState {
-    data: Vec<u8>,
-    synced: Vec<u8>,
-    /// Changes since the last sync, oldest first.
-    pending: Vec<Op>,
+    file: CutFile,
     /// End of the space reserved for the file (it may lie past the length).
     reserved_end: u64,
 }
 
 impl MemState {
     fn alloc(&self) -> u64 {
-        (self.data.len() as u64).max(self.reserved_end)
+        self.file.len().max(self.reserved_end)
     }
 }
 
@@ -178,7 +169,7 @@ impl MemStore {
     /// Simulates a power loss: each write since the last sync of its file is kept, lost
     /// or torn (a random subset of its sectors kept), chosen by `seed`.
     pub fn crash(&self, seed: u64) {
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix::new(seed);
         {
             let mut names = lock(&self.unsynced_names);
             let lost = |p: &Path| p.ancestors().any(|a| names.contains(a));
@@ -192,7 +183,7 @@ impl MemStore {
         let mut used = 0;
         for p in paths {
             let mut st = lock(&files[p].state);
-            st.crash(&mut rng);
+            st.file.power_cut(&mut rng, &mut CutCounts::default());
             used += st.alloc();
         }
         lock(&self.faults.space).used = used;
@@ -201,7 +192,7 @@ impl MemStore {
     /// The current bytes of the file at `path`, if it exists.
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
         let files = lock(&self.files);
-        files.get(path).map(|f| lock(&f.state).data.clone())
+        files.get(path).map(|f| lock(&f.state).file.data().to_vec())
     }
 
     /// Replaces byte `offset` of the file at `path` with `f(byte)`, as a bad disk would.
@@ -211,57 +202,13 @@ impl MemStore {
             return false;
         };
         let mut st = lock(&file.state);
-        match st.data.get_mut(offset) {
-            Some(b) => {
-                *b = f(*b);
-                true
-            }
-            None => false,
-        }
+        st.file.corrupt(offset as u64, f)
     }
-}
-
-impl MemState {
-    fn crash(&mut self, rng: &mut SplitMix) {
-        let mut image = std::mem::take(&mut self.synced);
-        for op in self.pending.drain(..) {
-            match (op, rng.next() % 3) {
-                (_, 0) => {}
-                (Op::SetLen(n), _) => image.resize(n as usize, 0),
-                (Op::Write { offset, bytes }, 1) => put(&mut image, offset as usize, &bytes),
-                (Op::Write { offset, bytes }, _) => {
-                    let start = offset as usize;
-                    // Sectors are aligned to the file, not to the write.
-                    let mut at = start;
-                    while at < start + bytes.len() {
-                        let end = ((at / SECTOR_BYTES + 1) * SECTOR_BYTES).min(start + bytes.len());
-                        if rng.next() % 2 == 0 {
-                            put(&mut image, at, &bytes[at - start..end - start]);
-                        }
-                        at = end;
-                    }
-                }
-            }
-        }
-        self.synced = image.clone();
-        self.data = image;
-    }
-}
-
-fn put(image: &mut Vec<u8>, offset: usize, bytes: &[u8]) {
-    if image.len() < offset + bytes.len() {
-        image.resize(offset + bytes.len(), 0);
-    }
-    image[offset..offset + bytes.len()].copy_from_slice(bytes);
 }
 
 impl ObjectFile for MemFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let st = lock(&self.state);
-        let start = (offset as usize).min(st.data.len());
-        let n = buf.len().min(st.data.len() - start);
-        buf[..n].copy_from_slice(&st.data[start..start + n]);
-        Ok(n)
+        Ok(lock(&self.state).file.read(buf, offset))
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -277,12 +224,12 @@ impl ObjectFile for MemFile {
     }
 
     fn size_bytes(&self) -> io::Result<u64> {
-        Ok(lock(&self.state).data.len() as u64)
+        Ok(lock(&self.state).file.len())
     }
 
     fn append(&self, buf: &[u8]) -> io::Result<()> {
         let mut st = lock(&self.state);
-        let at = st.data.len() as u64;
+        let at = st.file.len();
         if let Some(e) = self.faults.injected() {
             return Err(e);
         }
@@ -300,22 +247,19 @@ impl ObjectFile for MemFile {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         let before = st.alloc();
-        st.data.resize(len as usize, 0);
+        st.file.set_len(len);
         // Space reserved past a cut is freed with it, as ext4 and XFS do.
         st.reserved_end = st.reserved_end.min(len);
         self.account(before, st.alloc());
-        st.pending.push(Op::SetLen(len));
         Ok(())
     }
 
     fn punch(&self, offset: u64, len: u64) -> io::Result<()> {
         let mut st = lock(&self.state);
-        let size = st.data.len() as u64;
-        let end = offset.saturating_add(len).min(size);
+        let end = offset.saturating_add(len).min(st.file.len());
         if offset < end {
-            let bytes = vec![0u8; (end - offset) as usize];
-            put(&mut st.data, offset as usize, &bytes);
-            st.pending.push(Op::Write { offset, bytes });
+            st.file
+                .write(offset, &vec![0u8; (end - offset) as usize], false);
         }
         Ok(())
     }
@@ -324,9 +268,8 @@ impl ObjectFile for MemFile {
         let end = offset.saturating_add(len);
         let mut st = lock(&self.state);
         self.reserve_locked(&mut st, end)?;
-        if end > st.data.len() as u64 {
-            st.data.resize(end as usize, 0);
-            st.pending.push(Op::SetLen(end));
+        if end > st.file.len() {
+            st.file.set_len(end);
         }
         Ok(())
     }
@@ -345,21 +288,12 @@ impl ObjectFile for MemFile {
     /// fdatasync as some file systems give it: a length cut since the last sync is not
     /// made durable (the old tail comes back after a crash); see `sync_all`.
     fn sync_data(&self) -> io::Result<()> {
-        let mut st = lock(&self.state);
-        let cut = st.pending.iter().any(|op| matches!(op, Op::SetLen(_)));
-        let mut image = st.data.clone();
-        if cut && image.len() < st.synced.len() {
-            image.extend_from_slice(&st.synced[st.data.len()..]);
-        }
-        st.synced = image;
-        st.pending.clear();
+        lock(&self.state).file.sync_data();
         Ok(())
     }
 
     fn sync_all(&self) -> io::Result<()> {
-        let mut st = lock(&self.state);
-        st.synced = st.data.clone();
-        st.pending.clear();
+        lock(&self.state).file.sync_all();
         Ok(())
     }
 }
@@ -380,11 +314,7 @@ impl MemFile {
         if n == 0 {
             self.faults.give(got);
         } else {
-            put(&mut st.data, offset as usize, &buf[..n]);
-            st.pending.push(Op::Write {
-                offset,
-                bytes: buf[..n].to_vec(),
-            });
+            st.file.write(offset, &buf[..n], false);
         }
         if n < buf.len() {
             return Err(nospace());
@@ -490,19 +420,6 @@ impl Storage for MemStore {
             .filter(|p| p.parent() == Some(dir))
             .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
             .collect())
-    }
-}
-
-/// A tiny deterministic generator, so that this module needs no random-number crate.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 

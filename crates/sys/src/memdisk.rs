@@ -1,11 +1,12 @@
 //! An in-memory [`MetaDisk`] for tests and the whole-cluster simulator, with the faults
 //! the metadata server claims to survive or to report:
 //!
-//! - **Power cut** ([`MemDisk::power_cut`]): the page cache is lost. Each write or size
-//!   change made since its file's last sync is kept, lost, or torn (a random subset of its
-//!   512-byte sectors kept), chosen by a seed; each directory whose entries changed since
-//!   its last sync keeps either its old or its new entries; files left without a name are
-//!   gone. Direct writes (`O_DIRECT | O_DSYNC`) are durable when they return.
+//! - **Power cut** ([`MemDisk::power_cut`]): the page cache is lost. Each file's changes
+//!   since its last sync are treated by the model the data server's disk shares
+//!   ([`crate::powercut`]: a write kept, lost, or torn at 512-byte sectors, chosen by a
+//!   seed; a size change kept or lost; direct writes, `O_DIRECT | O_DSYNC`, durable when
+//!   they return); each directory whose entries changed since its last sync keeps either
+//!   its old or its new entries; files left without a name are gone.
 //! - **Process crash** ([`MemDisk::kill`]): the page cache survives.
 //! - **Chosen calls fail** (a fault plan): the next N calls of a kind (optionally on paths
 //!   containing a string), or any call a predicate picks, return ENOSPC or EIO, or (for
@@ -23,14 +24,14 @@
 //! its redb database) fail every call with EIO, so nothing the old process does after its
 //! death reaches the disk. The same calls with the same seed give the same disk.
 
-use crate::disk::{dir_of, LogFile, MetaDisk};
+use crate::metadisk::{dir_of, LogFile, MetaDisk};
+use crate::powercut::{CutCounts, CutFile, SplitMix};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Granularity at which a power cut or a torn write tears a write.
-pub const SECTOR_BYTES: u64 = 512;
+pub use crate::powercut::SECTOR_BYTES;
 
 /// The kinds of disk calls a fault plan can pick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,31 +102,11 @@ struct Rule {
     fault: DiskFault,
 }
 
-enum Op {
-    /// `durable`: a direct write, kept by every power cut.
-    Write {
-        offset: u64,
-        bytes: Vec<u8>,
-        durable: bool,
-    },
-    SetLen(u64),
-}
-
-#[derive(Default)]
-struct FileState {
-    /// What reads see (the page cache).
-    data: Vec<u8>,
-    /// What survives a power cut, before the pending changes.
-    synced: Vec<u8>,
-    /// Changes since the last sync, oldest first.
-    pending: Vec<Op>,
-}
-
 #[derive(Default)]
 struct State {
     /// Bumped by each power cut or crash; handles of an older epoch are dead.
     epoch: u64,
-    files: BTreeMap<u64, FileState>,
+    files: BTreeMap<u64, CutFile>,
     names: BTreeMap<PathBuf, u64>,
     /// The names as the last directory syncs left them.
     durable: BTreeMap<PathBuf, u64>,
@@ -166,7 +147,7 @@ impl MemDisk {
     /// A disk whose torn writes are chosen by `seed`.
     pub fn with_seed(seed: u64) -> MemDisk {
         let d = MemDisk::default();
-        lock(&d.st).rng = SplitMix(seed);
+        lock(&d.st).rng = SplitMix::new(seed);
         d
     }
 
@@ -218,11 +199,7 @@ impl MemDisk {
     /// writes excluded): what a power cut now could lose.
     pub fn unsynced_writes(&self) -> usize {
         let st = self.state();
-        st.files
-            .values()
-            .flat_map(|f| &f.pending)
-            .filter(|op| !matches!(op, Op::Write { durable: true, .. }))
-            .count()
+        st.files.values().map(CutFile::unsynced).sum()
     }
 
     pub fn fault_counts(&self) -> DiskFaultCounts {
@@ -249,7 +226,7 @@ impl MemDisk {
         let st = &mut *st;
         st.epoch += 1;
         st.counts.power_cuts += 1;
-        let mut rng = SplitMix(seed);
+        let mut rng = SplitMix::new(seed);
         // Directories with unsynced entries keep their old or their new entries.
         let dirs: BTreeSet<PathBuf> = st
             .names
@@ -259,7 +236,7 @@ impl MemDisk {
             .collect();
         for dir in dirs {
             let now = entries_in(&st.names, &dir);
-            if now != entries_in(&st.durable, &dir) && rng.next() % 2 == 0 {
+            if now != entries_in(&st.durable, &dir) && rng.next_u64() % 2 == 0 {
                 st.durable.retain(|p, _| dir_of(p) != dir);
                 st.durable.extend(now);
             }
@@ -267,33 +244,12 @@ impl MemDisk {
         st.names = st.durable.clone();
         let named: BTreeSet<u64> = st.names.values().copied().collect();
         st.files.retain(|id, _| named.contains(id));
+        let mut cut = CutCounts::default();
         for f in st.files.values_mut() {
-            let mut out = std::mem::take(&mut f.synced);
-            for op in std::mem::take(&mut f.pending) {
-                match op {
-                    Op::Write {
-                        offset,
-                        bytes,
-                        durable: true,
-                    } => write_into(&mut out, offset, &bytes),
-                    Op::Write { offset, bytes, .. } => match rng.next() % 3 {
-                        0 => write_into(&mut out, offset, &bytes),
-                        1 => st.counts.writes_lost += 1,
-                        _ => {
-                            st.counts.writes_torn += 1;
-                            tear_into(&mut out, offset, &bytes, &mut rng);
-                        }
-                    },
-                    Op::SetLen(len) => {
-                        if rng.next() % 2 == 0 {
-                            out.resize(len as usize, 0);
-                        }
-                    }
-                }
-            }
-            f.data = out.clone();
-            f.synced = out;
+            f.power_cut(&mut rng, &mut cut);
         }
+        st.counts.writes_lost += cut.writes_lost;
+        st.counts.writes_torn += cut.writes_torn;
     }
 
     fn handle(&self, path: &Path, id: u64, epoch: u64) -> MemHandle {
@@ -315,32 +271,9 @@ fn entries_in(names: &BTreeMap<PathBuf, u64>, dir: &Path) -> Vec<(PathBuf, u64)>
         .collect()
 }
 
-fn write_into(data: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
-    let end = offset as usize + bytes.len();
-    if data.len() < end {
-        data.resize(end, 0);
-    }
-    data[offset as usize..end].copy_from_slice(bytes);
-}
-
-/// Writes a random subset of the sectors of `bytes` (sectors of the file, so the first
-/// and last may be partial).
-fn tear_into(data: &mut Vec<u8>, offset: u64, bytes: &[u8], rng: &mut SplitMix) {
-    let end = offset + bytes.len() as u64;
-    let mut at = offset;
-    while at < end {
-        let next = ((at / SECTOR_BYTES + 1) * SECTOR_BYTES).min(end);
-        if rng.next() % 2 == 0 {
-            let piece = &bytes[(at - offset) as usize..(next - offset) as usize];
-            write_into(data, at, piece);
-        }
-        at = next;
-    }
-}
-
 impl State {
     fn used(&self) -> u64 {
-        self.files.values().map(|f| f.data.len() as u64).sum()
+        self.files.values().map(CutFile::len).sum()
     }
 
     /// The fault for `call`, if the plan picks one (and counts it).
@@ -377,7 +310,7 @@ impl State {
         let Some(cap) = self.capacity_bytes else {
             return Ok(());
         };
-        let cur = self.files.get(&id).map_or(0, |f| f.data.len() as u64);
+        let cur = self.files.get(&id).map_or(0, CutFile::len);
         if new_len > cur && self.used() + (new_len - cur) > cap {
             self.counts.no_space += 1;
             return Err(err(libc::ENOSPC));
@@ -432,50 +365,32 @@ impl MemHandle {
         let durable = durable && !st.broken.contains(&BrokenRule::SyncIsNoop);
         let f = st.files.get_mut(&self.id).expect("checked by live()");
         if fault == Some(DiskFault::Torn) {
-            let mut torn = f.data.clone();
-            tear_into(&mut torn, offset, buf, &mut st.rng);
-            // Record the sectors that made it as their own writes.
-            let end = offset + buf.len() as u64;
-            let mut at = offset;
-            while at < end {
-                let next = ((at / SECTOR_BYTES + 1) * SECTOR_BYTES).min(end);
-                let (a, b) = (at as usize, next as usize);
-                if torn.len() >= b && torn[a..b] == buf[a - offset as usize..b - offset as usize] {
-                    f.pending.push(Op::Write {
-                        offset: at,
-                        bytes: buf[a - offset as usize..b - offset as usize].to_vec(),
-                        durable,
-                    });
-                }
-                at = next;
-            }
-            f.data = torn;
+            f.write_torn(offset, buf, durable, &mut st.rng);
             return Err(err(libc::EIO));
         }
-        write_into(&mut f.data, offset, buf);
-        f.pending.push(Op::Write {
-            offset,
-            bytes: buf.to_vec(),
-            durable,
-        });
+        f.write(offset, buf, durable);
         Ok(())
     }
 
-    fn sync(&self) -> io::Result<()> {
+    /// `fsync` if `all`, else the weak `fdatasync` (see [`crate::powercut`]).
+    fn sync(&self, all: bool) -> io::Result<()> {
         let mut st = self.live()?;
         st.check(self.call(DiskOp::Sync, 0, 0))?;
         if st.broken.contains(&BrokenRule::SyncIsNoop) {
             return Ok(());
         }
         let f = st.files.get_mut(&self.id).expect("checked by live()");
-        f.synced = f.data.clone();
-        f.pending.clear();
+        if all {
+            f.sync_all();
+        } else {
+            f.sync_data();
+        }
         Ok(())
     }
 
     fn size(&self) -> io::Result<u64> {
         let st = self.live()?;
-        Ok(st.files[&self.id].data.len() as u64)
+        Ok(st.files[&self.id].len())
     }
 
     fn resize(&self, len: u64) -> io::Result<()> {
@@ -483,19 +398,14 @@ impl MemHandle {
         st.check(self.call(DiskOp::SetLen, len, 0))?;
         st.room(self.id, len)?;
         let f = st.files.get_mut(&self.id).expect("checked by live()");
-        f.data.resize(len as usize, 0);
-        f.pending.push(Op::SetLen(len));
+        f.set_len(len);
         Ok(())
     }
 
     fn read(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut st = self.live()?;
         st.check(self.call(DiskOp::Read, offset, buf.len() as u64))?;
-        let data = &st.files[&self.id].data;
-        let from = (offset as usize).min(data.len());
-        let n = buf.len().min(data.len() - from);
-        buf[..n].copy_from_slice(&data[from..from + n]);
-        Ok(n)
+        Ok(st.files[&self.id].read(buf, offset))
     }
 }
 
@@ -513,11 +423,11 @@ impl LogFile for MemHandle {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.sync()
+        self.sync(false)
     }
 
     fn sync_all(&self) -> io::Result<()> {
-        self.sync()
+        self.sync(true)
     }
 
     fn write_direct(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -546,8 +456,9 @@ impl redb::StorageBackend for MemHandle {
     }
 
     fn sync_data(&self, _eventual: bool) -> io::Result<()> {
-        // Eventual syncs are made durable at once: stronger than redb asks.
-        self.sync()
+        // Eventual syncs are made durable at once, and as fsync (redb grows and cuts its
+        // file and relies on the new length): stronger than redb asks.
+        self.sync(true)
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
@@ -569,7 +480,7 @@ impl MetaDisk for MemDisk {
             None if create => {
                 st.next_id += 1;
                 let id = st.next_id;
-                st.files.insert(id, FileState::default());
+                st.files.insert(id, CutFile::default());
                 st.names.insert(path.to_path_buf(), id);
                 id
             }
@@ -627,7 +538,7 @@ impl MetaDisk for MemDisk {
         st.names
             .get(path)
             .and_then(|id| st.files.get(id))
-            .map_or(0, |f| f.data.len() as u64)
+            .map_or(0, CutFile::len)
     }
 
     fn open_db(&self, path: &Path) -> Result<redb::Database, String> {
@@ -640,19 +551,5 @@ impl MetaDisk for MemDisk {
         redb::Builder::new()
             .create_with_backend(self.handle(path, id, epoch))
             .map_err(|e| cannot(e.to_string()))
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so that a seed replays exactly.
-#[derive(Clone, Copy, Default)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }

@@ -1,6 +1,6 @@
 //! The metadata server's disk, behind a trait: the log files (`wal.rs`) and the redb
 //! store of record, so that the server runs unchanged on the real file system
-//! ([`FsDisk`]) and on the in-memory, fault-injecting [`crate::MemDisk`] of tests and of
+//! ([`FsDisk`]) and on the in-memory, fault-injecting [`crate::memdisk::MemDisk`] of tests and of
 //! the whole-cluster simulator.
 //!
 //! The trait has exactly the calls the server makes: open (creating) a file, positional

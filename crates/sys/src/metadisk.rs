@@ -113,10 +113,11 @@ impl MetaDisk for FsDisk {
             .write(true)
             .create(create)
             .truncate(false)
+            .mode(PRIVATE_MODE)
             .open(path);
         match opened {
             Ok(file) => Ok(Some(Arc::new(FsFile {
-                file,
+                file: private(file, path)?,
                 path: path.to_path_buf(),
                 direct: OnceLock::new(),
             }))),
@@ -145,9 +146,48 @@ impl MetaDisk for FsDisk {
     }
 
     fn open_db(&self, path: &Path) -> Result<redb::Database, String> {
-        redb::Database::create(path)
-            .map_err(|e| format!("cannot open metadata database {}: {e}", path.display()))
+        let cannot = |e: &dyn std::fmt::Display| {
+            format!("cannot open metadata database {}: {e}", path.display())
+        };
+        // redb creates its file with the default mode (0644 under the usual umask):
+        // made here first, private, so the namespace is never readable by other users.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(PRIVATE_MODE)
+            .open(path)
+            .map_err(|e| cannot(&e))?;
+        private(file, path).map_err(|e| cannot(&e))?;
+        redb::Database::create(path).map_err(|e| cannot(&e))
     }
+}
+
+/// The mode of every file the metadata server makes: its namespace, logs and token
+/// revocations are for the server's user only.
+pub const PRIVATE_MODE: u32 = 0o600;
+
+/// `file` (at `path`), made private if an older build left it readable by others.
+fn private(file: File, path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = file.metadata()?.permissions().mode();
+    if mode & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot make {} private: {e}", path.display()),
+                )
+            })?;
+        tracing::info!(
+            "{}: mode {:o} -> {:o} (metadata files are private)",
+            path.display(),
+            mode & 0o777,
+            mode & 0o700
+        );
+    }
+    Ok(file)
 }
 
 /// The whole file at `path`, `None` if it is absent.
@@ -168,4 +208,34 @@ pub fn dir_of(path: &Path) -> &Path {
     path.parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_metadata_servers_files_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("meta.log.0");
+        let db = dir.path().join("meta.redb");
+        FsDisk.open(&log, true).unwrap().unwrap();
+        assert_eq!(mode(&log), 0o600);
+        drop(FsDisk.open_db(&db).unwrap());
+        assert_eq!(mode(&db), 0o600);
+        // Files an older build left readable by others are made private when opened.
+        let old = dir.path().join("meta.revoked");
+        std::fs::write(&old, b"").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        FsDisk.open(&old, false).unwrap().unwrap();
+        assert_eq!(mode(&old), 0o600);
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o664)).unwrap();
+        drop(FsDisk.open_db(&db).unwrap());
+        assert_eq!(mode(&db), 0o600);
+    }
 }

@@ -131,14 +131,11 @@ impl Scopes {
                 ),
             )
         };
-        let f = match self.disk.open(&self.revoked_file, false).map_err(io)? {
-            Some(f) => f,
-            None => self
-                .disk
-                .open(&self.revoked_file, true)
-                .map_err(io)?
-                .ok_or_else(|| io(std::io::ErrorKind::NotFound.into()))?,
-        };
+        let f = self
+            .disk
+            .open(&self.revoked_file, true)
+            .map_err(io)?
+            .ok_or_else(|| io(std::io::ErrorKind::NotFound.into()))?;
         let end = f.size_bytes().map_err(io)?;
         f.write_at(format!("{id:016x}\n").as_bytes(), end)
             .map_err(io)?;

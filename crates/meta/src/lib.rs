@@ -316,11 +316,11 @@ enum Target<'a> {
 /// The metadata service: a [`Service`] for the rpc server loop.
 pub struct MetaService {
     core: Arc<Core>,
-    purge: Option<std::thread::JoinHandle<()>>,
+    purge: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The purger, when no thread runs it (see [`MetaService::purge_once`]).
     purger: Mutex<Option<purge::Purger>>,
     /// Ends sessions whose lease ran out (`sweep_leases`).
-    sweep: Option<std::thread::JoinHandle<()>>,
+    sweep: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Scoped tokens: their subtrees, the files they reached, the revoked ones.
     scopes: scope::Scopes,
 }
@@ -444,9 +444,9 @@ impl MetaService {
         if !tuning.background {
             return Ok(Arc::new(MetaService {
                 core,
-                purge: None,
+                purge: Mutex::new(None),
                 purger: Mutex::new(Some(purger)),
-                sweep: None,
+                sweep: Mutex::new(None),
                 scopes,
             }));
         }
@@ -460,18 +460,19 @@ impl MetaService {
                 return Err(format!("cannot start the purge thread: {e}"));
             }
         };
-        let mut service = MetaService {
+        let service = MetaService {
             core: core.clone(),
-            purge: Some(purge),
+            purge: Mutex::new(Some(purge)),
             purger: Mutex::new(None),
-            sweep: None,
+            sweep: Mutex::new(None),
             scopes,
         };
         let sweep = std::thread::Builder::new()
             .name("meta-leases".into())
             .spawn(move || sweep_leases(&core));
         // On failure, dropping the service stops the purge thread and the writer.
-        service.sweep = Some(sweep.map_err(|e| format!("cannot start the lease thread: {e}"))?);
+        *lock(&service.sweep) =
+            Some(sweep.map_err(|e| format!("cannot start the lease thread: {e}"))?);
         Ok(Arc::new(service))
     }
 
@@ -1028,6 +1029,10 @@ impl MetaService {
 }
 
 impl Service for MetaService {
+    fn stop(&self) {
+        self.shut_down();
+    }
+
     fn check_token(&self, t: &stripefs_rpc::token::Token) -> Result<(), WireError> {
         self.scopes.check_revoked(t)
     }
@@ -1053,17 +1058,28 @@ impl Service for MetaService {
 
 impl Drop for MetaService {
     fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+impl MetaService {
+    /// Stops the background threads and the writer: what was answered before it is
+    /// durable afterwards (the carried changes of closes included), and later changes
+    /// are refused. Called by the server at a graceful stop, when the process may end
+    /// with connection threads still holding the service, and again (doing nothing) by
+    /// `Drop`.
+    fn shut_down(&self) {
         // The purge thread commits through the writer, so it stops first; then the
         // writer checkpoints and ends its checkpoint thread, and the database closes
         // with the last `Core`.
         *lock(&self.core.stop_sweep.0) = true;
         self.core.stop_sweep.1.notify_all();
-        if let Some(sweep) = self.sweep.take() {
+        if let Some(sweep) = lock(&self.sweep).take() {
             let _ = sweep.join();
         }
         self.core.stop_purge.store(true, Ordering::SeqCst);
         self.core.kick_purge();
-        if let Some(purge) = self.purge.take() {
+        if let Some(purge) = lock(&self.purge).take() {
             let _ = purge.join();
         }
         Writer::stop(&self.core);

@@ -103,7 +103,17 @@ pub trait Service: Send + Sync + 'static {
     fn check_token(&self, _token: &Token) -> Result<(), WireError> {
         Ok(())
     }
+
+    /// Called once at a graceful stop, after the server stopped accepting and the
+    /// requests it was serving were answered (or [`STOP_WAIT`] ran out): makes durable
+    /// whatever was
+    /// answered before it was (the metadata server's carried changes), since the
+    /// process ends next, with the service perhaps still held by a connection thread.
+    fn stop(&self) {}
 }
+
+/// How long a graceful stop waits for the requests being served to be answered.
+pub const STOP_WAIT: Duration = Duration::from_secs(5);
 
 /// Counters of a server's connections, for tests and status: what the limits did.
 #[derive(Debug, Default)]
@@ -112,6 +122,8 @@ pub struct ConnStats {
     pub authenticated: AtomicUsize,
     /// Connections in their handshake now.
     pub pending: AtomicUsize,
+    /// Requests being served now (read, not yet answered).
+    pub serving: AtomicUsize,
     /// Connections in their handshake closed to admit newer ones (budget full).
     pub evicted: AtomicU64,
     /// Connections closed for not finishing the handshake in time.
@@ -196,7 +208,33 @@ pub fn serve_tls(
         stats,
         tls,
     });
-    Acceptor::new(listener, secret, shared)?.run()
+    let served = Acceptor::new(listener, secret, shared.clone())?.run();
+    let deadline = Instant::now() + STOP_WAIT;
+    let serving = || shared.stats.serving.load(Ordering::SeqCst);
+    while serving() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    if serving() > 0 {
+        tracing::warn!("stopping with {} requests not answered yet", serving());
+    }
+    shared.service.stop();
+    served
+}
+
+/// Counts a request in [`ConnStats::serving`] from when it is read until it is answered.
+struct Serving<'a>(&'a ConnStats);
+
+impl<'a> Serving<'a> {
+    fn new(stats: &'a ConnStats) -> Serving<'a> {
+        stats.serving.fetch_add(1, Ordering::SeqCst);
+        Serving(stats)
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        self.0.serving.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Counts an authenticated connection while it lives, also when its thread unwinds.
@@ -370,6 +408,7 @@ fn connection(
             Err(e) => return Err(e.to_string()),
         };
         bufs.note();
+        let _serving = Serving::new(&shared.stats);
         let opcode = env.req.opcode();
         // A token's requests act as its user, whatever they claim, and only while it is
         // current and not revoked.

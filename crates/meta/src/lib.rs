@@ -34,6 +34,7 @@
 //! purging retries later.
 
 mod fsck;
+mod heartbeat;
 mod inline;
 mod legacy;
 pub mod logtool;
@@ -321,6 +322,8 @@ pub struct MetaService {
     purger: Mutex<Option<purge::Purger>>,
     /// Ends sessions whose lease ran out (`sweep_leases`).
     sweep: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Pings the data servers (`heartbeat.rs`).
+    heartbeat: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Scoped tokens: their subtrees, the files they reached, the revoked ones.
     scopes: scope::Scopes,
 }
@@ -390,6 +393,7 @@ impl MetaService {
                 .iter()
                 .map(|d| d.advertise.clone().unwrap_or_else(|| d.addr.clone()))
                 .collect(),
+            live: Arc::new(heartbeat::Liveness::new(cluster.data.len())),
         };
         let fail = |e: WireError| format!("metadata database {}: {e}", path.display());
         // Recovery replays the log into redb, which asserts on some damage too: a panic
@@ -447,6 +451,7 @@ impl MetaService {
                 purge: Mutex::new(None),
                 purger: Mutex::new(Some(purger)),
                 sweep: Mutex::new(None),
+                heartbeat: Mutex::new(None),
                 scopes,
             }));
         }
@@ -465,6 +470,7 @@ impl MetaService {
             purge: Mutex::new(Some(purge)),
             purger: Mutex::new(None),
             sweep: Mutex::new(None),
+            heartbeat: Mutex::new(None),
             scopes,
         };
         let sweep = std::thread::Builder::new()
@@ -473,6 +479,27 @@ impl MetaService {
         // On failure, dropping the service stops the purge thread and the writer.
         *lock(&service.sweep) =
             Some(sweep.map_err(|e| format!("cannot start the lease thread: {e}"))?);
+        // Its own connections, with a short timeout: a ping never waits behind the
+        // purger's or a move's call, nor for a dead server's TCP timeout.
+        let mut short = cluster.clone();
+        short.timeout_ms = heartbeat::PING_TIMEOUT.as_millis() as u64;
+        let ping_net = TcpNet::new(&short);
+        let core = service.core.clone();
+        let heartbeat = std::thread::Builder::new()
+            .name("meta-heartbeat".into())
+            .spawn(move || {
+                heartbeat::run(&core.placement.live, &ping_net, |every| {
+                    let stop = lock(&core.stop_sweep.0);
+                    let (stop, _) = core
+                        .stop_sweep
+                        .1
+                        .wait_timeout_while(stop, every, |s| !*s)
+                        .unwrap_or_else(|p| p.into_inner());
+                    *stop
+                })
+            });
+        *lock(&service.heartbeat) =
+            Some(heartbeat.map_err(|e| format!("cannot start the heartbeat thread: {e}"))?);
         Ok(Arc::new(service))
     }
 
@@ -1076,6 +1103,9 @@ impl MetaService {
         self.core.stop_sweep.1.notify_all();
         if let Some(sweep) = lock(&self.sweep).take() {
             let _ = sweep.join();
+        }
+        if let Some(heartbeat) = lock(&self.heartbeat).take() {
+            let _ = heartbeat.join();
         }
         self.core.stop_purge.store(true, Ordering::SeqCst);
         self.core.kick_purge();

@@ -566,7 +566,7 @@ operations! {
     // Connection (1-9).
     (ConnectionOp 1 => Hello { nonce: [u8; 32] } -> Challenge [] scope() => SECRET, check() => ok())
     (ConnectionOp 2 => Auth { proof: [u8; 32] } -> Done [] scope() => SECRET, check() => ok())
-    (AnyOp 3 => Ping {} -> Pong [Idempotent] scope() => ANY, check() => ok())
+    (AnyOp 3 => Ping {} -> Pong [Idempotent, Uncounted] scope() => ANY, check() => ok())
     // Metadata server (10-59).
     (MetaReadOp 10 => Lookup { parent: InodeId, name: String } -> Attr [Idempotent]
         scope(parent) => reads(Dir(*parent)), check(name) => name_ok(name))

@@ -463,6 +463,76 @@ fn a_graceful_metadata_stop_writes_what_closes_left_unsynced() {
     }
 }
 
+/// With one of four data servers killed, files created once the metadata server's
+/// heartbeats found it down (within `DOWN_AFTER` plus a heartbeat or two) are placed on
+/// the other three and written and read whole; before, the placement still rotated onto
+/// the dead server and the new file's first write failed. Once it is restarted, new
+/// files use all four again.
+#[test]
+fn new_files_are_placed_only_on_live_data_servers() {
+    let c = Cluster::up(4, 1, &["--inline-bytes", "0"]);
+    let cl = client(&c);
+    let data = random_bytes(4 << 20);
+    stripefs_launch::kill9(c.path(), "data3").unwrap();
+    let killed = Instant::now();
+    // Until the heartbeats notice, a create may still be placed on it (and its write
+    // fail): wait for the first file placed without it.
+    let mut k = 0;
+    let layout = loop {
+        k += 1;
+        let name = format!("/probe{k}");
+        cl.open(&name, &OpenOptions::create_new(0o644))
+            .unwrap()
+            .close()
+            .unwrap();
+        let l = cl.get_layout(&name).unwrap();
+        if !l.servers.iter().any(|s| s.0 == 3) {
+            break l;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "files still placed on the dead server after {:?}: {l:?}",
+            killed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!(
+        "placed without the dead server {:?} after the kill",
+        killed.elapsed()
+    );
+    assert_eq!(layout.servers.len(), 3, "{layout:?}");
+    // Every new file from now on, whatever the rotation: written and read whole.
+    for i in 0..8 {
+        let name = format!("/after{i}");
+        let f = cl.open(&name, &OpenOptions::create_new(0o644)).unwrap();
+        f.write_at(0, &data).unwrap();
+        f.fsync().unwrap();
+        f.close().unwrap();
+        let l = cl.get_layout(&name).unwrap();
+        assert!(!l.servers.iter().any(|s| s.0 == 3), "{name}: {l:?}");
+        assert_eq!(cl.read_file(&name).unwrap(), data, "{name}");
+    }
+    c.restart();
+    let back = Instant::now();
+    loop {
+        k += 1;
+        let name = format!("/probe{k}");
+        cl.open(&name, &OpenOptions::create_new(0o644))
+            .unwrap()
+            .close()
+            .unwrap();
+        if cl.get_layout(&name).unwrap().servers.len() == 4 {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "the restarted server got no new file in {:?}",
+            back.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A striped file written and closed (no fsync), its data server killed and restarted,
 /// then opened again and fsynced: the data server may have lost the writes it answered,
 /// and the fsync through the new handle says so (`ServerRestarted`), as one through the

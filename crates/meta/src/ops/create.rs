@@ -203,9 +203,11 @@ pub fn place(ctx: &mut Ctx, hint: &LayoutHint, inherit: &LayoutHint) -> Result<L
         .stripe_size_bytes
         .or(inherit.stripe_size_bytes)
         .unwrap_or(p.defaults.stripe_size_bytes);
+    let up = p.live.snapshot();
     let cluster = placement::Cluster {
         hosts: &p.hosts,
         default_count: p.defaults.stripe_count,
+        up: &up,
     };
     // The rotation: one counter for the whole cluster, advanced by one per placed file.
     let mut rotate = |k: u32| -> Result<u32, WireError> {

@@ -32,6 +32,8 @@ pub struct Placement {
     /// The address remote clients reach each data server at (`advertise`, else its
     /// address), for DataServers.
     pub addrs: std::sync::Arc<[String]>,
+    /// Which data servers are up (`heartbeat.rs`): new files go only to those.
+    pub live: std::sync::Arc<crate::heartbeat::Liveness>,
 }
 
 /// One mutation's view of the batch.

@@ -16,6 +16,13 @@
 //!   (default 1: the file lives on one server of the client's host). If the client sent
 //!   no host, or its host has no data server, the file is placed spread and a note says
 //!   why (the metadata server logs it).
+//!
+//! Servers the metadata server found down (`Cluster::up`, from its heartbeats) get no
+//! new files: spread and local placement skip them, and a stripe count larger than the
+//! servers up is cut to those up, with a note (a file is never placed on a server known
+//! to be dead, where its first write would fail). An explicit server list is kept as
+//! given. With every server down, nothing is known to be better: placement is as if
+//! all were up.
 
 use stripefs_wire::{ErrorCode, LayoutHint, Policy, WireError};
 
@@ -25,6 +32,14 @@ pub struct Cluster<'a> {
     pub hosts: &'a [Option<String>],
     /// The cluster's default stripe count (0 = all).
     pub default_count: u32,
+    /// Whether each data server is up, by id; empty: all are.
+    pub up: &'a [bool],
+}
+
+impl Cluster<'_> {
+    fn is_up(&self, id: u32) -> bool {
+        self.up.get(id as usize).copied().unwrap_or(true)
+    }
 }
 
 /// The chosen servers, and a note when the local policy fell back to spread.
@@ -100,11 +115,22 @@ pub fn choose(
             "stripe count {count} exceeds the number of data servers ({n})"
         )));
     }
-    let mut note = None;
+    let mut notes = Vec::new();
+    let up = (0..n).filter(|&i| c.is_up(i)).count() as u32;
+    let usable = |i: u32| up == 0 || c.is_up(i);
+    let count = if up > 0 && count > up {
+        notes.push(format!(
+            "stripe count {count} cut to {up}: {} of {n} data servers are down",
+            n - up
+        ));
+        up
+    } else {
+        count
+    };
     if local {
         let mine: Vec<u32> = match client_host {
             Some(h) => (0..n)
-                .filter(|&i| c.hosts[i as usize].as_deref() == Some(h))
+                .filter(|&i| c.hosts[i as usize].as_deref() == Some(h) && usable(i))
                 .collect(),
             None => vec![],
         };
@@ -115,16 +141,18 @@ pub fn choose(
             order.extend(
                 (1..=n)
                     .map(|d| (after + d) % n)
-                    .filter(|s| !mine.contains(s)),
+                    .filter(|&s| !mine.contains(&s) && usable(s)),
             );
             order.truncate(count as usize);
             return Ok(Chosen {
                 servers: order,
-                note: None,
+                note: join(notes),
             });
         }
-        note = Some(match client_host {
-            Some(h) => format!("local layout: client host {h:?} has no data server; placed spread"),
+        notes.push(match client_host {
+            Some(h) => {
+                format!("local layout: client host {h:?} has no data server up; placed spread")
+            }
             None => "local layout: the client did not say its host; placed spread".into(),
         });
     }
@@ -132,10 +160,25 @@ pub fn choose(
         Some(s) => s,
         None => rotate(n)?,
     };
+    // `count` servers up, in ring order from the start.
+    let servers: Vec<u32> = (0..n)
+        .map(|i| (start + i) % n)
+        .filter(|&s| usable(s))
+        .take(count as usize)
+        .collect();
+    assert_eq!(
+        servers.len(),
+        count as usize,
+        "count is at most the servers up"
+    );
     Ok(Chosen {
-        servers: (0..count).map(|i| (start + i) % n).collect(),
-        note,
+        servers,
+        note: join(notes),
     })
+}
+
+fn join(notes: Vec<String>) -> Option<String> {
+    (!notes.is_empty()).then(|| notes.join("; "))
 }
 
 #[cfg(test)]
@@ -154,9 +197,22 @@ mod tests {
         client: Option<&str>,
         next: u32,
     ) -> Result<Chosen, WireError> {
+        run_up(hosts, &[], default_count, hint, inherit, client, next)
+    }
+
+    fn run_up(
+        hosts: &[Option<String>],
+        up: &[bool],
+        default_count: u32,
+        hint: LayoutHint,
+        inherit: LayoutHint,
+        client: Option<&str>,
+        next: u32,
+    ) -> Result<Chosen, WireError> {
         let c = Cluster {
             hosts,
             default_count,
+            up,
         };
         let mut calls = 0;
         let r = choose(&c, &hint, &inherit, client, &mut |k| {
@@ -294,5 +350,79 @@ mod tests {
         };
         let r = run(&h, 0, start, dir, None, 0).unwrap();
         assert_eq!(r.servers, vec![1]);
+    }
+
+    /// Every cluster of up to 6 servers, every set of them down, every start and count:
+    /// the file gets distinct servers, none down (unless all are), as many as asked or
+    /// as are up, in ring order from the start; with all up, exactly the consecutive
+    /// servers from the start, as before heartbeats existed.
+    #[test]
+    fn servers_down_get_no_new_files_exhaustively() {
+        for n in 1..=6u32 {
+            let h: Vec<Option<String>> = (0..n).map(|i| Some(format!("h{i}"))).collect();
+            for mask in 0..(1u32 << n) {
+                let up: Vec<bool> = (0..n).map(|i| mask & (1 << i) != 0).collect();
+                let live = up.iter().filter(|&&u| u).count() as u32;
+                for count in 0..=n {
+                    for start in 0..n {
+                        let hint = LayoutHint {
+                            stripe_count: Some(count),
+                            ..LayoutHint::default()
+                        };
+                        let r =
+                            run_up(&h, &up, 0, hint, LayoutHint::default(), None, start).unwrap();
+                        let want = if count == 0 { n } else { count };
+                        let want = if live == 0 { want } else { want.min(live) };
+                        let case = format!("n {n} up {up:?} count {count} start {start}");
+                        assert_eq!(r.servers.len() as u32, want, "{case}");
+                        let mut seen = r.servers.clone();
+                        seen.sort();
+                        seen.dedup();
+                        assert_eq!(seen.len(), r.servers.len(), "{case}: a server twice");
+                        if live > 0 {
+                            assert!(r.servers.iter().all(|&s| up[s as usize]), "{case}");
+                        }
+                        // Ring order from the start: each next server is the next one
+                        // usable after the previous.
+                        let usable = |s: u32| live == 0 || up[s as usize];
+                        let mut at = start;
+                        for &s in &r.servers {
+                            while !usable(at) {
+                                at = (at + 1) % n;
+                            }
+                            assert_eq!(s, at, "{case}");
+                            at = (at + 1) % n;
+                        }
+                        assert_eq!(
+                            r.note.is_some(),
+                            live > 0 && want < (if count == 0 { n } else { count }),
+                            "{case}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn local_placement_skips_its_hosts_servers_that_are_down() {
+        let h = hosts(&["a", "a", "b", "b"]);
+        let up = [false, true, true, false];
+        for next in 0..4 {
+            let r = run_up(&h, &up, 0, local(), LayoutHint::default(), Some("a"), next).unwrap();
+            assert_eq!(r.servers, vec![1], "next {next}");
+            let two = LayoutHint {
+                stripe_count: Some(3),
+                ..local()
+            };
+            let r = run_up(&h, &up, 0, two, LayoutHint::default(), Some("a"), next).unwrap();
+            assert_eq!(r.servers, vec![1, 2], "next {next}");
+            assert!(r.note.unwrap().contains("cut to 2"));
+        }
+        // All of its host's servers down: spread over the others.
+        let up = [false, false, true, true];
+        let r = run_up(&h, &up, 1, local(), LayoutHint::default(), Some("a"), 0).unwrap();
+        assert!(up[r.servers[0] as usize], "{r:?}");
+        assert!(r.note.unwrap().contains("no data server up"));
     }
 }

@@ -14,7 +14,7 @@
 //! - local: the data servers on the creating client's host first (rotating among them
 //!   per file), then the others in id order after the last local one, `count` in all
 //!   (default 1: the file lives on one server of the client's host). If the client sent
-//!   no host, or its host has no data server, the file is placed spread and a note says
+//!   no host, or its host has no data server up, the file is placed spread and a note says
 //!   why (the metadata server logs it).
 //!
 //! Servers the metadata server found down (`Cluster::up`, from its heartbeats) get no
@@ -150,9 +150,10 @@ pub fn choose(
             });
         }
         notes.push(match client_host {
-            Some(h) => {
+            Some(h) if c.hosts.iter().any(|x| x.as_deref() == Some(h)) => {
                 format!("local layout: client host {h:?} has no data server up; placed spread")
             }
+            Some(h) => format!("local layout: client host {h:?} has no data server; placed spread"),
             None => "local layout: the client did not say its host; placed spread".into(),
         });
     }

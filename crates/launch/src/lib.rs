@@ -533,12 +533,20 @@ fn wan_args(dir: &Path, cluster: &ClusterConfig, shape: &Shape) -> Result<Vec<St
 }
 
 fn spawn_cmd(exe: &Path, s: &ServerProc, args: &[String]) -> Result<u32> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     use std::os::unix::process::CommandExt;
+    // A server's log names files, users and sessions: for the cluster's owner only
+    // (made so also when an older build left it readable).
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&s.log)
         .with_context(|| format!("cannot open log {}", s.log.display()))?;
+    if log.metadata()?.permissions().mode() & 0o077 != 0 {
+        log.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot make log {} private", s.log.display()))?;
+    }
     let mut cmd = Command::new(exe);
     cmd.args(args);
     let child = cmd

@@ -301,7 +301,13 @@ impl Storage for FsStore {
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
-        std::fs::create_dir_all(dir)
+        // Object directories are the server's own: clients get descriptors from it,
+        // never paths, so nobody else needs to list or traverse them.
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
     }
 
     fn open(&self, path: &Path, create: bool) -> io::Result<Option<Arc<dyn ObjectFile>>> {

@@ -238,6 +238,58 @@ fn wrong_secret_is_refused_clearly_and_logged() {
     assert_eq!(mode & 0o777, 0o600);
 }
 
+/// What servers write on their disks is for the cluster's owner only: logs, the
+/// metadata database and its log, objects and their directories, TLS keys (0600 files,
+/// 0700 object directories); a log an older build left readable is made private at the
+/// next start. The short-circuit sockets stay 0666 by design: every local user's
+/// programs connect (through the interception library) and then prove the secret.
+#[test]
+fn files_servers_write_are_private() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let c = Cluster::up(2, 1, &["--tls", "--inline-bytes", "0"]);
+    let src = c.path().join("src");
+    std::fs::write(&src, vec![7u8; 3 << 20]).unwrap();
+    c.ok(&["put", src.to_str().unwrap(), "/f"]);
+    let log = c.path().join("logs/data0.log");
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+    c.down();
+    c.restart();
+    let mode =
+        |p: &std::path::Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    let mut seen = (0, 0);
+    let mut stack = vec![c.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p
+                .strip_prefix(c.path())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let t = std::fs::symlink_metadata(&p).unwrap().file_type();
+            if t.is_dir() {
+                if rel.contains("objects") {
+                    assert_eq!(mode(&p), 0o700, "{rel}");
+                    seen.0 += 1;
+                }
+                stack.push(p);
+            } else if t.is_socket() {
+                assert_eq!(mode(&p), 0o666, "{rel}");
+            } else if rel.starts_with("logs/")
+                || rel.starts_with("meta/meta.redb")
+                || rel.contains("objects/")
+                || rel.ends_with(".key")
+            {
+                assert_eq!(mode(&p), 0o600, "{rel}");
+                seen.1 += 1;
+            }
+        }
+    }
+    // The object directories, and at least the three logs, the database, two keys
+    // and the file's objects.
+    assert!(seen.0 >= 2 && seen.1 >= 8, "{seen:?}");
+}
+
 /// `stripefs ARGS` with no STRIPEFS_CLUSTER in the environment.
 fn without_env(args: &[&str]) -> std::process::Output {
     std::process::Command::new(exe())

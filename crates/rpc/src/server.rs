@@ -106,9 +106,9 @@ pub trait Service: Send + Sync + 'static {
 
     /// Called once at a graceful stop, after the server stopped accepting and the
     /// requests it was serving were answered (or [`STOP_WAIT`] ran out): makes durable
-    /// whatever was
-    /// answered before it was (the metadata server's carried changes), since the
-    /// process ends next, with the service perhaps still held by a connection thread.
+    /// whatever was answered before it was (the metadata server's carried changes),
+    /// since the process ends next, with the service perhaps still held by a
+    /// connection thread.
     fn stop(&self) {}
 }
 

@@ -42,7 +42,8 @@ impl Cluster<'_> {
     }
 }
 
-/// The chosen servers, and a note when the local policy fell back to spread.
+/// The chosen servers, and a note when they differ from what was asked (the local
+/// policy fell back to spread, or the count was cut to the servers up).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Chosen {
     pub servers: Vec<u32>,

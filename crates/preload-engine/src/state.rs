@@ -416,6 +416,13 @@ pub fn finish(fd: c_int, o: Arc<Open>) -> Result<(), WireError> {
     let r = flushed.and(o.file.close());
     if written {
         kernel_attrs_changed(fd);
+        // The kernel may hold pages of the file from before these writes (read through
+        // the mount earlier): dropped, so that a read or mmap through `fd` from now on
+        // gets the bytes written (fsx with two clients found zeros). The mount writes
+        // through (or, with the writeback cache, writes dirty pages back first), so this
+        // loses nothing.
+        // SAFETY: an advice on a descriptor the caller holds open.
+        unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
     if let Err(e) = &r {
         log(format_args!("closing {path}: {e}"));
